@@ -1,0 +1,535 @@
+"""JobSpec: the one declaration of a GRPO job.
+
+Every ms-swift argument is declared once, with ``arg()``: its default, bounds, help text, form group, flag name and
+the ms-swift versions that accept it. The form, the validation, the argv rendering, YAML and the docs derive from it.
+Field names are the ms-swift 4.x flag names.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+SUPPORTED_VERSIONS = ("3.2", "3.3", "3.4", "3.5", "3.6", "3.7", "3.8", "3.9", "3.10", "3.11", "3.12",
+                      "4.0", "4.1", "4.2", "4.3", "4.4", "4.5", "4.6")
+DEEPSPEED_PRESETS = ("zero0", "zero1", "zero2", "zero3", "zero2_offload", "zero3_offload")
+TUNER_TYPES = ("lora", "full", "lora_llm", "longlora", "adalora", "llamapro", "adapter", "vera", "boft",
+               "fourierft", "reft", "bone")
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "real", "fipo")
+BUILTIN_REWARDS = ("accuracy", "format", "cosine", "repetition", "soft_overlong", "math", "toolbench", "react_format")
+GROUPS = {
+    "model": "Model & tuner",
+    "rollout": "Rollout / vLLM",
+    "server": "Rollout server (swift rollout)",
+    "batch": "Batch & generation",
+    "rl": "RL loss",
+    "reward": "Reward",
+    "data": "Data",
+    "training": "Training",
+    "output": "Output & logging",
+}
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """'4.6' / '4.6.0.dev0' / 'v3.2.1' → (4, 6, 0). Raises ValueError naming the bad text."""
+    m = re.match(r"^v?(\d+)\.(\d+)(?:\.(\d+))?", str(text).strip())
+    if not m:
+        raise ValueError(f"not an ms-swift version: {text!r} (expected e.g. 4.6 or 3.9.3)")
+    return int(m[1]), int(m[2]), int(m[3] or 0)
+
+
+def arg(default: Any, help: str, *, group: str, flag: str | None = None, since: str | None = None,
+        until: str | None = None, old_name: str | None = None, renamed_in: str | None = None,
+        always: bool = False, choices: tuple | None = None, **bounds) -> Any:
+    """Declare one ms-swift argument.
+
+    since/until: first version that accepts it / first version that no longer does.
+    old_name/renamed_in: the flag was called ``old_name`` before ``renamed_in``.
+    always: emit the flag even when it equals the default (core settings stay explicit on every node).
+    choices: suggested values for free-text fields (the form offers them).
+    """
+    extra = {"group": group, "flag": flag, "since": since, "until": until, "old_name": old_name,
+             "renamed_in": renamed_in, "always": always, "choices": list(choices) if choices else None}
+    factory = None
+    if isinstance(default, (list, dict)):
+        factory, value = (lambda d=default: type(d)(d)), None
+    else:
+        value = default
+    kw = {"default_factory": factory} if factory else {"default": value}
+    return Field(description=help, json_schema_extra={"swift": extra}, **kw, **bounds)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class TrainArgs(_Section):
+    """Arguments of ``swift rlhf --rlhf_type grpo`` other than rollout/vLLM."""
+
+    # model & tuner
+    model: str = arg("", "Hub id or local path of the policy model.", group="model", always=True)
+    model_type: str | None = arg(None, "ms-swift model type; auto-detected from the model when empty.", group="model")
+    template: str | None = arg(None, "Chat template; auto-detected when empty.", group="model")
+    system: str | None = arg(None, "System prompt, or a path to a text file with it.", group="model")
+    tuner_type: Literal[TUNER_TYPES] = arg("lora", "lora trains adapters on a frozen base; full trains every weight.",
+                                           group="model", old_name="train_type", renamed_in="4.0", always=True)
+    lora_rank: int = arg(8, "LoRA rank r.", group="model", ge=1, le=1024)
+    lora_alpha: int = arg(32, "LoRA alpha (scale = alpha / r).", group="model", ge=1)
+    lora_dropout: float = arg(0.05, "LoRA dropout.", group="model", ge=0, lt=1)
+    target_modules: list[str] = arg(["all-linear"], "Modules that get LoRA adapters: all-linear or name suffixes.",
+                                    group="model")
+    torch_dtype: Literal["bfloat16", "float16", "float32"] | None = arg(
+        "bfloat16", "Parameter dtype; empty = from config.json.", group="model", always=True)
+    attn_impl: str | None = arg(None, "Attention kernel; padding_free needs flash_attn.", group="model",
+                                choices=("flash_attn", "sdpa", "eager"))
+    quant_bits: Literal[4, 8] | None = arg(None, "Load the base model quantized (QLoRA).", group="model")
+    quant_method: Literal["bnb", "hqq", "eetq"] | None = arg(None, "Quantization backend for quant_bits.",
+                                                             group="model")
+    deepspeed: str | None = arg(None, "DeepSpeed preset (zero0…zero3_offload), a JSON file path or a JSON string.",
+                                group="model", choices=DEEPSPEED_PRESETS)
+    fsdp: str | None = arg(None, "fsdp2 or a path to an FSDP2 JSON config; exclusive with deepspeed.", group="model",
+                           choices=("fsdp2",))
+    ref_model: str | None = arg(None, "Separate reference model (full tuning only; default: the initial policy).",
+                                group="model")
+
+    # batch & generation
+    per_device_train_batch_size: int = arg(1, "Completions per device per micro-step.", group="batch", ge=1,
+                                           always=True)
+    per_device_eval_batch_size: int = arg(1, "Completions per device per eval step.", group="batch", ge=1)
+    gradient_accumulation_steps: int | None = arg(None, "Micro-steps per optimizer step (GRPO default 1).",
+                                                  group="batch", ge=1)
+    generation_batch_size: int | None = arg(None, "Completions per rollout (default per_device × world × "
+                                            "steps_per_generation).", group="batch", ge=1, since="3.5")
+    steps_per_generation: int | None = arg(None, "Optimizer micro-steps per rollout (default "
+                                           "gradient_accumulation_steps).", group="batch", since="3.5")
+    num_generations: int = arg(8, "Completions per prompt (the group size G).", group="batch", ge=1, always=True)
+    num_generations_eval: int | None = arg(None, "Completions per prompt at evaluation (default num_generations).",
+                                           group="batch", ge=1)
+    max_length: int | None = arg(None, "Prompt length limit in tokens (GRPO).", group="batch", ge=1)
+    max_completion_length: int = arg(512, "Longest completion in tokens.", group="batch", ge=1, always=True)
+    truncation_strategy: Literal["left", "delete", "right", "split"] | None = arg(
+        None, "Over-long prompts: left-truncate or delete (GRPO allows only these two).", group="batch")
+    temperature: float = arg(0.9, "Sampling temperature for rollouts.", group="batch", ge=0)
+    top_k: int = arg(-1, "Top-k sampling (-1 = off).", group="batch", always=True)
+    top_p: float = arg(1.0, "Top-p sampling.", group="batch", gt=0, le=1, always=True)
+    repetition_penalty: float = arg(1.0, "Repetition penalty.", group="batch", gt=0)
+    stop_words: list[str] = arg([], "Extra stop words for generation.", group="batch")
+
+    # RL loss
+    beta: float | None = arg(None, "KL coefficient (default 0.04); 0 skips the reference model.", group="rl", ge=0)
+    epsilon: float = arg(0.2, "Clip range ε.", group="rl", gt=0)
+    epsilon_high: float | None = arg(None, "Upper clip range (DAPO clip-higher).", group="rl", gt=0)
+    delta: float | None = arg(None, "Two-sided GRPO clip δ.", group="rl", gt=0)
+    num_iterations: int = arg(1, "Updates per rollout batch (μ).", group="rl", ge=1)
+    loss_type: Literal[LOSS_TYPES] | None = arg(None, "Loss normalisation (default grpo).", group="rl")
+    importance_sampling_level: Literal["token", "sequence", "sequence_token"] = arg(
+        "token", "Importance ratio per token (GRPO) or per sequence (GSPO).", group="rl", since="3.7")
+    advantage_estimator: Literal["grpo", "rloo", "reinforce_plus_plus"] = arg(
+        "grpo", "Advantage estimator.", group="rl", since="3.10")
+    scale_rewards: Literal["group", "batch", "none", "gdpo"] | None = arg(
+        None, "Reward normalisation (default follows the estimator).", group="rl", since="3.10")
+    kl_in_reward: bool | None = arg(None, "Put the KL penalty in the reward instead of the loss.", group="rl")
+    dynamic_sample: bool = arg(False, "DAPO dynamic sampling: resample groups with zero reward spread.", group="rl")
+    max_resample_times: int = arg(3, "Resampling rounds for dynamic_sample.", group="rl", ge=0)
+    overlong_filter: bool = arg(False, "Drop truncated completions from the loss.", group="rl")
+    sync_ref_model: bool = arg(False, "Periodically sync the reference model to the policy.", group="rl")
+    log_entropy: bool = arg(False, "Log token entropy statistics.", group="rl", since="3.7")
+    top_entropy_quantile: float = arg(1.0, "Train only on the top-entropy quantile of tokens.", group="rl",
+                                      gt=0, le=1, since="3.7")
+
+    # reward
+    reward_funcs: list[str] = arg([], "Reward functions: built-in names or ones registered by external_plugins.",
+                                  group="reward", always=True, choices=BUILTIN_REWARDS)
+    reward_weights: list[float] | None = arg(None, "One weight per reward function and reward model.",
+                                             group="reward")
+    reward_model: list[str] = arg([], "Reward models (hub ids or paths), scored after reward_funcs.", group="reward")
+    reward_model_plugin: list[str] = arg([], "One plugin per reward model.", group="reward")
+    external_plugins: list[str] = arg([], "Python files that register rewards or schedulers.", group="reward")
+    soft_max_length: int | None = arg(None, "soft_overlong: length where the penalty reaches its maximum.",
+                                      group="reward", ge=1)
+    soft_cache_length: int | None = arg(None, "soft_overlong: penalty-free margin below soft_max_length.",
+                                        group="reward", ge=1)
+    multi_turn_scheduler: str | None = arg(None, "Multi-turn rollout scheduler name.", group="reward")
+    max_turns: int | None = arg(None, "Maximum turns for multi-turn rollouts.", group="reward", ge=1)
+
+    # data
+    dataset: list[str] = arg([], "Training datasets: id_or_path[:subset][#N].", group="data", always=True)
+    val_dataset: list[str] = arg([], "Validation datasets.", group="data")
+    split_dataset_ratio: float = arg(0.0, "Fraction of the training set held out for evaluation.", group="data",
+                                     ge=0, lt=1)
+    dataset_num_proc: int = arg(1, "Processes for dataset preprocessing.", group="data", ge=1)
+    load_from_cache_file: bool = arg(False, "Reuse the datasets preprocessing cache.", group="data")
+    dataset_shuffle: bool = arg(True, "Shuffle the training set.", group="data")
+    dataloader_num_workers: int | None = arg(None, "Dataloader worker processes per rank.", group="data", ge=0)
+
+    # training
+    num_train_epochs: float = arg(3, "Epochs over the dataset.", group="training", gt=0)
+    max_steps: int = arg(-1, "Stop after this many optimizer steps (-1 = epochs decide).", group="training")
+    learning_rate: float | None = arg(None, "Learning rate (default 1e-5 full / 1e-4 LoRA).", group="training",
+                                      gt=0)
+    warmup_ratio: float = arg(0.0, "Warm-up fraction of the steps.", group="training", ge=0, lt=1)
+    warmup_steps: int = arg(0, "Warm-up steps (exclusive with warmup_ratio).", group="training", ge=0)
+    gradient_checkpointing: bool = arg(True, "Recompute activations in backward (less memory, ~30% slower).",
+                                       group="training")
+    use_liger_kernel: bool = arg(False, "Liger fused kernels (chunked log-prob loss, no full logits).",
+                                 group="training")
+    padding_free: bool = arg(False, "Pack sequences without padding (needs flash_attn).", group="training")
+    sequence_parallel_size: int = arg(1, "Ulysses sequence-parallel degree.", group="training", ge=1)
+    ddp_backend: Literal["nccl", "gloo", "hccl", "mpi"] | None = arg(None, "torch.distributed backend.",
+                                                                     group="training")
+    ddp_timeout: int = arg(18000000, "Collective timeout in seconds.", group="training", ge=1)
+    seed: int = arg(42, "Random seed.", group="training")
+    resume_from_checkpoint: str | None = arg(None, "Checkpoint directory to resume from.", group="training")
+
+    # output & logging
+    output_dir: str | None = arg("output", "Where runs are written (a versioned vN-YYYYMMDD-HHMMSS dir inside).",
+                                 group="output", always=True)
+    logging_steps: int = arg(5, "Log metrics every N steps.", group="output", ge=1, always=True)
+    save_strategy: Literal["steps", "epoch", "no"] = arg("steps", "When to save checkpoints.", group="output")
+    save_steps: int = arg(500, "Save every N steps.", group="output", ge=1)
+    save_total_limit: int | None = arg(None, "Keep at most N checkpoints.", group="output", ge=1)
+    save_only_model: bool = arg(False, "Skip optimizer state in checkpoints.", group="output")
+    save_on_each_node: bool = arg(False, "Every node saves (needed when output_dir is not shared).",
+                                  group="output")
+    eval_strategy: Literal["steps", "epoch", "no"] | None = arg(None, "When to evaluate.", group="output")
+    eval_steps: int | None = arg(None, "Evaluate every N steps.", group="output", ge=1)
+    report_to: list[str] = arg(["tensorboard"], "Experiment trackers.", group="output",
+                               choices=("tensorboard", "wandb", "swanlab", "none"))
+    log_completions: bool = arg(False, "Write completions.jsonl with prompts, completions and rewards.",
+                                group="output")
+
+    @field_validator("dataset", "reward_funcs", "target_modules", "report_to", "external_plugins")
+    @classmethod
+    def _no_blank_items(cls, v: list[str]) -> list[str]:
+        if any(not str(x).strip() for x in v):
+            raise ValueError("empty entry in the list; remove it")
+        return v
+
+
+class RolloutArgs(_Section):
+    """Trainer-side rollout settings: vLLM colocated with training, or external ``swift rollout`` servers."""
+
+    use_vllm: bool = arg(True, "Generate with vLLM (off: slow transformers generate).", group="rollout",
+                         always=True)
+    vllm_mode: Literal["colocate", "server"] | None = arg(
+        "colocate", "colocate: vLLM shares the training GPUs; server: separate swift rollout nodes.",
+        group="rollout", since="3.5", always=True)
+    vllm_gpu_memory_utilization: float = arg(0.9, "Share of each GPU vLLM reserves (colocate).", group="rollout",
+                                             gt=0, le=1)
+    vllm_max_model_len: int | None = arg(None, "vLLM context length (colocate); default from the model.",
+                                         group="rollout", ge=1)
+    vllm_tensor_parallel_size: int = arg(1, "vLLM tensor parallel size (colocate).", group="rollout", ge=1,
+                                         since="3.4", old_name="tensor_parallel_size", renamed_in="3.5")
+    vllm_max_num_seqs: int | None = arg(None, "vLLM concurrent sequences (colocate).", group="rollout", ge=1)
+    vllm_enable_prefix_caching: bool = arg(True, "vLLM prefix caching.", group="rollout")
+    vllm_enable_lora: bool = arg(False, "Sync only LoRA deltas to vLLM.", group="rollout", since="3.10")
+    vllm_enforce_eager: bool = arg(False, "Disable CUDA graphs in vLLM (saves memory, slower).", group="rollout")
+    sleep_level: Literal[0, 1, 2] = arg(0, "Colocate: 1 frees vLLM's KV cache between rollouts, 2 also its weights.",
+                                        group="rollout", since="3.2.1")
+    offload_model: bool = arg(False, "Colocate: move the policy to CPU during rollout.", group="rollout",
+                              since="3.2.1")
+    offload_optimizer: bool = arg(False, "Colocate: move optimizer states to CPU during rollout.",
+                                  group="rollout", since="3.2.1")
+    move_model_batches: int | None = arg(None, "Sync weights to vLLM in N layer batches (ZeRO-3).",
+                                         group="rollout", ge=1)
+    async_generate: bool = arg(False, "Server mode: roll out the next batch while training.", group="rollout")
+    vllm_server_host: list[str] = arg([], "Rollout server hosts (default: the rollout nodes of the cluster).",
+                                      group="rollout", since="3.3.1")
+    vllm_server_port: list[int] = arg([8000], "One HTTP port per server host.", group="rollout", since="3.3.1")
+    vllm_server_group_port: list[int] = arg([], "NCCL weight-sync ports (default 51216 + i).", group="rollout",
+                                            since="3.12")
+    vllm_server_timeout: float = arg(240.0, "Seconds the trainer waits for the servers' /health/.",
+                                     group="rollout", gt=0)
+
+
+class ServerArgs(_Section):
+    """Arguments of ``swift rollout`` on rollout nodes (server mode)."""
+
+    vllm_tensor_parallel_size: int = arg(1, "Tensor parallel size per vLLM engine.", group="server", ge=1,
+                                         old_name="tensor_parallel_size", renamed_in="3.7", always=True)
+    vllm_data_parallel_size: int = arg(1, "vLLM engines per rollout node (TP × DP ≤ GPUs).", group="server",
+                                       ge=1, old_name="data_parallel_size", renamed_in="3.7", always=True)
+    vllm_gpu_memory_utilization: float = arg(0.9, "Share of each rollout GPU vLLM reserves.", group="server",
+                                             gt=0, le=1, old_name="gpu_memory_utilization", renamed_in="3.7")
+    vllm_max_model_len: int | None = arg(None, "vLLM context length on the server.", group="server", ge=1,
+                                         old_name="max_model_len", renamed_in="3.7")
+    vllm_enable_lora: bool = arg(False, "Accept LoRA adapter syncs.", group="server", since="3.10")
+    vllm_max_lora_rank: int = arg(16, "Largest LoRA rank accepted (≥ train lora_rank).", group="server", ge=1,
+                                  since="3.10")
+    port: int = arg(8000, "HTTP port of each server.", group="server", ge=1, le=65535, always=True)
+
+
+class Node(BaseModel):
+    """One machine: where to reach it, which GPUs to use, and what it does."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    host: str = Field(description="Hostname, IP or ~/.ssh/config alias; 'localhost' runs without SSH.")
+    user: str | None = Field(None, description="SSH user (default: ssh config / current user).")
+    port: int | None = Field(None, ge=1, le=65535, description="SSH port (default: ssh config / 22).")
+    identity_file: str | None = Field(None, description="SSH private key file.")
+    address: str | None = Field(None, description="Address other nodes use to reach it (default: host).")
+    gpus: list[int] = Field(default_factory=lambda: [0], description="CUDA device ids to use.")
+    gpu_model: str | None = Field(None, description="GPU model (from the catalogue or filled in by preflight).")
+    python_env: str | None = Field(None, description="venv or conda env directory to activate.")
+    role: Literal["trainer", "rollout"] = Field("trainer", description="trainer runs swift rlhf; rollout runs "
+                                                                        "swift rollout.")
+    workdir: str | None = Field(None, description="Directory to cd into (default: the cluster workdir).")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for this node only.")
+
+    @field_validator("host")
+    @classmethod
+    def _host_ok(cls, v: str) -> str:
+        v = v.strip()
+        if not v or re.search(r"[\s'\"`$;|&<>]", v):
+            raise ValueError("host must be a hostname, IP or ssh-config alias without spaces or shell characters")
+        return v
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus_ok(cls, v: list[int]) -> list[int]:
+        if not v:
+            raise ValueError("give at least one GPU id")
+        if len(set(v)) != len(v) or min(v) < 0:
+            raise ValueError(f"GPU ids must be distinct and ≥ 0, got {v}")
+        return v
+
+    @property
+    def routable(self) -> str:
+        """The address other nodes use."""
+        return self.address or self.host
+
+    @property
+    def is_local(self) -> bool:
+        return self.host in ("localhost", "127.0.0.1", "::1")
+
+
+class ClusterSpec(BaseModel):
+    """The machines of the job and how they find each other."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    nodes: list[Node] = Field(default_factory=lambda: [Node(host="localhost")])
+    master_addr: str | None = Field(None, description="Rendezvous address (default: node 0's address).")
+    master_port: int = Field(29500, ge=1, le=65535, description="Rendezvous port on the master.")
+    workdir: str | None = Field(None, description="Directory every node cd's into (default: the job's run dir).")
+    run_root: str = Field("~/.grpo-ui/runs", description="Where each node keeps its run directories.")
+
+
+class JobSpec(BaseModel):
+    """A whole GRPO job: training args, rollout, optional rollout servers, the cluster and the ms-swift version."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    name: str = Field("grpo-job", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+                      description="Job name (letters, digits, . _ -).")
+    swift_version: str = Field("4.6", description="ms-swift version on the nodes; picks the flag dialect.")
+    train: TrainArgs = Field(default_factory=TrainArgs)
+    rollout: RolloutArgs = Field(default_factory=RolloutArgs)
+    server: ServerArgs = Field(default_factory=ServerArgs)
+    cluster: ClusterSpec = Field(default_factory=ClusterSpec)
+    env: dict[str, str] = Field(default_factory=dict, description="Environment for every node.")
+    secret_env: list[str] = Field(default_factory=list,
+                                  description="Names of secret variables (values live in a 0600 file, never here).")
+    extra_args: list[str] = Field(default_factory=list, description="Extra swift rlhf arguments, verbatim.")
+
+    @field_validator("swift_version")
+    @classmethod
+    def _version_ok(cls, v: str) -> str:
+        parse_version(v)
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        bad = [k for k in v if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
+        if bad:
+            raise ValueError(f"not valid environment variable names: {bad}")
+        return v
+
+    def trainer_nodes(self) -> list[Node]:
+        return [n for n in self.cluster.nodes if n.role == "trainer"]
+
+    def rollout_nodes(self) -> list[Node]:
+        return [n for n in self.cluster.nodes if n.role == "rollout"]
+
+    def nproc_per_node(self) -> int:
+        nodes = self.trainer_nodes()
+        return len(nodes[0].gpus) if nodes else 0
+
+    def world_size(self) -> int:
+        return len(self.trainer_nodes()) * self.nproc_per_node()
+
+    def master_addr(self) -> str:
+        nodes = self.trainer_nodes()
+        return self.cluster.master_addr or (nodes[0].routable if nodes else "127.0.0.1")
+
+    def server_endpoints(self) -> list[tuple[str, int]]:
+        """(host, port) of every rollout server the trainer talks to in server mode."""
+        if self.rollout.vllm_server_host:
+            ports = self.rollout.vllm_server_port
+            return list(zip(self.rollout.vllm_server_host, ports)) if len(ports) == len(
+                self.rollout.vllm_server_host) else [(h, ports[0]) for h in self.rollout.vllm_server_host]
+        return [(n.routable, self.server.port) for n in self.rollout_nodes()]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The field registry: what the form, the CLI renderer, the importer and the docs iterate over.
+
+SECTIONS: dict[str, type[BaseModel]] = {"train": TrainArgs, "rollout": RolloutArgs, "server": ServerArgs}
+
+
+@dataclass(frozen=True)
+class ArgDecl:
+    """One declared ms-swift argument, as read back from its ``arg()`` declaration."""
+
+    section: str
+    name: str
+    help: str
+    group: str
+    flag: str
+    default: Any
+    annotation: Any
+    since: str | None
+    until: str | None
+    old_name: str | None
+    renamed_in: str | None
+    always: bool
+    choices: tuple | None
+    bounds: dict
+
+    @property
+    def path(self) -> str:
+        return f"{self.section}.{self.name}"
+
+    def accepted_in(self, version: str) -> bool:
+        v = parse_version(version)
+        return (self.since is None or v >= parse_version(self.since)) and (
+            self.until is None or v < parse_version(self.until))
+
+    def flag_for(self, version: str) -> str:
+        """The flag name this version knows (the old name before a rename)."""
+        if self.old_name and parse_version(version) < parse_version(self.renamed_in):
+            return self.old_name
+        return self.flag
+
+
+def _bounds(info) -> dict:
+    out = {}
+    for m in info.metadata:
+        for key in ("ge", "gt", "le", "lt"):
+            if getattr(m, key, None) is not None:
+                out[key] = getattr(m, key)
+    return out
+
+
+def _decls(section: str, model: type[BaseModel]) -> list[ArgDecl]:
+    out = []
+    for name, info in model.model_fields.items():
+        sw = (info.json_schema_extra or {})["swift"]
+        default = info.get_default(call_default_factory=True)
+        out.append(ArgDecl(section, name, info.description or "", sw["group"], sw["flag"] or name, default,
+                           info.annotation, sw["since"], sw["until"], sw["old_name"], sw["renamed_in"],
+                           sw["always"], tuple(sw["choices"]) if sw["choices"] else None, _bounds(info)))
+    return out
+
+
+ARGS: tuple[ArgDecl, ...] = tuple(d for s, m in SECTIONS.items() for d in _decls(s, m))
+ARGS_BY_PATH: dict[str, ArgDecl] = {d.path: d for d in ARGS}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Paths, YAML, errors.
+
+class SpecError(ValueError):
+    """A spec that cannot be loaded; ``problems`` lists (dotted field path, message)."""
+
+    def __init__(self, problems: list[tuple[str, str]], source: str = "spec"):
+        self.problems = problems
+        lines = [f"{source}: {len(problems)} problem(s)"] + [f"  {p}: {m}" for p, m in problems]
+        super().__init__("\n".join(lines))
+
+
+def _path_of(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "spec"
+
+
+def validate_spec(data: dict, source: str = "spec") -> JobSpec:
+    """dict → JobSpec, or SpecError naming every bad field and why."""
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as e:
+        raise SpecError([(_path_of(err["loc"]), err["msg"]) for err in e.errors()], source) from None
+
+
+def spec_to_yaml(spec: JobSpec) -> str:
+    """YAML with only what differs from the defaults (plus name and version); loads back to an equal spec."""
+    data = spec.model_dump(mode="json", exclude_defaults=True)
+    data = {"name": spec.name, "swift_version": spec.swift_version, **data}
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=120)
+
+
+def spec_from_yaml(text: str, source: str = "spec") -> JobSpec:
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise SpecError([("spec", f"not valid YAML: {e}")], source) from None
+    if not isinstance(data, dict):
+        raise SpecError([("spec", "the top level must be a mapping of sections")], source)
+    return validate_spec(data, source)
+
+
+def load_spec(path: str | Path) -> JobSpec:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise SpecError([("spec", f"cannot read {p}: {e.strerror}")], str(p)) from None
+    return spec_from_yaml(text, str(p))
+
+
+def save_spec(spec: JobSpec, path: str | Path) -> None:
+    Path(path).write_text(spec_to_yaml(spec))
+
+
+_PATH_PART = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:\[(\d+)\])?")
+
+
+def get_path(spec: JobSpec, path: str) -> Any:
+    """Value at a dotted path such as ``train.num_generations`` or ``cluster.nodes[1].host``."""
+    obj: Any = spec
+    for part in path.split("."):
+        m = _PATH_PART.fullmatch(part)
+        if not m:
+            raise KeyError(path)
+        obj = getattr(obj, m[1])
+        if m[2] is not None:
+            obj = obj[int(m[2])]
+    return obj
+
+
+def with_changes(spec: JobSpec, changes: dict[str, Any]) -> JobSpec:
+    """A new, validated spec with ``{dotted path: value}`` applied; SpecError names a bad path or value."""
+    data = spec.model_dump(mode="python")
+    for path, value in changes.items():
+        parts = path.split(".")
+        obj = data
+        try:
+            for part in parts[:-1]:
+                m = _PATH_PART.fullmatch(part)
+                obj = obj[m[1]] if m[2] is None else obj[m[1]][int(m[2])]
+            last = _PATH_PART.fullmatch(parts[-1])
+            if last[2] is None:
+                if last[1] not in obj:
+                    raise KeyError(last[1])
+                obj[last[1]] = value
+            else:
+                obj[last[1]][int(last[2])] = value
+        except (KeyError, IndexError, TypeError, AttributeError):
+            raise SpecError([(path, "no such field")]) from None
+    return validate_spec(data)
