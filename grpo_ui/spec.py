@@ -370,7 +370,7 @@ class JobSpec(BaseModel):
         """(host, port) of every rollout server the trainer talks to in server mode."""
         if self.rollout.vllm_server_host:
             ports = self.rollout.vllm_server_port
-            return list(zip(self.rollout.vllm_server_host, ports)) if len(ports) == len(
+            return list(zip(self.rollout.vllm_server_host, ports, strict=False)) if len(ports) == len(
                 self.rollout.vllm_server_host) else [(h, ports[0]) for h in self.rollout.vllm_server_host]
         return [(n.routable, self.server.port) for n in self.rollout_nodes()]
 
