@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, get_args, get_origin
 
 import yaml
+from pydantic import TypeAdapter, ValidationError
 
 from grpo_ui.findings import Finding, finding
 from grpo_ui.spec import ARGS, ArgDecl, JobSpec, SpecError, parse_version, validate_spec
@@ -287,13 +288,19 @@ def _expand_config_flag(flags, base_dir, env, findings, source):
 
 
 def _coerce(decl: ArgDecl, values: list[str]) -> Any:
+    """argv tokens → the field's type (the final spec validation names the field if they don't fit)."""
     ann = decl.annotation
     is_list = get_origin(ann) is list or any(get_origin(a) is list for a in get_args(ann))
-    if is_list:
-        return values
-    if not values:
-        return True  # a bare boolean flag
-    return values[0] if len(values) == 1 else " ".join(values)
+    raw: Any = values if is_list else (" ".join(values) if values else "true")  # a bare flag means true
+    adapter = TypeAdapter(ann)
+    try:
+        return adapter.validate_strings(raw)
+    except ValidationError:
+        pass
+    try:  # e.g. Literal[0, 1, 2] from "1": read the token as YAML would
+        return adapter.validate_python([yaml.safe_load(v) for v in raw] if is_list else yaml.safe_load(raw))
+    except (ValidationError, yaml.YAMLError):
+        return raw
 
 
 def import_scripts(texts: list[tuple[str, str]], version: str = "4.6",
@@ -328,9 +335,8 @@ def import_scripts(texts: list[tuple[str, str]], version: str = "4.6",
     findings += _node_disagreements(trainers)
     if "num_infer_workers" in {n for n, _ in first.flags} and "vllm_mode" not in data["rollout"]:
         data["rollout"]["vllm_mode"] = "colocate"
-    if data["rollout"].get("use_vllm") is None and "use_vllm" not in {n for n, _ in first.flags}:
-        data["rollout"]["use_vllm"] = False  # ms-swift's default when the script does not say
-        data["rollout"]["vllm_mode"] = None
+    if not data["rollout"].setdefault("use_vllm", False):  # ms-swift's default when the script does not say
+        data["rollout"].setdefault("vllm_mode", None)
     return validate_spec(data, texts[0][0]), findings
 
 

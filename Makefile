@@ -1,0 +1,56 @@
+# grpo-ui — `make run` starts the app, `make test` runs the whole suite. Both install what they need.
+PYTHON ?= python3
+VENV := .venv
+PORT ?= 8501
+SWIFT_VENV ?= $(HOME)/.cache/grpo-ui/swift-venv
+ASSETS ?= $(HOME)/.cache/grpo-ui/tiny-assets
+APT_PACKAGES := openssh-server chromium shellcheck pdsh iproute2 curl procps
+
+.PHONY: run test deps test-deps system-deps swift-venv assets lint bench
+
+$(VENV)/.deps: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -r requirements.txt
+	touch $@
+
+deps: $(VENV)/.deps
+
+run: deps
+	$(VENV)/bin/streamlit run app.py --server.address 127.0.0.1 --server.port $(PORT) \
+		--server.headless true --browser.gatherUsageStats false
+
+$(VENV)/.test-deps: $(VENV)/.deps requirements-test.txt
+	$(VENV)/bin/pip install -q -r requirements-test.txt
+	touch $@
+
+test-deps: $(VENV)/.test-deps
+
+# Debian packages the tests use: sshd for the test hosts, chromium for the browser tests, shellcheck, pdsh.
+system-deps:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+# ms-swift 4.6 on the CPU torch, in a venv cached between runs on the same machine.
+$(SWIFT_VENV)/.ok: requirements-swift.txt
+	$(PYTHON) -m venv $(SWIFT_VENV)
+	$(SWIFT_VENV)/bin/pip install -q -r requirements-swift.txt
+	touch $@
+
+swift-venv: $(SWIFT_VENV)/.ok
+
+# The tiny local model, tokenizer and dataset the real ms-swift tests train on.
+assets: swift-venv
+	$(SWIFT_VENV)/bin/python tests/tiny_job.py build $(ASSETS)
+
+test: system-deps test-deps swift-venv assets
+	GRPO_UI_SWIFT_VENV=$(SWIFT_VENV) GRPO_UI_ASSETS=$(ASSETS) $(VENV)/bin/pytest
+
+lint: test-deps
+	$(VENV)/bin/ruff check .
+
+bench: test-deps
+	for b in bench/*.py; do echo "== $$b"; $(VENV)/bin/python $$b || exit 1; done

@@ -1,0 +1,31 @@
+"""`import run.sh [node2.sh …] [--swift VERSION]`: existing launch scripts → job YAML on stdout, findings on stderr."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from grpo_ui.findings import format_findings
+from grpo_ui.spec import SpecError, spec_to_yaml
+from grpo_ui.swift_cli import import_scripts
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("import", help="turn swift rlhf / swift rollout launch scripts (one per node) into a job YAML")
+    p.add_argument("scripts", nargs="+", help="shell scripts; several = the nodes of one job")
+    p.add_argument("--swift", metavar="VERSION", default="4.6", help="target ms-swift version (default 4.6)")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    texts = []
+    for path in args.scripts:
+        try:
+            texts.append((path, Path(path).read_text()))
+        except OSError as e:
+            raise SpecError([("scripts", f"cannot read {path}: {e.strerror}")]) from None
+    spec, findings = import_scripts(texts, args.swift, base_dir=Path(args.scripts[0]).resolve().parent)
+    sys.stdout.write(spec_to_yaml(spec))
+    if findings:
+        print(format_findings(findings), file=sys.stderr)
+    return 1 if any(f.severity == "error" for f in findings) else 0

@@ -1,0 +1,31 @@
+"""`validate job.yaml [--swift VERSION] [--json]`: every finding for a job spec; exit 1 if any is an error."""
+
+from __future__ import annotations
+
+import json
+
+from grpo_ui.check import check
+from grpo_ui.findings import format_findings, has_errors, sort_findings
+from grpo_ui.spec import load_spec
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("validate", help="check a job spec against ms-swift's rules and field experience")
+    p.add_argument("spec", help="job YAML")
+    p.add_argument("--swift", metavar="VERSION", help="target ms-swift version (default: the spec's)")
+    p.add_argument("--json", action="store_true", help="print the findings as a JSON list")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    spec = load_spec(args.spec)
+    if args.swift:
+        spec = spec.model_copy(update={"swift_version": args.swift})
+    findings = sort_findings(check(spec))
+    if args.json:
+        print(json.dumps([f.to_dict() for f in findings], indent=2, ensure_ascii=False))
+    else:
+        errors = sum(f.severity == "error" for f in findings)
+        print(format_findings(findings) or "no findings")
+        print(f"\n{errors} error(s), {len(findings) - errors} other finding(s) for ms-swift {spec.swift_version}")
+    return 1 if has_errors(findings) else 0
