@@ -86,14 +86,14 @@ def test_every_emitted_flag_and_value_parses_in_real_ms_swift(swift_python):
     assert {path for path, _ in labelled} == {d.path for d in ARGS}
     report = run_probe(swift_python, [argv for _, argv in labelled])
     assert report["version"].startswith("4.")
-    bad = [(path, argv, r) for (path, argv), r in zip(labelled, report["results"]) if r.get("error") or r["unknown"]]
+    bad = [(path, argv, r) for (path, argv), r in zip(labelled, report["results"], strict=True) if r.get("error") or r["unknown"]]
     assert not bad, f"ms-swift {report['version']} rejects: " + "; ".join(f"{p}: {r}" for p, _, r in bad[:10])
 
 
 @pytest.mark.slow
 def test_the_probe_can_fail(swift_python):
     """The same probe rejects the 3.x flag name and a bad enum value, so the test above is not vacuous."""
-    report = run_probe(swift_python, [["rlhf", "--train_type", "lora"], ["rlhf", "--tuner_type", "nonsense"],
+    report = run_probe(swift_python, [["rlhf", "--train_type", "lora"], ["rlhf", "--truncation_strategy", "nonsense"],
                                       ["rlhf", "--tuner_type", "lora"]])
     unknown, bad_enum, good = report["results"]
     assert unknown["unknown"] == ["--train_type", "lora"]
