@@ -15,7 +15,7 @@ def check(spec: JobSpec) -> list[Finding]:
         found += rollout_command(spec).findings
     seen, out = set(), []
     for f in found:
-        key = (f.id, f.fields, f.message)
+        key = (f.id, f.fields)
         if key not in seen:
             seen.add(key)
             out.append(f)

@@ -1,0 +1,170 @@
+"""Every rule: a spec that triggers it and a near-identical one that does not; the field reports as fixtures."""
+
+from pathlib import Path
+
+import pytest
+
+from grpo_ui.check import check
+from grpo_ui.rules import RULES, validate
+from grpo_ui.spec import JobSpec, load_spec, with_changes
+
+BASE = {"train.model": "Qwen/Qwen2.5-7B-Instruct", "train.dataset": ["d"], "train.reward_funcs": ["accuracy"],
+        "train.num_generations": 4, "train.dataloader_num_workers": 4,
+        "cluster.nodes": [{"host": "gpu-a", "gpus": [0, 1, 2, 3], "gpu_model": "A100 80GB"}]}
+TWO_NODES = [{"host": "gpu-a", "gpus": [0, 1, 2, 3]}, {"host": "gpu-b", "gpus": [0, 1, 2, 3]}]
+SERVER = {"rollout.vllm_mode": "server", "cluster.nodes": [{"host": "gpu-a", "gpus": [0, 1, 2, 3]},
+                                                           {"host": "roll-a", "role": "rollout", "gpus": [0]}]}
+
+# id: (changes that trigger it, changes to the same spec that don't)
+CASES = {
+    "SPEC-MODEL-MISSING": ({"train.model": ""}, {"train.model": "m"}),
+    "SPEC-DATASET-MISSING": ({"train.dataset": []}, {"train.dataset": ["x"]}),
+    "TRUNCATION-STRATEGY": ({"train.truncation_strategy": "right"}, {"train.truncation_strategy": "delete"}),
+    "REF-MODEL-LORA": ({"train.ref_model": "r"}, {"train.ref_model": "r", "train.tuner_type": "full"}),
+    "SOFT-OVERLONG-CACHE": ({"train.reward_funcs": ["soft_overlong"], "train.soft_max_length": 100,
+                             "train.soft_cache_length": 100},
+                            {"train.reward_funcs": ["soft_overlong"], "train.soft_max_length": 100,
+                             "train.soft_cache_length": 50}),
+    "WARMUP-BOTH": ({"train.warmup_ratio": 0.1, "train.warmup_steps": 5}, {"train.warmup_ratio": 0.1}),
+    "VLLM-MODE-WITHOUT-VLLM": ({"rollout.use_vllm": False}, {"rollout.use_vllm": False, "rollout.vllm_mode": None}),
+    "VLLM-MODE-REQUIRED": ({"rollout.vllm_mode": None}, {"rollout.vllm_mode": "colocate"}),
+    "VLLM-SERVER-NO-HOST": ({"rollout.vllm_mode": "server"}, {"rollout.vllm_mode": "server",
+                                                              "rollout.vllm_server_host": ["h"]}),
+    "ASYNC-NEEDS-SERVER": ({"rollout.async_generate": True}, {**SERVER, "rollout.async_generate": True}),
+    "ASYNC-MULTI-TURN": ({**SERVER, "rollout.async_generate": True, "train.multi_turn_scheduler": "s"},
+                         {**SERVER, "train.multi_turn_scheduler": "s"}),
+    "TRAINER-GPU-COUNT": ({"cluster.nodes": [TWO_NODES[0], {"host": "gpu-b", "gpus": [0, 1]}]},
+                          {"cluster.nodes": TWO_NODES}),
+    "VLLM-SERVER-PORTS": ({"rollout.vllm_mode": "server", "rollout.vllm_server_host": ["a", "b"],
+                           "rollout.vllm_server_port": [8000, 8001, 8002]},
+                          {"rollout.vllm_mode": "server", "rollout.vllm_server_host": ["a", "b"],
+                           "rollout.vllm_server_port": [8000, 8001]}),
+    "VLLM-SERVER-MAX-LEN": ({**SERVER, "rollout.vllm_max_model_len": 4096}, {**SERVER,
+                                                                             "server.vllm_max_model_len": 4096}),
+    "VLLM-TP-WITHOUT-VLLM": ({"rollout.use_vllm": False, "rollout.vllm_mode": None,
+                              "rollout.vllm_tensor_parallel_size": 2},
+                             {"rollout.use_vllm": False, "rollout.vllm_mode": None}),
+    "VLLM-TP-WORLD": ({"rollout.vllm_tensor_parallel_size": 3}, {"rollout.vllm_tensor_parallel_size": 2}),
+    "FSDP-DEEPSPEED": ({"train.fsdp": "fsdp2", "train.deepspeed": "zero2"}, {"train.fsdp": "fsdp2"}),
+    "GRPO-GEN-BATCH-DIV": ({"train.generation_batch_size": 6}, {"train.generation_batch_size": 8}),
+    "GRPO-GEN-BATCH-MISMATCH": ({"train.generation_batch_size": 12, "train.steps_per_generation": 2},
+                                {"train.generation_batch_size": 8, "train.steps_per_generation": 2}),
+    "GRPO-STEPS-PER-GEN": ({"train.steps_per_generation": 0}, {"train.steps_per_generation": 1}),
+    "GRPO-BATCH-DIV": ({"train.num_generations": 3}, {"train.num_generations": 2}),
+    "GRPO-EVAL-BATCH-DIV": ({"train.split_dataset_ratio": 0.05, "train.num_generations": 8},
+                            {"train.split_dataset_ratio": 0.05, "train.num_generations": 8,
+                             "train.per_device_eval_batch_size": 2}),
+    "GRPO-NUM-GEN-MIN": ({"train.num_generations": 1}, {"train.num_generations": 2}),
+    "REWARD-MISSING": ({"train.reward_funcs": []}, {"train.reward_funcs": [], "train.reward_model": ["rm"]}),
+    "REWARD-UNKNOWN": ({"train.reward_funcs": ["my_reward"]}, {"train.reward_funcs": ["my_reward"],
+                                                               "train.external_plugins": ["plugin.py"]}),
+    "REWARD-WEIGHTS-COUNT": ({"train.reward_weights": [1.0, 2.0]}, {"train.reward_weights": [1.0]}),
+    "REWARD-PLUGIN-COUNT": ({"train.reward_model": ["a", "b"], "train.reward_model_plugin": ["p"]},
+                            {"train.reward_model": ["a"], "train.reward_model_plugin": ["p"]}),
+    "LOSS-REAL-SCALE": ({"train.loss_type": "real", "train.scale_rewards": "group"},
+                        {"train.loss_type": "real", "train.scale_rewards": "none"}),
+    "LIGER-INCOMPATIBLE": ({"train.use_liger_kernel": True, "train.padding_free": True, "train.attn_impl":
+                            "flash_attn"}, {"train.use_liger_kernel": True}),
+    "PADDING-FREE-ATTN": ({"train.padding_free": True}, {"train.padding_free": True,
+                                                         "train.attn_impl": "flash_attn"}),
+    "VLLM-LORA": ({"rollout.vllm_enable_lora": True, "train.tuner_type": "full"}, {"rollout.vllm_enable_lora": True}),
+    "SLEEP-LEVEL-IGNORED": ({**SERVER, "rollout.sleep_level": 1}, {"rollout.sleep_level": 1}),
+    "SLEEP-LEVEL-GAS": ({"swift_version": "3.3", "rollout.sleep_level": 1, "train.gradient_accumulation_steps": 2},
+                        {"swift_version": "3.4", "rollout.sleep_level": 1, "train.gradient_accumulation_steps": 2}),
+    "OFFLOAD-IGNORED": ({**SERVER, "rollout.offload_model": True}, {"rollout.offload_model": True}),
+    "VERSION-GEN-AND-STEPS": ({"swift_version": "4.2", "train.generation_batch_size": 8,
+                               "train.steps_per_generation": 2},
+                              {"swift_version": "4.4", "train.generation_batch_size": 8,
+                               "train.steps_per_generation": 2}),
+    "ROLLOUT-GPUS": ({**SERVER, "server.vllm_tensor_parallel_size": 2}, SERVER),
+    "CLUSTER-NO-TRAINER": ({"cluster.nodes": [{"host": "r", "role": "rollout"}]}, {"cluster.nodes": [{"host": "r"}]}),
+    "CLUSTER-ROLLOUT-UNUSED": ({"cluster.nodes": SERVER["cluster.nodes"]}, SERVER),
+    "CLUSTER-GPU-OVERLAP": ({"cluster.nodes": [{"host": "a", "gpus": [0, 1]}, {"host": "a", "gpus": [1],
+                                                                                "role": "rollout"}],
+                             "rollout.vllm_mode": "server"},
+                            {"cluster.nodes": [{"host": "a", "gpus": [0, 1]}, {"host": "a", "gpus": [2],
+                                                                                "role": "rollout"}],
+                             "rollout.vllm_mode": "server"}),
+    "MASTER-LOOPBACK": ({"cluster.nodes": TWO_NODES, "cluster.master_addr": "127.0.0.1"},
+                        {"cluster.nodes": TWO_NODES, "cluster.master_addr": "10.0.0.1"}),
+    "PORT-CLASH": ({**SERVER, "server.port": 29500}, {**SERVER, "server.port": 8000}),
+    "SEED-ZERO3-KL0": ({"train.deepspeed": "zero3", "train.gradient_accumulation_steps": 8},
+                       {"train.deepspeed": "zero2", "train.gradient_accumulation_steps": 8}),
+    "SEED-OFFLOAD-STALL": ({"train.model": "Qwen/Qwen2.5-32B-Instruct", "rollout.offload_model": True},
+                           {"train.model": "Qwen/Qwen2.5-32B-Instruct"}),
+    "SEED-VLLM-UTIL-LOW": ({"train.model": "Qwen/Qwen2.5-32B-Instruct", "rollout.vllm_gpu_memory_utilization": 0.6},
+                           {"train.model": "Qwen/Qwen2.5-32B-Instruct", "rollout.vllm_gpu_memory_utilization": 0.6,
+                            "rollout.vllm_tensor_parallel_size": 2}),
+    "SEED-OFFLOAD-SMALL": ({"train.deepspeed": "zero3_offload"}, {"train.deepspeed": "zero3"}),
+    "SEED-DATALOADER-WORKERS": ({"train.dataloader_num_workers": 1}, {"train.dataloader_num_workers": 8}),
+    "SEED-NODE-DIFFER": ({"cluster.nodes": [TWO_NODES[0], {**TWO_NODES[1], "python_env": "/opt/other"}],
+                          "cluster.master_addr": "10.0.0.1"},
+                         {"cluster.nodes": TWO_NODES, "cluster.master_addr": "10.0.0.1"}),
+    "SEED-REF-MODEL": ({"train.tuner_type": "full"}, {"train.tuner_type": "full", "train.beta": 0.0}),
+    "VERSION-FLAG-UNSUPPORTED": ({"swift_version": "3.9", "train.advantage_estimator": "rloo"},
+                                 {"swift_version": "3.10", "train.advantage_estimator": "rloo"}),
+    "VERSION-MULTI-SERVER": ({"swift_version": "3.6", "rollout.vllm_mode": "server",
+                              "rollout.vllm_server_host": ["a", "b"], "rollout.vllm_server_port": [1, 2]},
+                             {"swift_version": "3.7", "rollout.vllm_mode": "server",
+                              "rollout.vllm_server_host": ["a", "b"], "rollout.vllm_server_port": [1, 2]}),
+}
+
+
+def ids(changes) -> set[str]:
+    return {f.id for f in check(with_changes(JobSpec(), {**BASE, **changes}))}
+
+
+def test_base_spec_is_clean():
+    assert ids({}) == set()
+
+
+def test_every_rule_has_a_case():
+    assert set(CASES) == set(RULES)
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_rule_fires_and_stays_silent(rule_id):
+    trigger, quiet = CASES[rule_id]
+    assert rule_id in ids(trigger)
+    assert rule_id not in ids(quiet)
+
+
+def test_every_finding_is_complete_and_its_fix_applies():
+    for rule_id, (trigger, _) in CASES.items():
+        spec = with_changes(JobSpec(), {**BASE, **trigger})
+        for f in (f for f in check(spec) if f.id == rule_id):
+            assert f.message and f.fix and f.fields and f.severity in ("error", "warning", "info")
+            if f.apply:
+                with_changes(spec, f.apply)  # a one-click fix is always a valid spec
+
+
+def test_batch_error_lists_the_nearest_valid_values_of_each_knob():
+    spec = with_changes(JobSpec(), {**BASE, "train.num_generations": 6, "train.gradient_accumulation_steps": 4})
+    (f,) = [f for f in validate(spec) if f.id == "GRPO-BATCH-DIV"]
+    assert "= 16 is not divisible by num_generations (6)" in f.message
+    assert "train.num_generations: [4, 8, 2, 16]" in f.fix
+    assert "train.gradient_accumulation_steps: [3, 6, 9]" in f.fix
+    assert "train.per_device_train_batch_size: [3, 6]" in f.fix
+    assert "GPUs in total: [12, 24]" in f.fix
+    fixed = with_changes(spec, f.apply)
+    assert "GRPO-BATCH-DIV" not in {x.id for x in validate(fixed)}
+
+
+def test_pre_3_5_divisibility_uses_the_global_train_batch():
+    changes = {"train.num_generations": 8, "train.gradient_accumulation_steps": 2}
+    assert "GRPO-BATCH-DIV" not in ids(changes)  # 4 GPUs × 1 × 2 steps = 8 completions per rollout
+    assert "GRPO-BATCH-DIV" in ids({**changes, "swift_version": "3.4"})  # 3.4 checks 4 × 1 = 4
+
+
+SEEDS = Path(__file__).parent / "fixtures" / "seeds"
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("000_32b_hang.yaml", {"SEED-OFFLOAD-STALL", "CLUSTER-GPU-OVERLAP"}),
+    ("001_zero3_kl0.yaml", {"SEED-ZERO3-KL0"}),
+    ("002_gpu_idle.yaml", {"SEED-OFFLOAD-SMALL", "SEED-DATALOADER-WORKERS"}),
+    ("003_multi_node_hang.yaml", {"MASTER-LOOPBACK", "SEED-NODE-DIFFER"}),
+])
+def test_field_report_situations_yield_their_advisory(name, expected):
+    found = {f.id for f in check(load_spec(SEEDS / name))}
+    assert expected <= found, found
