@@ -53,4 +53,4 @@ lint: test-deps
 	$(VENV)/bin/ruff check .
 
 bench: test-deps
-	for b in bench/*.py; do echo "== $$b"; $(VENV)/bin/python $$b || exit 1; done
+	for b in bench/*.py; do echo "== $$b"; PYTHONPATH=. $(VENV)/bin/python $$b || exit 1; done

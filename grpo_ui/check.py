@@ -1,18 +1,43 @@
-"""All findings for a spec before anything runs: ms-swift's rules, field advisories and the target dialect."""
+"""All findings for a spec before anything runs: ms-swift's rules, field advisories, the target dialect and memory."""
 
 from __future__ import annotations
 
 from grpo_ui import rules
-from grpo_ui.findings import Finding
+from grpo_ui.findings import Finding, finding
+from grpo_ui.fit import suggest
+from grpo_ui.memory import UnknownModel, estimate_spec
 from grpo_ui.spec import JobSpec
 from grpo_ui.swift_cli import rollout_command, train_command
 
 
+def memory_findings(spec: JobSpec) -> list[Finding]:
+    """A predicted OOM (with the cheapest fix that fits) or an unknown architecture, as findings."""
+    if not spec.train.model:
+        return []
+    try:
+        report = estimate_spec(spec)
+    except UnknownModel as e:
+        return [finding("MEMORY-UNKNOWN-MODEL", "info", "train.model", str(e),
+                        "Choose a catalogue model name or import the model's config.json on the Configure page.")]
+    role = next(r for r in report.roles if r.verdict == report.verdict)
+    if report.verdict != "oom":
+        return []
+    advice = suggest(spec)
+    fix = (f"Cheapest change that fits: {advice[0].why}." if advice else
+           "No single or paired knob fits: use more or larger GPUs, or a smaller model.")
+    return [finding("MEMORY-OOM", "warning", ("train.per_device_train_batch_size", "rollout.vllm_gpu_memory_utilization",
+                                              "train.deepspeed"),
+                    f"Predicted out of memory on the {role.role} GPU: peak {role.peak_gib:.1f} GiB in the "
+                    f"{role.peak_phase} phase on a {role.capacity_gib:.1f} GiB {role.gpu}.",
+                    fix, advice[0].changes if advice else {})]
+
+
 def check(spec: JobSpec) -> list[Finding]:
-    """rules.validate + what the argv rendering for the target version reports, without duplicates."""
+    """rules.validate + what the argv rendering reports + the memory verdict, without duplicates."""
     found = list(rules.validate(spec)) + train_command(spec).findings
     if spec.rollout.use_vllm and spec.rollout.vllm_mode == "server" and spec.rollout_nodes():
         found += rollout_command(spec).findings
+    found += memory_findings(spec)
     seen, out = set(), []
     for f in found:
         key = (f.id, f.fields)

@@ -9,7 +9,7 @@ from grpo_ui.rules import RULES, validate
 from grpo_ui.spec import JobSpec, load_spec, with_changes
 
 BASE = {"train.model": "Qwen/Qwen2.5-7B-Instruct", "train.dataset": ["d"], "train.reward_funcs": ["accuracy"],
-        "train.num_generations": 4, "train.dataloader_num_workers": 4,
+        "train.num_generations": 4, "train.dataloader_num_workers": 4, "rollout.vllm_gpu_memory_utilization": 0.5,
         "cluster.nodes": [{"host": "gpu-a", "gpus": [0, 1, 2, 3], "gpu_model": "A100 80GB"}]}
 TWO_NODES = [{"host": "gpu-a", "gpus": [0, 1, 2, 3]}, {"host": "gpu-b", "gpus": [0, 1, 2, 3]}]
 SERVER = {"rollout.vllm_mode": "server", "cluster.nodes": [{"host": "gpu-a", "gpus": [0, 1, 2, 3]},
@@ -164,6 +164,7 @@ SEEDS = Path(__file__).parent / "fixtures" / "seeds"
     ("001_zero3_kl0.yaml", {"SEED-ZERO3-KL0"}),
     ("002_gpu_idle.yaml", {"SEED-OFFLOAD-SMALL", "SEED-DATALOADER-WORKERS"}),
     ("003_multi_node_hang.yaml", {"MASTER-LOOPBACK", "SEED-NODE-DIFFER"}),
+    ("004_qwen2_7b_24gb.yaml", {"MEMORY-OOM"}),
 ])
 def test_field_report_situations_yield_their_advisory(name, expected):
     found = {f.id for f in check(load_spec(SEEDS / name))}

@@ -1,0 +1,31 @@
+"""How long one memory estimate takes (the form recomputes it on every change); target < 5 ms.
+
+Baseline in the same run: a weights-only estimate (params × 2 bytes) for the same spec.
+"""
+
+import time
+
+from grpo_ui.fit import suggest
+from grpo_ui.memory import estimate_spec, weights_only_gib
+from grpo_ui.spec import load_spec
+
+
+def per_call(fn, n):
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - start) / n * 1e3
+
+
+def main():
+    spec = load_spec("tests/fixtures/seeds/004_qwen2_7b_24gb.yaml")
+    ours = per_call(lambda: estimate_spec(spec), 2000)
+    base = per_call(lambda: weights_only_gib(7.6e9), 2000)
+    advice = per_call(lambda: suggest(spec), 20)
+    print(f"estimate_spec: {ours:.3f} ms per call (target < 5 ms)")
+    print(f"weights-only baseline: {base * 1e3:.2f} µs per call; ratio {ours / base:.0f}×")
+    print(f"make-it-fit search (single + paired knobs): {advice:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()

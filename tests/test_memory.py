@@ -1,0 +1,122 @@
+"""Memory estimate: each term's arithmetic, ZeRO partitioning, phases and sleep levels, field report 004, advice."""
+
+import pytest
+
+from grpo_ui.catalog import find_model
+from grpo_ui.fit import suggest
+from grpo_ui.memory import (
+    GIB,
+    UnknownModel,
+    deepspeed_zero2_model_states,
+    deepspeed_zero3_model_states,
+    estimate_spec,
+    format_report,
+    inputs_from_spec,
+    lora_params,
+    model_states,
+)
+from grpo_ui.spec import JobSpec, load_spec, with_changes
+
+BASE = {"train.model": "Qwen/Qwen2.5-7B-Instruct", "train.dataset": ["d"], "train.reward_funcs": ["accuracy"],
+        "cluster.nodes": [{"host": "a", "gpus": list(range(8)), "gpu_model": "A100 80GB"}]}
+
+
+def spec(**changes):
+    return with_changes(JobSpec(), {**BASE, **{k.replace("__", "."): v for k, v in changes.items()}})
+
+
+def term(report, phase, name, role=0):
+    p = next(p for p in report.roles[role].phases if p.name == phase)
+    return sum(t.gib for t in p.terms if t.name.startswith(name))
+
+
+P7 = find_model("Qwen2.5-7B").total_params()
+
+
+@pytest.mark.parametrize("stage,weights,grads,optim", [
+    (None, 2 * P7, 2 * P7, 4 * P7),        # plain DDP with bf16 params: AdamW states in bf16
+    ("zero1", 2 * P7, 2 * P7, 12 * P7 / 8),
+    ("zero2", 2 * P7, 2 * P7 / 8, 12 * P7 / 8),
+    ("zero3", 2 * P7 / 8, 2 * P7 / 8, 12 * P7 / 8),
+    ("zero3_offload", 0, 2 * P7 / 8, 0),
+])
+def test_full_tuning_model_states_follow_zero(stage, weights, grads, optim):
+    ms = model_states(inputs_from_spec(spec(train__tuner_type="full", train__deepspeed=stage)))
+    assert ms["weights"] == pytest.approx(weights) and ms["grads"] == pytest.approx(grads)
+    assert ms["optimizer"] == pytest.approx(optim)
+
+
+def test_lora_adapter_count_matches_peft_arithmetic():
+    i = inputs_from_spec(spec(train__lora_rank=8))
+    # Qwen2.5-7B: q 3584→3584, k/v 3584→512, o 3584→3584, gate/up 3584→18944, down 18944→3584; 28 layers
+    per_layer = 8 * ((3584 + 3584) * 2 + (3584 + 512) * 2 + (3584 + 18944) * 3)
+    assert lora_params(i) == per_layer * 28 == 20_185_088
+    assert lora_params(inputs_from_spec(spec(train__target_modules=["q_proj", "v_proj"]))) == 28 * 8 * (7168 + 4096)
+
+
+def test_reference_model_only_for_full_tuning_with_beta():
+    assert term(estimate_spec(spec(train__tuner_type="full")), "training", "reference") == pytest.approx(2 * P7 / GIB)
+    assert term(estimate_spec(spec(train__tuner_type="full", train__beta=0.0)), "training", "reference") == 0
+    assert term(estimate_spec(spec()), "training", "reference") == 0  # LoRA: the base is the reference
+
+
+def test_sleep_levels_free_vllm_memory_while_training():
+    held = [term(estimate_spec(spec(rollout__sleep_level=lvl, rollout__vllm_gpu_memory_utilization=0.4)),
+                 "training", "vLLM while") for lvl in (0, 1, 2)]
+    assert held[0] == pytest.approx(0.4 * 79.15) and held[1] == pytest.approx(2 * P7 / GIB, rel=0.01)
+    assert held[2] == 0
+
+
+def test_longer_completions_and_no_checkpointing_cost_more():
+    short = estimate_spec(spec(train__max_completion_length=512))
+    long = estimate_spec(spec(train__max_completion_length=4096))
+    assert term(long, "training", "logits") > 7 * term(short, "training", "logits")
+    nock = estimate_spec(spec(train__gradient_checkpointing=False))
+    assert term(nock, "training", "activations") > 5 * term(short, "training", "activations")
+    liger = estimate_spec(spec(train__use_liger_kernel=True, train__max_completion_length=4096))
+    assert term(liger, "training", "logits") < term(long, "training", "logits") / 2
+
+
+def test_server_mode_reports_the_rollout_gpu():
+    s = spec(rollout__vllm_mode="server", server__vllm_tensor_parallel_size=2, **{"cluster__nodes": [
+        {"host": "a", "gpus": [0, 1], "gpu_model": "H100 80GB"},
+        {"host": "r", "role": "rollout", "gpus": [0, 1], "gpu_model": "H100 80GB"}]})
+    report = estimate_spec(s)
+    assert [r.role for r in report.roles] == ["trainer", "rollout"]
+    assert term(report, "rollout", "vLLM weights", role=1) == pytest.approx(P7 * 2 / 2 / GIB)
+    assert "vLLM" not in " ".join(t.name for p in report.trainer.phases for t in p.terms)
+
+
+def test_field_report_004_oom_and_advice_that_fits():
+    bad = load_spec("tests/fixtures/seeds/004_qwen2_7b_24gb.yaml")
+    report = estimate_spec(bad)
+    assert report.verdict == "oom" and report.trainer.headroom_gib < 0
+    advice = suggest(bad)
+    assert advice and all(estimate_spec(with_changes(bad, a.changes)).verdict in ("fits", "tight") for a in advice)
+    assert advice == sorted(advice, key=lambda a: (a.cost, a.peak_gib))
+    text = format_report(report)
+    assert "OOM" in text and "vLLM while training" in text
+
+
+def test_fitting_job_gets_no_advice_and_unknown_model_is_explained():
+    ok = spec(rollout__vllm_gpu_memory_utilization=0.4)
+    assert estimate_spec(ok).verdict == "fits" and suggest(ok) == []
+    with pytest.raises(UnknownModel, match="config.json"):
+        estimate_spec(spec(train__model="acme/mystery"))
+
+
+# DeepSpeed's own estimators (deepspeed/runtime/zero/stage_1_and_2.py and stage3.py), reproduced for the baseline.
+def test_deepspeed_zero2_estimator_formula():
+    assert deepspeed_zero2_model_states(7_000_000_000, 8, 1, cpu_offload=False) == (
+        int(7e9 * 4 * 8 * 1.5), int(4 * 7e9 + int(16 * 7e9 / 8)))
+    assert deepspeed_zero2_model_states(7_000_000_000, 8, 2, cpu_offload=True) == (int(7e9 * 64 * 1.5), int(14e9))
+    assert deepspeed_zero2_model_states(10, 1, 1, cpu_offload=True) == (240, 20)
+
+
+def test_deepspeed_zero3_estimator_formula():
+    p, layer = 7_000_000_000, 545_000_000
+    assert deepspeed_zero3_model_states(p, layer, 8, 1, cpu_offload=False) == (
+        int(layer * 4 * 8 * 1.5), int(4 * layer + int(18 * p / 8)))
+    assert deepspeed_zero3_model_states(p, layer, 8, 2, True, True, True) == (int(p * 18 / 2 * 1.5), 4 * layer)
+    assert deepspeed_zero3_model_states(p, layer, 8, 2, True, False, False) == (
+        int(p * max(32, 8) * 1.5), int(4 * layer + int(2 * p / 16)))
