@@ -1,0 +1,28 @@
+"""`render job.yaml --out DIR [--job-id ID]`: write every node's script, YAML configs, sbatch and README."""
+
+from __future__ import annotations
+
+import time
+
+from grpo_ui.findings import format_findings, has_errors
+from grpo_ui.render import render, write_bundle
+from grpo_ui.spec import load_spec
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("render", help="write per-node launch scripts and exports for a job spec")
+    p.add_argument("spec", help="job YAML")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--job-id", help="run directory name on the nodes (default: <name>-<timestamp>)")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    spec = load_spec(args.spec)
+    job_id = args.job_id or f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    bundle = render(spec, job_id)
+    for path in write_bundle(bundle, args.out):
+        print(path)
+    if bundle.findings:
+        print(format_findings(bundle.findings))
+    return 1 if has_errors(bundle.findings) else 0

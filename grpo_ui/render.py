@@ -1,0 +1,168 @@
+"""Render a JobSpec into the files that run it: one script per trainer and rollout node, ms-swift YAML per node,
+a Slurm batch script, a secrets template and a README — all from one rendering, so nodes cannot disagree.
+
+Every value reaches bash through ``q`` (shlex.quote); paths starting with ``~/`` become ``"$HOME"/…``.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import shlex
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+import yaml
+
+from grpo_ui import rules
+from grpo_ui.findings import Finding, finding
+from grpo_ui.spec import JobSpec, Node, parse_version
+from grpo_ui.swift_cli import rollout_command, train_command
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+EXECUTABLE = (".sh", ".sbatch")
+
+
+def q(value) -> str:
+    """The one quoting function: any value → one bash word."""
+    return shlex.quote(str(value))
+
+
+def shell_path(path: str) -> str:
+    """A path as a bash word, with a leading ~/ expanded by the shell on the node."""
+    if path == "~":
+        return '"$HOME"'
+    if path.startswith("~/"):
+        return '"$HOME"/' + q(path[2:])
+    return q(path)
+
+
+_env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
+                          autoescape=False, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+_env.filters["q"] = q
+
+
+@dataclass
+class Bundle:
+    """Rendered files (name → text) and the findings rendering produced."""
+
+    job_id: str
+    files: dict[str, str]
+    findings: list[Finding] = field(default_factory=list)
+    node_files: dict[int, str] = field(default_factory=dict)      # trainer node index in cluster.nodes → file
+    rollout_files: dict[int, str] = field(default_factory=dict)   # rollout node index → file
+
+    def zip_bytes(self) -> bytes:
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+            for name, text in sorted(self.files.items()):
+                info = zipfile.ZipInfo(f"{self.job_id}/{name}", date_time=(2026, 1, 1, 0, 0, 0))
+                info.external_attr = (0o755 if name.endswith(EXECUTABLE) else 0o644) << 16
+                info.compress_type = zipfile.ZIP_DEFLATED
+                z.writestr(info, text)
+        return buf.getvalue()
+
+
+def run_dir(spec: JobSpec, job_id: str) -> str:
+    """The job's run directory on every node, as written in the scripts."""
+    return spec.cluster.run_root.rstrip("/") + "/" + job_id
+
+
+def _node_context(spec: JobSpec, node: Node, job_id: str) -> dict:
+    rd = run_dir(spec, job_id)
+    workdir = node.workdir or spec.cluster.workdir
+    return {"job_id": job_id, "run_dir": shell_path(rd), "env": sorted({**spec.env, **node.env}.items()),
+            "python_env": shell_path(node.python_env) if node.python_env else "",
+            "workdir": shell_path(workdir) if workdir else '"$RUN_DIR"',
+            "cuda_visible_devices": ",".join(map(str, node.gpus))}
+
+
+def _typed(token: str):
+    """An argv token as a YAML scalar: booleans and numbers typed, everything else kept as the exact string."""
+    if token in ("true", "false"):
+        return token == "true"
+    if re.fullmatch(r"-?\d+", token):
+        return int(token)
+    if re.fullmatch(r"-?(\d+\.\d*|\.\d+)(e-?\d+)?|-?\d+e-?\d+", token):
+        return float(token)
+    return token
+
+
+def _yaml_config(argv: list[str], env: dict[str, str]) -> str:
+    """ms-swift ≥ 4.1 config: each --flag becomes a key (lists stay lists), with the launch env in ENV."""
+    data: dict = {"ENV": env}
+    key = None
+    for tok in argv[1:]:
+        if tok.startswith("--"):
+            key = tok[2:]
+            data[key] = []
+        elif key is not None:
+            data[key].append(_typed(tok))
+    flat = {k: (v[0] if isinstance(v, list) and len(v) == 1 else v) for k, v in data.items()}
+    return yaml.safe_dump(flat, sort_keys=False, allow_unicode=True, width=120)
+
+
+def render(spec: JobSpec, job_id: str) -> Bundle:
+    """All files for the job. ``job_id`` names the run directory (letters, digits, . _ -)."""
+    if not job_id or not all(c.isalnum() or c in "._-" for c in job_id):
+        raise ValueError(f"job id {job_id!r}: use letters, digits, '.', '_' or '-'")
+    train = train_command(spec)
+    findings = list(train.findings)
+    findings += [f for f in rules.validate(spec) if f.id in ("MASTER-LOOPBACK", "SEED-NODE-DIFFER",
+                                                             "TRAINER-GPU-COUNT", "ROLLOUT-GPUS")]
+    trainers = [(i, n) for i, n in enumerate(spec.cluster.nodes) if n.role == "trainer"]
+    rollouts = [(i, n) for i, n in enumerate(spec.cluster.nodes) if n.role == "rollout"]
+    server_mode = spec.rollout.use_vllm and spec.rollout.vllm_mode == "server"
+    files: dict[str, str] = {}
+    bundle = Bundle(job_id, files, findings)
+    common = {"nnodes": len(trainers), "master_addr": spec.master_addr(), "master_port": spec.cluster.master_port,
+              "nproc": spec.nproc_per_node(), "argv": train.argv,
+              "servers": spec.server_endpoints() if server_mode else [],
+              "server_timeout": int(spec.rollout.vllm_server_timeout)}
+    yaml_ok = parse_version(spec.swift_version) >= (4, 1, 0)
+    for rank, (i, node) in enumerate(trainers):
+        ctx = {**common, **_node_context(spec, node, job_id), "rank": rank}
+        name = f"node_{rank}.sh"
+        files[name] = _env.get_template("node.sh.j2").render(ctx)
+        bundle.node_files[i] = name
+        if yaml_ok:
+            env = {"NNODES": str(len(trainers)), "NODE_RANK": str(rank), "MASTER_ADDR": spec.master_addr(),
+                   "MASTER_PORT": str(spec.cluster.master_port), "NPROC_PER_NODE": str(spec.nproc_per_node()),
+                   "CUDA_VISIBLE_DEVICES": ctx["cuda_visible_devices"], **dict(ctx["env"])}
+            files[f"swift_{rank}.yaml"] = _yaml_config(train.argv, env)
+    if not yaml_ok:
+        findings.append(finding("RENDER-NO-YAML", "info", "swift_version",
+                                f"ms-swift {spec.swift_version} cannot take a positional YAML config (added in 4.1); "
+                                "no swift_<rank>.yaml was written.", "Use the node scripts, or ms-swift ≥ 4.1."))
+    if server_mode and rollouts:
+        roll = rollout_command(spec)
+        findings += roll.findings
+        for k, (i, node) in enumerate(rollouts):
+            ctx = {**_node_context(spec, node, job_id), "index": k, "argv": roll.argv}
+            name = f"rollout_{k}.sh"
+            files[name] = _env.get_template("rollout.sh.j2").render(ctx)
+            bundle.rollout_files[i] = name
+    if trainers:
+        files["job.sbatch"] = _env.get_template("job.sbatch.j2").render(
+            {**common, **_node_context(spec, trainers[0][1], job_id)})
+    files["secrets.env.example"] = "".join(f"{name}=\n" for name in spec.secret_env) or "# no secrets declared\n"
+    files["README.txt"] = _env.get_template("README.txt.j2").render(
+        job_id=job_id, swift_version=spec.swift_version, files=sorted([*files, "README.txt"]),
+        run_dir_text=run_dir(spec, job_id),
+        node_files=[(bundle.node_files[i], n.host) for i, n in trainers],
+        rollout_files=[(bundle.rollout_files[i], n.host) for i, n in rollouts if i in bundle.rollout_files])
+    return bundle
+
+
+def write_bundle(bundle: Bundle, out_dir: str | Path) -> list[Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, text in bundle.files.items():
+        p = out / name
+        p.write_text(text)
+        p.chmod(0o755 if name.endswith(EXECUTABLE) else 0o644)
+        paths.append(p)
+    return paths
