@@ -380,12 +380,12 @@ def estimate(i: Inputs) -> MemoryReport:
         phases.append(Phase("rollout", rollout))
     roles = [RoleReport("trainer", i.gpu.name if i.gpu else None, cap, phases, notes)]
     if i.vllm == "server":
-        w, kv = vllm_need(i.arch, i.param_bytes, i.server_tp, 256, i.server_max_len)
+        w, kv = vllm_need(i.arch, i.param_bytes, i.server_tp, 1, i.server_max_len)  # at least one sequence
         need = w + kv + VLLM_OVERHEAD_GIB * GIB
         reserve = max(i.server_util * cap * GIB, need) if cap else need
         srv = Phase("rollout", [Term("vLLM weights", w / GIB, "weights / TP"),
                                 Term("vLLM KV cache + overhead", (reserve - w) / GIB,
-                                     "util × capacity beyond the weights (≥ 256 seqs × max_model_len)"),
+                                     "util × capacity beyond the weights (≥ one max_model_len sequence)"),
                                 Term("CUDA context", CUDA_CONTEXT_GIB, "per process")])
         roles.append(RoleReport("rollout", i.gpu.name if i.gpu else None, cap, [srv]))
     return MemoryReport(i.arch.name, i.arch.total_params() / 1e9, roles, host_ram(i, ms),

@@ -1,0 +1,102 @@
+"""What the app's pages need that is not Streamlit: the autosaved draft, presets, and field ⇄ form-text conversion."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import types
+import typing
+from pathlib import Path
+
+from pydantic import TypeAdapter, ValidationError
+
+from grpo_ui.spec import ArgDecl, JobSpec, SpecError, spec_from_yaml, spec_to_yaml
+
+PRESETS = Path(__file__).parent / "data" / "presets"
+
+
+def home() -> Path:
+    """The app's data directory (draft, database); GRPO_UI_HOME overrides it."""
+    path = Path(os.environ.get("GRPO_UI_HOME", Path.home() / ".local/share/grpo-ui"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def load_draft() -> JobSpec:
+    """The config in progress, as autosaved; the first preset when there is none or it no longer loads."""
+    path = home() / "draft.yaml"
+    try:
+        return spec_from_yaml(path.read_text(), str(path))
+    except (OSError, SpecError):
+        return next(iter(presets().values()))
+
+
+def save_draft(spec: JobSpec) -> None:
+    path = home() / "draft.yaml"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(spec_to_yaml(spec))
+    tmp.replace(path)
+
+
+def presets() -> dict[str, JobSpec]:
+    return {p.stem: spec_from_yaml(p.read_text(), p.name) for p in sorted(PRESETS.glob("*.yaml"))}
+
+
+def _parts(decl: ArgDecl) -> tuple[object, bool]:
+    """(the annotation without None, whether None is allowed)."""
+    ann = decl.annotation
+    if typing.get_origin(ann) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(ann) if a is not type(None)]
+        return args[0], len(args) < len(typing.get_args(ann))
+    return ann, False
+
+
+def widget_kind(decl: ArgDecl) -> str:
+    """checkbox, select (Literal choices) or text (numbers, strings, lists)."""
+    ann, optional = _parts(decl)
+    if ann is bool and not optional:
+        return "checkbox"
+    if typing.get_origin(ann) is typing.Literal or ann is bool:
+        return "select"
+    return "text"
+
+
+def choices(decl: ArgDecl) -> list:
+    ann, optional = _parts(decl)
+    values = [True, False] if ann is bool else list(typing.get_args(ann))
+    return ([None] if optional else []) + values
+
+
+def is_list(decl: ArgDecl) -> bool:
+    return typing.get_origin(_parts(decl)[0]) is list
+
+
+def to_text(decl: ArgDecl, value) -> str:
+    if value is None:
+        return ""
+    if is_list(decl):
+        return shlex.join(str(v) for v in value)
+    return str(value)
+
+
+def from_text(decl: ArgDecl, text: str):
+    """Form text → field value; ValueError with a message for the field on bad input."""
+    ann, optional = _parts(decl)
+    text = text.strip()
+    if not text:
+        if is_list(decl):
+            return None if optional else []
+        if optional:
+            return None
+        if ann is str:
+            return ""
+        raise ValueError("required")
+    try:
+        if is_list(decl):
+            item = TypeAdapter(typing.get_args(ann)[0])
+            return [item.validate_strings(x) for x in shlex.split(text)]
+        return TypeAdapter(ann).validate_strings(text)
+    except ValueError as e:  # shlex errors and pydantic ValidationError are both ValueErrors
+        if isinstance(e, ValidationError):
+            raise ValueError(e.errors()[0]["msg"]) from None
+        raise ValueError(str(e)) from None

@@ -1,0 +1,263 @@
+"""Configure: the job form (generated from the spec's declarations), findings beside their fields, the live memory
+estimate with one-click fixes, presets, import and export."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from grpo_ui import ui_state
+from grpo_ui.catalog import gpus
+from grpo_ui.check import check
+from grpo_ui.findings import Finding, has_errors, sort_findings
+from grpo_ui.fit import suggest
+from grpo_ui.memory import MemoryReport, UnknownModel, estimate_spec
+from grpo_ui.render import render
+from grpo_ui.spec import (
+    ARGS,
+    GROUPS,
+    SUPPORTED_VERSIONS,
+    JobSpec,
+    SpecError,
+    spec_from_yaml,
+    spec_to_yaml,
+    validate_spec,
+    with_changes,
+)
+from grpo_ui.swift_cli import import_scripts
+
+ICON = {"error": "🛑", "warning": "⚠️", "info": "ℹ️"}
+NODE_COLUMNS = ("host", "address", "user", "port", "gpus", "gpu_model", "python_env", "role")
+
+
+def reset_to(spec: JobSpec) -> None:
+    """Make ``spec`` the form's content: forget widget values so they re-initialise from it."""
+    st.session_state["base_yaml"] = spec_to_yaml(spec)
+    for key in [k for k in st.session_state if str(k).startswith(("f:", "nodes", "cl:"))]:
+        del st.session_state[key]
+
+
+def base_spec() -> JobSpec:
+    if "base_yaml" not in st.session_state:
+        st.session_state["base_yaml"] = spec_to_yaml(ui_state.load_draft())
+    return spec_from_yaml(st.session_state["base_yaml"])
+
+
+def field_widget(decl, base: JobSpec):
+    key = "f:" + decl.path
+    current = getattr(getattr(base, decl.section), decl.name)
+    kind = ui_state.widget_kind(decl)
+    label = f"{decl.name}"
+    help_text = f"{decl.help}  \nflag: --{decl.flag}" + (f" (ms-swift ≥ {decl.since})" if decl.since else "")
+    if kind == "checkbox":
+        st.session_state.setdefault(key, bool(current))
+        return st.checkbox(label, key=key, help=help_text)
+    if kind == "select":
+        options = ui_state.choices(decl)
+        st.session_state.setdefault(key, current if current in options else options[0])
+        return st.selectbox(label, options, key=key, help=help_text,
+                            format_func=lambda v: "(ms-swift default)" if v is None else str(v))
+    st.session_state.setdefault(key, ui_state.to_text(decl, current))
+    hint = f"e.g. {', '.join(decl.choices)}" if decl.choices else None
+    return st.text_input(label, key=key, help=help_text, placeholder=hint)
+
+
+def node_rows(base: JobSpec) -> list[dict]:
+    rows = []
+    for n in base.cluster.nodes:
+        d = n.model_dump()
+        d["gpus"] = ",".join(map(str, n.gpus))
+        rows.append({c: d.get(c) for c in NODE_COLUMNS})
+    return rows
+
+
+def build_spec(base: JobSpec, values: dict, nodes: list[dict], cluster: dict) -> tuple[JobSpec, dict[str, str]]:
+    """The spec the form describes, and the fields whose text does not parse (path → message)."""
+    errors: dict[str, str] = {}
+    changes = {}
+    for decl in ARGS:
+        raw = values[decl.path]
+        if ui_state.widget_kind(decl) == "text":
+            try:
+                raw = ui_state.from_text(decl, raw)
+            except ValueError as e:
+                errors[decl.path] = str(e)
+                continue
+        changes[decl.path] = raw
+    node_list = []
+    for i, row in enumerate(nodes):
+        if not row.get("host"):
+            continue
+        try:
+            gpus_ = [int(x) for x in str(row.get("gpus") or "0").replace(" ", "").split(",") if x != ""]
+        except ValueError:
+            errors[f"cluster.nodes[{i}].gpus"] = "GPU ids are integers separated by commas, e.g. 0,1,2,3"
+            gpus_ = [0]
+        node = {k: (row.get(k) or None) for k in NODE_COLUMNS if k not in ("gpus",)}
+        node["role"] = node["role"] or "trainer"
+        node["port"] = int(node["port"]) if node["port"] else None
+        node_list.append({**node, "gpus": gpus_})
+    data = base.model_dump(mode="python")
+    for path, value in changes.items():
+        section, name = path.split(".")
+        data[section][name] = value
+    data["cluster"] = {**data["cluster"], **cluster, "nodes": node_list or data["cluster"]["nodes"]}
+    try:
+        return validate_spec(data), errors
+    except SpecError as e:
+        errors.update(dict(e.problems))
+        return base, errors
+
+
+def memory_chart(report: MemoryReport) -> go.Figure:
+    fig = go.Figure()
+    bars = [(f"{r.role} GPU · {p.name}", p, r) for r in report.roles for p in r.phases]
+    names = list(dict.fromkeys(t.name for _, p, _ in bars for t in p.terms if t.gib > 0.01))
+    for name in names:
+        fig.add_bar(name=name, x=[b[0] for b in bars],
+                    y=[sum(t.gib for t in p.terms if t.name == name) for _, p, _ in bars])
+    cap = report.trainer.capacity_gib
+    if cap:
+        fig.add_hline(y=cap, line_dash="dash", line_color="red", annotation_text=f"{report.trainer.gpu}: {cap:.0f} GiB")
+    fig.update_layout(barmode="stack", height=380, margin={"l": 10, "r": 10, "t": 30, "b": 10}, yaxis_title="GiB per GPU",
+                      legend={"font": {"size": 10}})
+    return fig
+
+
+def show_findings(slot, findings: list[Finding], parse_error: str | None = None) -> None:
+    lines = ([f"🛑 {parse_error}"] if parse_error else []) + [
+        f"{ICON[f.severity]} **{f.id}**: {f.message} — *{f.fix}*" for f in findings]
+    if lines:
+        slot.markdown("\n\n".join(lines))
+
+
+def apply_fix(spec: JobSpec, changes: dict) -> None:
+    reset_to(with_changes(spec, changes))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+st.title("Configure a GRPO job")
+base = base_spec()
+
+with st.sidebar:
+    st.subheader("Start from")
+    preset_names = list(ui_state.presets())
+    chosen = st.selectbox("Preset", preset_names, key="preset_choice")
+    if st.button("Load preset", width="stretch"):
+        reset_to(ui_state.presets()[chosen])
+        st.rerun()
+    upload = st.file_uploader("Import a launch script or job YAML", type=["sh", "bash", "yaml", "yml", "txt"])
+    pasted = st.text_area("…or paste it", key="import_text", height=100)
+    if st.button("Import", width="stretch", disabled=not (upload or pasted.strip())):
+        text = upload.getvalue().decode() if upload else pasted
+        name = upload.name if upload else "pasted"
+        try:
+            if "swift " in text or "swift/cli" in text:
+                imported, notes = import_scripts([(name, text)], base.swift_version)
+            else:
+                imported, notes = spec_from_yaml(text, name), []
+            st.session_state["import_notes"] = [f.to_dict() for f in notes]
+            reset_to(imported)
+            st.rerun()
+        except SpecError as e:
+            st.error(str(e))
+    for note in st.session_state.get("import_notes", []):
+        st.caption(f"{ICON[note['severity']]} {note['message']}")
+
+top = st.container()
+tabs = st.tabs([GROUPS[g] for g in GROUPS] + ["Cluster"])
+values, slots = {}, {}
+for group, tab in zip(GROUPS, tabs, strict=False):
+    with tab:
+        decls = [d for d in ARGS if d.group == group]
+        cols = st.columns(3)
+        for k, decl in enumerate(decls):
+            with cols[k % 3]:
+                values[decl.path] = field_widget(decl, base)
+                slots[decl.path] = st.empty()
+with tabs[-1]:
+    st.caption("One row per machine. role trainer runs swift rlhf; role rollout runs swift rollout (server mode).")
+    nodes = st.data_editor(node_rows(base), key="nodes", num_rows="dynamic", width="stretch",
+                           column_config={
+                               "gpu_model": st.column_config.SelectboxColumn("gpu_model", options=list(gpus())),
+                               "role": st.column_config.SelectboxColumn("role", options=["trainer", "rollout"]),
+                               "port": st.column_config.NumberColumn("ssh port", min_value=1, max_value=65535),
+                               "gpus": st.column_config.TextColumn("gpus", help="CUDA ids, e.g. 0,1,2,3")})
+    c1, c2, c3 = st.columns(3)
+    st.session_state.setdefault("cl:master_addr", base.cluster.master_addr or "")
+    st.session_state.setdefault("cl:master_port", base.cluster.master_port)
+    st.session_state.setdefault("cl:run_root", base.cluster.run_root)
+    cluster = {"master_addr": c1.text_input("master_addr", key="cl:master_addr", help="default: node 0") or None,
+               "master_port": c2.number_input("master_port", key="cl:master_port", min_value=1, max_value=65535),
+               "run_root": c3.text_input("run_root", key="cl:run_root", help="run directories on every node")}
+    slots["cluster"] = st.empty()
+
+with st.sidebar:
+    st.subheader("Job")
+    name = st.text_input("name", value=base.name, key="job_name")
+    version = st.selectbox("ms-swift version on the nodes", SUPPORTED_VERSIONS[::-1],
+                           index=SUPPORTED_VERSIONS[::-1].index(base.swift_version)
+                           if base.swift_version in SUPPORTED_VERSIONS else 0, key="swift_version")
+
+spec, parse_errors = build_spec(base.model_copy(update={"name": name, "swift_version": version}), values,
+                                list(nodes), cluster)
+findings = sort_findings(check(spec)) if not parse_errors else []
+placed: set[int] = set()
+for path, slot in slots.items():
+    here = [f for f in findings if any(fp == path or (path == "cluster" and fp.startswith(("cluster", "spec")))
+                                       for fp in f.fields)]
+    placed.update(id(f) for f in here)
+    show_findings(slot, here, parse_errors.get(path) or (
+        "; ".join(f"{p}: {m}" for p, m in parse_errors.items() if p.startswith("cluster")) if path == "cluster"
+        else None))
+if not parse_errors:
+    ui_state.save_draft(spec)
+
+with top:
+    errors = [f for f in findings if f.severity == "error"]
+    left, right = st.columns([3, 2])
+    with right:
+        st.subheader("Findings")
+        if parse_errors:
+            st.error("Fix the highlighted fields: " + ", ".join(parse_errors))
+        elif not findings:
+            st.success("No findings: ms-swift's checks pass for this configuration.")
+        for f in findings:
+            with st.expander(f"{ICON[f.severity]} {f.id} — {', '.join(f.fields)}", expanded=f.severity == "error"):
+                st.write(f.message)
+                st.caption(f"Fix: {f.fix}")
+                if f.apply:
+                    st.button("Apply fix", key=f"fix:{f.id}:{','.join(f.fields)}", on_click=apply_fix,
+                              args=(spec, f.apply))
+    with left:
+        st.subheader("GPU memory per device")
+        try:
+            report = estimate_spec(spec)
+        except UnknownModel as e:
+            report = None
+            st.info(f"{e}.")
+        if report:
+            cols = st.columns(len(report.roles) + 1)
+            cols[0].metric("Verdict", report.verdict.upper())
+            for col, role in zip(cols[1:], report.roles, strict=False):
+                cap = f" of {role.capacity_gib:.0f}" if role.capacity_gib else ""
+                col.metric(f"{role.role} GPU peak", f"{role.peak_gib:.1f}{cap} GiB",
+                           delta=None if role.headroom_gib is None else f"{role.headroom_gib:+.1f} GiB headroom",
+                           delta_color="normal")
+            st.plotly_chart(memory_chart(report), width="stretch")
+            for note in (n for r in report.roles for n in r.notes):
+                st.caption(f"⚠️ {note}")
+            for k, s in enumerate(suggest(spec)):
+                st.button(f"Make it fit: {s.why} → {s.peak_gib:.1f} GiB", key=f"fit:{k}", on_click=apply_fix,
+                          args=(spec, s.changes))
+
+    st.subheader("Scripts")
+    blocked = has_errors(findings) or bool(parse_errors)
+    if blocked:
+        st.warning(f"Launch and export are blocked by {len(errors) or len(parse_errors)} error(s) above.")
+    c1, c2 = st.columns(2)
+    c1.download_button("Download job YAML", spec_to_yaml(spec), file_name=f"{spec.name}.yaml", key="dl_yaml")
+    bundle = None if blocked else render(spec, spec.name)
+    c2.download_button("Download node scripts (zip)", bundle.zip_bytes() if bundle else b"", disabled=blocked,
+                       file_name=f"{spec.name}.zip", key="dl_zip")

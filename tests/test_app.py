@@ -1,0 +1,77 @@
+"""The Configure page's logic through Streamlit's AppTest: widget → findings and estimate, errors block export,
+import fills the form, fixes apply in one click, the draft survives a restart."""
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+APP = str(Path(__file__).parent.parent / "app.py")
+OLD_SCRIPT = """NPROC_PER_NODE=4 CUDA_VISIBLE_DEVICES=0,1,2,3 swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-7B-Instruct \\
+  --train_type lora --use_vllm true --vllm_mode colocate --vllm_gpu_memory_utilization 0.4 --dataset my.jsonl \\
+  --reward_funcs accuracy --num_generations 6 --per_device_train_batch_size 2"""
+
+
+@pytest.fixture
+def app(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
+    return AppTest.from_file(APP, default_timeout=60).run()
+
+
+def labels(at):
+    return [e.label for e in at.expander]
+
+
+def zip_button(at):
+    return next(b for b in at.get("download_button") if "zip" in b.proto.label)
+
+
+def test_starts_from_a_preset_that_validates_and_fits(app):
+    assert not app.exception
+    assert [m.value for m in app.metric][0] == "FITS"
+    assert not any(label.startswith("🛑") for label in labels(app))
+    assert not zip_button(app).proto.disabled
+
+
+def test_invalid_batch_shows_error_next_to_field_and_blocks_export(app):
+    app.text_input(key="f:train.num_generations").set_value("7").run()
+    assert any(label.startswith("🛑 GRPO-BATCH-DIV") for label in labels(app))
+    beside = [m.value for m in app.markdown if "GRPO-BATCH-DIV" in m.value]
+    assert beside and "num_generations (7)" in beside[0]
+    assert zip_button(app).proto.disabled
+    app.text_input(key="f:train.num_generations").set_value("8").run()
+    assert not any("GRPO-BATCH-DIV" in label for label in labels(app))
+    assert not zip_button(app).proto.disabled
+
+
+def test_bad_text_names_the_field(app):
+    app.text_input(key="f:train.lora_rank").set_value("sixteen").run()
+    assert any("train.lora_rank" in e.value for e in app.error)
+
+
+def test_estimate_follows_the_form_and_fit_advice_applies(app):
+    before = app.metric[1].value
+    app.text_input(key="f:train.max_completion_length").set_value("8192").run()
+    assert app.metric[1].value != before
+    app.text_input(key="f:rollout.vllm_gpu_memory_utilization").set_value("0.9").run()
+    assert app.metric[0].value == "OOM"
+    fit = [b for b in app.button if b.label.startswith("Make it fit")]
+    assert fit
+    fit[0].click().run()
+    assert app.metric[0].value in ("FITS", "TIGHT")
+
+
+def test_import_fills_the_form_and_reports_renamed_flags(app):
+    app.text_area(key="import_text").set_value(OLD_SCRIPT).run()
+    next(b for b in app.button if b.label == "Import").click().run()
+    assert app.text_input(key="f:train.dataset").value == "my.jsonl"
+    assert app.text_input(key="f:train.num_generations").value == "6"
+    assert any("--train_type" in c.value for c in app.caption)
+
+
+def test_draft_survives_an_app_restart(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    at.text_input(key="f:train.model").set_value("Qwen/Qwen3-8B").run()
+    again = AppTest.from_file(APP, default_timeout=60).run()
+    assert again.text_input(key="f:train.model").value == "Qwen/Qwen3-8B"
