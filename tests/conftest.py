@@ -17,3 +17,6 @@ def swift_python() -> Path:
     if not py.exists():
         pytest.fail(f"ms-swift venv missing at {SWIFT_VENV}: run `make swift-venv` (make test does it)")
     return py
+
+
+pytest_plugins = ["tests.hosts"]

@@ -1,0 +1,255 @@
+"""Start a job on every node (rollout servers first, then all trainers at once), follow its state, stop it.
+
+Each node's processes carry GRPO_UI_RUN=<job>/<node> in their environment, so the whole tree — torchrun puts its
+workers in sessions of their own — is found and stopped exactly, never by a broad name match. The root process is
+started with setsid nohup, so jobs outlive the SSH session, the browser and the app; pid, process group and start
+time go to SQLite, and exit codes come from the run directory.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from grpo_ui.check import check
+from grpo_ui.findings import format_findings
+from grpo_ui.remote.runner import Runner, runner_for
+from grpo_ui.remote.ssh import Pool, SshError
+from grpo_ui.render import Bundle, render, run_dir, shell_path
+from grpo_ui.spec import JobSpec, spec_from_yaml, spec_to_yaml
+from grpo_ui.store import Store
+
+FIND = ('find_job() { for d in /proc/[0-9]*; do tr "\\0" "\\n" < "$d/environ" 2>/dev/null | grep -qxF "$1" '
+        '&& echo "${d#/proc/}"; done; }; ')
+
+
+class LaunchError(Exception):
+    pass
+
+
+@dataclass
+class NodeRun:
+    index: int
+    host: str
+    role: str
+    rank: int | None
+    script: str
+
+    @property
+    def token(self) -> str:
+        return f"{self.role}{self.rank if self.role == 'trainer' else self.index}"
+
+    @property
+    def log(self) -> str:
+        return self.script.removesuffix(".sh") + ".log"
+
+    @property
+    def exit_file(self) -> str:
+        return f"exit_code.{self.rank}" if self.role == "trainer" else f"exit_code.rollout{self.script[8:-3]}"
+
+
+def _node_runs(spec: JobSpec, bundle: Bundle) -> list[NodeRun]:
+    runs, rank = [], 0
+    for i, node in enumerate(spec.cluster.nodes):
+        if i in bundle.node_files:
+            runs.append(NodeRun(i, node.host, "trainer", rank, bundle.node_files[i]))
+            rank += 1
+        elif i in bundle.rollout_files:
+            runs.append(NodeRun(i, node.host, "rollout", None, bundle.rollout_files[i]))
+    return runs
+
+
+def _parallel(fn, items):
+    """fn over items concurrently; returns [(item, result or exception)]."""
+    def safe(item):
+        try:
+            return fn(item)
+        except Exception as e:  # noqa: BLE001 - reported per host to the caller
+            return e
+    with ThreadPoolExecutor(max_workers=max(len(items), 1)) as ex:
+        return list(zip(items, ex.map(safe, items), strict=True))
+
+
+class Launcher:
+    """Launch, refresh, stop and re-attach jobs; one instance per app or CLI process."""
+
+    def __init__(self, store: Store, pool: Pool | None = None):
+        self.store = store
+        self.pool = pool or Pool()
+
+    def _runner(self, spec: JobSpec, index: int) -> Runner:
+        return runner_for(spec.cluster.nodes[index], self.pool)
+
+    def launch(self, spec: JobSpec, job_id: str | None = None, secrets: dict[str, str] | None = None,
+               progress=lambda host, msg: None) -> str:
+        """Start the job; returns its id. Raises LaunchError (with every reason) and leaves nothing running."""
+        errors = [f for f in check(spec) if f.severity == "error"]
+        if errors:
+            raise LaunchError("the spec has errors:\n" + format_findings(errors))
+        missing = [n for n in spec.secret_env if not (secrets or {}).get(n)]
+        if missing:
+            raise LaunchError(f"secret value(s) missing for {', '.join(missing)}: enter them before launching")
+        job_id = job_id or f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        bundle = render(spec, job_id)
+        runs = _node_runs(spec, bundle)
+        rd = run_dir(spec, job_id)
+        self.store.create_job(job_id, spec.name, spec_to_yaml(spec), "starting")
+        for r in runs:
+            self.store.add_node(job_id, r.index, r.host, r.role, r.rank, r.script, rd)
+
+        def prepare(r: NodeRun):
+            progress(r.host, "connecting")
+            runner = self._runner(spec, r.index)
+            res = runner.run(f"mkdir -p {shell_path(rd)}", timeout=20)
+            if res.rc:
+                raise SshError(r.host, f"cannot create {rd}: {res.err.strip()}")
+            progress(r.host, "uploading")
+            runner.write(f"{rd}/{r.script}", bundle.files[r.script], 0o755)
+            if secrets:
+                runner.write(f"{rd}/secrets.env", "".join(f"{k}={shlex.quote(v)}\n" for k, v in secrets.items()),
+                             0o600)
+            return runner
+
+        prepared = _parallel(prepare, runs)
+        failed = [(r, e) for r, e in prepared if isinstance(e, Exception)]
+        if failed:
+            return self._abort(job_id, [], failed)
+        runners = {r.index: runner for r, runner in prepared}
+        started: list[NodeRun] = []
+        for group in ([r for r in runs if r.role == "rollout"], [r for r in runs if r.role == "trainer"]):
+            results = _parallel(lambda r: self._start(job_id, rd, r, runners[r.index], progress), group)
+            started += [r for r, res in results if not isinstance(res, Exception)]
+            failed = [(r, e) for r, e in results if isinstance(e, Exception)]
+            if failed:
+                return self._abort(job_id, [(r, runners[r.index]) for r in started], failed)
+        self.store.set_job(job_id, state="running", started=time.time())
+        return job_id
+
+    def _start(self, job_id: str, rd: str, r: NodeRun, runner: Runner, progress) -> None:
+        progress(r.host, "starting")
+        token = f"GRPO_UI_RUN={job_id}/{r.token}"
+        pidfile = f"{shell_path(rd)}/{r.script[:-3]}.pid"
+        # The session leader writes its own pid (setsid may fork, so $! is not it), then becomes the node script.
+        # A simple command after `&` is exec'd directly: no subshell keeps the SSH channel open while it runs.
+        cmd = (f"cd {shell_path(rd)} || exit 1; rm -f {pidfile}; {token} setsid nohup bash -c "
+               f"'echo $$ > {r.script[:-3]}.pid; exec bash {r.script}' > {r.log} 2>&1 < /dev/null & "
+               f"for _ in $(seq 50); do [ -s {pidfile} ] && break; sleep 0.1; done; pid=$(cat {pidfile}); sleep 0.3; "
+               f'if [ -r /proc/$pid/stat ]; then echo "started $pid $(ps -o pgid= -p $pid | tr -d " ") '
+               f'$(cut -d" " -f22 /proc/$pid/stat)"; else echo "exited $pid"; fi')
+        res = runner.run(cmd, timeout=30)
+        words = res.out.split()
+        if res.rc or not words or words[0] != "started":
+            tail = runner.run(f"tail -n 20 {shell_path(rd)}/{r.log}", timeout=10).out
+            raise SshError(r.host, f"{r.script} did not start: {res.err.strip() or 'exited at once'}\n{tail}")
+        self.store.set_node(job_id, r.index, pid=int(words[1]), pgid=int(words[2]), proc_start=words[3],
+                            state="running")
+        progress(r.host, f"running (pid {words[1]})")
+
+    def _abort(self, job_id: str, started, failed) -> str:
+        for r, runner in started:
+            self._kill(runner, job_id, r)
+            self.store.set_node(job_id, r.index, state="stopped")
+        reasons = "; ".join(str(e) for _, e in failed)
+        for r, _ in failed:
+            self.store.set_node(job_id, r.index, state="failed")
+        self.store.set_job(job_id, state="failed", ended=time.time(), error=f"launch failed: {reasons}")
+        raise LaunchError(f"launch failed, nothing left running: {reasons}")
+
+    # ----------------------------------------------------------------------------------------------------------
+
+    def _kill(self, runner: Runner, job_id: str, r: NodeRun, grace: float = 10.0) -> str:
+        """SIGTERM the node's whole process tree, SIGKILL after the grace period, verify nothing is left."""
+        token = f"GRPO_UI_RUN={job_id}/{r.token}"
+        cmd = (FIND + f"t={shlex.quote(token)}; pids=$(find_job \"$t\"); [ -z \"$pids\" ] && echo gone && exit 0; "
+               f"kill -TERM $pids 2>/dev/null; for _ in $(seq {int(grace * 5)}); do sleep 0.2; "
+               f"[ -z \"$(find_job \"$t\")\" ] && echo stopped && exit 0; done; "
+               f"kill -KILL $(find_job \"$t\") 2>/dev/null; sleep 0.5; left=$(find_job \"$t\"); "
+               f"[ -z \"$left\" ] && echo killed || echo \"left $left\"")
+        return runner.run(cmd, timeout=grace + 30).out.strip()
+
+    def stop(self, job_id: str, grace: float = 10.0) -> dict[str, str]:
+        """Stop every node of the job; returns host → outcome (gone/stopped/killed). Raises if anything is left."""
+        job = self.store.job(job_id)
+        if not job:
+            raise LaunchError(f"no job {job_id!r}")
+        spec = spec_from_yaml(job["spec_yaml"])
+        nodes = self.store.nodes(job_id)
+        runs = [NodeRun(n["node_index"], n["host"], n["role"], n["node_rank"], n["script"]) for n in nodes]
+        results = _parallel(lambda r: self._kill(self._runner(spec, r.index), job_id, r, grace), runs)
+        outcome = {r.host + ("" if r.role == "trainer" else " (rollout)"): str(res) for r, res in results}
+        left = {h: o for h, o in outcome.items() if not o.startswith(("gone", "stopped", "killed"))}
+        for r, res in results:
+            if not isinstance(res, Exception) and str(res).startswith(("stopped", "killed")):
+                self.store.set_node(job_id, r.index, state="stopped")
+        if left:
+            self.store.set_job(job_id, error=f"stop incomplete: {left}")
+            raise LaunchError(f"could not verify that everything stopped: {left}")
+        if job["state"] in ("starting", "running"):
+            self.store.set_job(job_id, state="stopped", ended=time.time())
+        return outcome
+
+    def refresh(self, job_id: str) -> str:
+        """Re-check every node (alive with the same start time, else its exit code); update and return the state.
+
+        A trainer that failed ends the job: it is named with its exit code and log tail, and the others are stopped.
+        """
+        job = self.store.job(job_id)
+        if not job or job["state"] not in ("starting", "running"):
+            return job["state"] if job else "unknown"
+        spec = spec_from_yaml(job["spec_yaml"])
+        nodes = self.store.nodes(job_id)
+
+        def probe(n):
+            r = NodeRun(n["node_index"], n["host"], n["role"], n["node_rank"], n["script"])
+            rd = shell_path(n["run_dir"])
+            cmd = (f'if [ "$(cut -d" " -f22 /proc/{n["pid"]}/stat 2>/dev/null)" = "{n["proc_start"]}" ]; '
+                   f"then echo running; elif [ -f {rd}/{r.exit_file} ]; then echo \"exited $(cat {rd}/{r.exit_file})"
+                   f" $(stat -c %Y {rd}/{r.exit_file})\"; else echo dead; fi")
+            return self._runner(spec, n["node_index"]).run(cmd, timeout=20).out.split()
+
+        results = _parallel(probe, nodes)
+        failures = []
+        for n, res in results:
+            if isinstance(res, Exception):
+                continue  # unreachable now: keep the last known state, the monitor shows the error
+            if res[0] == "exited":
+                code = int(res[1])
+                self.store.set_node(job_id, n["node_index"], exit_code=code,
+                                    state="succeeded" if code == 0 else "failed")
+                if code:
+                    failures.append((float(res[2]), n, f"exit code {code}"))
+            elif res[0] == "dead":
+                self.store.set_node(job_id, n["node_index"], state="lost")
+                failures.append((time.time(), n, "process gone without an exit code (killed?)"))
+        trainers = [n for n in self.store.nodes(job_id) if n["role"] == "trainer"]
+        if failures:
+            when, first, why = min(failures, key=lambda f: f[0])
+            tail = self.tail(job_id, first["node_index"], 50)
+            self.stop(job_id, grace=5)
+            label = f"rank {first['node_rank']}" if first["role"] == "trainer" else "rollout server"
+            self.store.set_job(job_id, state="failed", ended=time.time(),
+                               error=f"node {first['node_index']} ({first['host']}, {label}) failed first: {why}\n"
+                                     + tail)
+            return "failed"
+        if trainers and all(n["state"] == "succeeded" for n in trainers):
+            self.stop(job_id, grace=5)  # rollout servers, if any
+            self.store.set_job(job_id, state="succeeded", ended=time.time())
+            return "succeeded"
+        return "running"
+
+    def tail(self, job_id: str, node_index: int, lines: int = 50) -> str:
+        job = self.store.job(job_id)
+        spec = spec_from_yaml(job["spec_yaml"])
+        n = next(x for x in self.store.nodes(job_id) if x["node_index"] == node_index)
+        log = n["script"].removesuffix(".sh") + ".log"
+        try:
+            return self._runner(spec, node_index).run(
+                f"tail -n {lines} {shell_path(n['run_dir'])}/{log}", timeout=20).out
+        except SshError as e:
+            return f"(log unavailable: {e})"
+
+    def reattach(self) -> dict[str, str]:
+        """After an app restart: re-check every job that was not finished."""
+        return {j["id"]: self.refresh(j["id"]) for j in self.store.jobs(active_only=True)}

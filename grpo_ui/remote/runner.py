@@ -1,0 +1,92 @@
+"""One interface for a node, remote over SSH or the dashboard's own machine: run a command, write a file, read bytes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Protocol
+
+from grpo_ui.remote.ssh import Connection, Pool, Result, SshError
+from grpo_ui.spec import Node
+
+
+class Runner(Protocol):
+    host: str
+
+    def run(self, command: str, timeout: float = 30.0) -> Result: ...
+
+    def write(self, path: str, text: str, mode: int = 0o644) -> None: ...
+
+    def read(self, path: str, offset: int, limit: int) -> bytes: ...
+
+
+class LocalRunner:
+    """The dashboard's own machine: bash and plain files, no SSH."""
+
+    def __init__(self, host: str = "localhost"):
+        self.host = host
+
+    def run(self, command: str, timeout: float = 30.0) -> Result:
+        try:
+            p = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise SshError(self.host, f"command timed out after {timeout:.0f} s") from None
+        return Result(p.returncode, p.stdout, p.stderr)
+
+    def write(self, path: str, text: str, mode: int = 0o644) -> None:
+        p = Path(os.path.expanduser(path))
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(p, mode)
+
+    def read(self, path: str, offset: int, limit: int) -> bytes:
+        try:
+            with open(os.path.expanduser(path), "rb") as f:
+                f.seek(offset)
+                return f.read(limit)
+        except FileNotFoundError:
+            return b""
+
+
+class SshRunner:
+    """A remote node over a pooled SSH connection; paths starting with ~/ are relative to the login's home."""
+
+    def __init__(self, conn: Connection):
+        self.conn = conn
+        self.host = conn.target.alias
+
+    @staticmethod
+    def _sftp_path(path: str) -> str:
+        return path[2:] if path.startswith("~/") else path
+
+    def run(self, command: str, timeout: float = 30.0) -> Result:
+        return self.conn.run(command, timeout)
+
+    def write(self, path: str, text: str, mode: int = 0o644) -> None:
+        sftp = self.conn.sftp()
+        p = self._sftp_path(path)
+        try:
+            with sftp.open(p, "w") as f:
+                f.chmod(mode)  # before the content: a secrets file is never readable by others
+                f.write(text)
+        except OSError as e:
+            raise SshError(self.host, f"cannot write {path}: {e}") from None
+
+    def read(self, path: str, offset: int, limit: int) -> bytes:
+        try:
+            with self.conn.sftp().open(self._sftp_path(path), "rb") as f:
+                f.seek(offset)
+                return f.read(limit)
+        except FileNotFoundError:
+            return b""
+        except OSError as e:
+            raise SshError(self.host, f"cannot read {path}: {e}") from None
+
+
+def runner_for(node: Node, pool: Pool, password: str | None = None) -> Runner:
+    if node.is_local:
+        return LocalRunner(node.host)
+    return SshRunner(pool.get(node.host, node.user, node.port, node.identity_file, password))

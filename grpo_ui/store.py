@@ -1,0 +1,141 @@
+"""SQLite store (WAL) for jobs, their nodes, log offsets, metric and GPU samples and alerts.
+
+The app and the CLI can stop at any time; everything needed to pick a job up again lives here.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY, name TEXT NOT NULL, spec_yaml TEXT NOT NULL, state TEXT NOT NULL,
+    created REAL NOT NULL, started REAL, ended REAL, error TEXT);
+CREATE TABLE IF NOT EXISTS nodes (
+    job_id TEXT NOT NULL, node_index INTEGER NOT NULL, host TEXT NOT NULL, role TEXT NOT NULL, node_rank INTEGER,
+    script TEXT NOT NULL, pid INTEGER, pgid INTEGER, proc_start TEXT, run_dir TEXT, exit_code INTEGER,
+    state TEXT NOT NULL, PRIMARY KEY (job_id, node_index));
+CREATE TABLE IF NOT EXISTS log_offsets (
+    job_id TEXT NOT NULL, node_index INTEGER NOT NULL, path TEXT NOT NULL, offset INTEGER NOT NULL,
+    PRIMARY KEY (job_id, node_index, path));
+CREATE TABLE IF NOT EXISTS metrics (
+    job_id TEXT NOT NULL, step INTEGER NOT NULL, key TEXT NOT NULL, value REAL, ts REAL NOT NULL,
+    PRIMARY KEY (job_id, step, key));
+CREATE TABLE IF NOT EXISTS gpu_samples (
+    job_id TEXT, host TEXT NOT NULL, gpu_index INTEGER NOT NULL, ts REAL NOT NULL, util REAL, mem_used REAL,
+    mem_total REAL, power REAL, power_limit REAL, temp REAL, sm_clock REAL);
+CREATE INDEX IF NOT EXISTS gpu_samples_job ON gpu_samples (job_id, ts);
+CREATE TABLE IF NOT EXISTS alerts (
+    job_id TEXT NOT NULL, alert_id TEXT NOT NULL, severity TEXT NOT NULL, message TEXT NOT NULL, evidence TEXT,
+    fix TEXT, first_seen REAL NOT NULL, last_seen REAL NOT NULL, PRIMARY KEY (job_id, alert_id));
+"""
+ACTIVE = ("pending", "preflight", "starting", "running")
+
+
+def db_path() -> Path:
+    return Path(os.environ.get("GRPO_UI_DB", Path.home() / ".local/share/grpo-ui/grpo-ui.db"))
+
+
+class Store:
+    """One SQLite file; one connection per thread; every write is its own short transaction."""
+
+    def __init__(self, path: str | Path | None = None):
+        self.path = Path(path or db_path())
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        with self.conn() as c:
+            c.execute("PRAGMA journal_mode=WAL")
+            c.executescript(SCHEMA)
+
+    def conn(self) -> sqlite3.Connection:
+        c = getattr(self._local, "conn", None)
+        if c is None:
+            c = sqlite3.connect(self.path, timeout=30)
+            c.row_factory = sqlite3.Row
+            c.execute("PRAGMA busy_timeout=30000")
+            self._local.conn = c
+        return c
+
+    # jobs
+    def create_job(self, job_id: str, name: str, spec_yaml: str, state: str = "pending") -> None:
+        with self.conn() as c:
+            c.execute("INSERT INTO jobs (id, name, spec_yaml, state, created) VALUES (?, ?, ?, ?, ?)",
+                      (job_id, name, spec_yaml, state, time.time()))
+
+    def set_job(self, job_id: str, **fields) -> None:
+        cols = ", ".join(f"{k} = ?" for k in fields)
+        with self.conn() as c:
+            c.execute(f"UPDATE jobs SET {cols} WHERE id = ?", (*fields.values(), job_id))
+
+    def job(self, job_id: str) -> dict | None:
+        row = self.conn().execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return dict(row) if row else None
+
+    def jobs(self, active_only: bool = False) -> list[dict]:
+        sql = "SELECT * FROM jobs" + (f" WHERE state IN {ACTIVE}" if active_only else "") + " ORDER BY created DESC"
+        return [dict(r) for r in self.conn().execute(sql)]
+
+    # nodes
+    def add_node(self, job_id: str, node_index: int, host: str, role: str, node_rank: int | None, script: str,
+                 run_dir: str) -> None:
+        with self.conn() as c:
+            c.execute("INSERT INTO nodes (job_id, node_index, host, role, node_rank, script, run_dir, state) "
+                      "VALUES (?, ?, ?, ?, ?, ?, ?, 'pending')", (job_id, node_index, host, role, node_rank, script,
+                                                                    run_dir))
+
+    def set_node(self, job_id: str, node_index: int, **fields) -> None:
+        cols = ", ".join(f"{k} = ?" for k in fields)
+        with self.conn() as c:
+            c.execute(f"UPDATE nodes SET {cols} WHERE job_id = ? AND node_index = ?",
+                      (*fields.values(), job_id, node_index))
+
+    def nodes(self, job_id: str) -> list[dict]:
+        return [dict(r) for r in self.conn().execute(
+            "SELECT * FROM nodes WHERE job_id = ? ORDER BY node_index", (job_id,))]
+
+    # monitoring
+    def offset(self, job_id: str, node_index: int, path: str) -> int:
+        row = self.conn().execute("SELECT offset FROM log_offsets WHERE job_id = ? AND node_index = ? AND path = ?",
+                                  (job_id, node_index, path)).fetchone()
+        return row[0] if row else 0
+
+    def set_offset(self, job_id: str, node_index: int, path: str, offset: int) -> None:
+        with self.conn() as c:
+            c.execute("INSERT OR REPLACE INTO log_offsets VALUES (?, ?, ?, ?)", (job_id, node_index, path, offset))
+
+    def add_metrics(self, job_id: str, step: int, values: dict[str, float], ts: float | None = None) -> None:
+        ts = ts or time.time()
+        with self.conn() as c:
+            c.executemany("INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?, ?)",
+                          [(job_id, step, k, v, ts) for k, v in values.items()])
+
+    def metrics(self, job_id: str) -> dict[str, list[tuple[int, float]]]:
+        out: dict[str, list[tuple[int, float]]] = {}
+        for r in self.conn().execute("SELECT step, key, value FROM metrics WHERE job_id = ? ORDER BY step", (job_id,)):
+            out.setdefault(r["key"], []).append((r["step"], r["value"]))
+        return out
+
+    def add_gpu_samples(self, rows: list[tuple]) -> None:
+        """rows: (job_id, host, gpu_index, ts, util, mem_used, mem_total, power, power_limit, temp, sm_clock)."""
+        with self.conn() as c:
+            c.executemany("INSERT INTO gpu_samples VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+
+    def gpu_samples(self, job_id: str, since: float = 0.0) -> list[dict]:
+        return [dict(r) for r in self.conn().execute(
+            "SELECT * FROM gpu_samples WHERE job_id = ? AND ts >= ? ORDER BY ts", (job_id, since))]
+
+    def upsert_alert(self, job_id: str, alert_id: str, severity: str, message: str, evidence: str, fix: str) -> None:
+        now = time.time()
+        with self.conn() as c:
+            c.execute("INSERT INTO alerts VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (job_id, alert_id) DO UPDATE "
+                      "SET severity = excluded.severity, message = excluded.message, evidence = excluded.evidence, "
+                      "fix = excluded.fix, last_seen = excluded.last_seen",
+                      (job_id, alert_id, severity, message, evidence, fix, now, now))
+
+    def alerts(self, job_id: str) -> list[dict]:
+        return [dict(r) for r in self.conn().execute(
+            "SELECT * FROM alerts WHERE job_id = ? ORDER BY first_seen", (job_id,))]

@@ -1,0 +1,139 @@
+"""Test hosts: Linux network namespaces on one bridge, each running its own real sshd with its own host key.
+
+Hosts share the file system and the process table (namespaces separate the network only), so tests find a job's
+processes by what was recorded, never by name. Needs root and `ip netns`; otherwise the tests that use it skip and
+say why. Everything is torn down at the end of the session, also after failures.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SSHD = "/usr/sbin/sshd"
+
+
+def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, check=check)
+
+
+@dataclass
+class TestHost:
+    name: str       # ssh-config alias
+    ns: str
+    addr: str
+    dir: Path
+    host_key_pub: str
+
+    def pid(self) -> int:
+        return int((self.dir / "sshd.pid").read_text())
+
+
+class HostNet:
+    """A bridge with N namespace hosts; ``ssh_env`` points grpo-ui's SSH at a private config and known_hosts."""
+
+    def __init__(self, root: Path, prefix: str, subnet: int):
+        self.root, self.prefix, self.subnet = root, prefix, subnet
+        self.bridge = f"{prefix}br"
+        self.hosts: list[TestHost] = []
+        self.client_key = root / "id_ed25519"
+        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.client_key))
+        sh("ip", "link", "add", self.bridge, "type", "bridge")
+        sh("ip", "addr", "add", f"10.{subnet}.0.1/24", "dev", self.bridge)
+        sh("ip", "link", "set", self.bridge, "up")
+        self.ssh_config = root / "ssh_config"
+        self.known_hosts = root / "known_hosts"
+        self.ssh_config.write_text("")
+        self.known_hosts.write_text("")
+
+    def add(self, count: int = 1, trusted: bool = True) -> list[TestHost]:
+        out = []
+        for _ in range(count):
+            i = len(self.hosts)
+            name, ns, addr = f"h{i}", f"{self.prefix}h{i}", f"10.{self.subnet}.0.{10 + i}"
+            d = self.root / name
+            d.mkdir()
+            a, b = f"{self.prefix}{i}a", f"{self.prefix}{i}b"
+            sh("ip", "netns", "add", ns)
+            sh("ip", "link", "add", a, "type", "veth", "peer", "name", b)
+            sh("ip", "link", "set", b, "netns", ns)
+            sh("ip", "link", "set", a, "master", self.bridge, "up")
+            sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{addr}/24", "dev", b)
+            sh("ip", "netns", "exec", ns, "ip", "link", "set", b, "up")
+            sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+            sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "host_key"))
+            shutil.copy(f"{self.client_key}.pub", d / "authorized_keys")
+            (d / "sshd_config").write_text(
+                f"Port 22\nListenAddress {addr}\nHostKey {d / 'host_key'}\nAuthorizedKeysFile {d / 'authorized_keys'}\n"
+                f"PidFile {d / 'sshd.pid'}\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+                "PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\nMaxSessions 100\nMaxStartups 100\n"
+                "Subsystem sftp internal-sftp\nAcceptEnv LANG\n")
+            Path("/run/sshd").mkdir(exist_ok=True)
+            sh("ip", "netns", "exec", ns, SSHD, "-f", str(d / "sshd_config"), "-E", str(d / "sshd.log"))
+            host = TestHost(name, ns, addr, d, (d / "host_key.pub").read_text().split()[1])
+            self._wait_listening(host)
+            with open(self.ssh_config, "a") as f:
+                f.write(f"Host {name}\n  HostName {addr}\n  User root\n  IdentityFile {self.client_key}\n\n")
+            if trusted:
+                self.trust(host)
+            self.hosts.append(host)
+            out.append(host)
+        return out
+
+    def trust(self, host: TestHost) -> None:
+        with open(self.known_hosts, "a") as f:
+            f.write(f"{host.addr} ssh-ed25519 {host.host_key_pub}\n")
+
+    @staticmethod
+    def _wait_listening(host: TestHost) -> None:
+        for _ in range(100):
+            if (host.dir / "sshd.pid").exists() and sh("ip", "netns", "exec", host.ns, "bash", "-c",
+                                                        f"exec 3<>/dev/tcp/{host.addr}/22", check=False).returncode == 0:
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"sshd on {host.name} did not start: {(host.dir / 'sshd.log').read_text()}")
+
+    def teardown(self) -> None:
+        for h in self.hosts:
+            try:
+                os.kill(h.pid(), 15)
+            except (OSError, ValueError):
+                pass
+            sh("ip", "netns", "del", h.ns, check=False)
+        for i in range(len(self.hosts)):
+            sh("ip", "link", "del", f"{self.prefix}{i}a", check=False)
+        sh("ip", "link", "del", self.bridge, check=False)
+
+
+def _why_not() -> str | None:
+    if os.geteuid() != 0:
+        return "network-namespace test hosts need root (CI runs as root): run `make test` as root"
+    if not shutil.which("ip") or not Path(SSHD).exists():
+        return "needs iproute2 and openssh-server (`make test` installs them)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def hostnet(tmp_path_factory):
+    reason = _why_not()
+    if reason:
+        pytest.skip(reason)
+    net = HostNet(tmp_path_factory.mktemp("hostnet"), f"g{os.getpid() % 10000}", 200 + os.getpid() % 50)
+    try:
+        yield net
+    finally:
+        net.teardown()
+
+
+@pytest.fixture
+def ssh_env(hostnet, monkeypatch):
+    """Point grpo-ui's SSH at the test hosts' ssh config and known_hosts (the user's own files are untouched)."""
+    monkeypatch.setenv("GRPO_UI_SSH_CONFIG", str(hostnet.ssh_config))
+    monkeypatch.setenv("GRPO_UI_KNOWN_HOSTS", str(hostnet.known_hosts))
+    return hostnet

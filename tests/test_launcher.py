@@ -1,0 +1,146 @@
+"""Launch, follow, stop and re-attach a job on real sshd test hosts.
+
+The workload is a small real Python program put on the hosts' PATH as `swift` (the real ms-swift runs in the
+end-to-end tests); it prints its rank, runs for WORK_SECONDS and exits with WORK_EXIT.
+"""
+
+import os
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from grpo_ui.remote.launcher import Launcher, LaunchError
+from grpo_ui.spec import validate_spec
+from grpo_ui.store import Store
+
+WORKLOAD = """#!/bin/bash
+exec python3 -c 'import os, sys, time
+print("rank", os.environ["NODE_RANK"], "of", os.environ["NNODES"], "master", os.environ["MASTER_ADDR"], flush=True)
+time.sleep(float(os.environ.get("WORK_SECONDS", "1")))
+sys.exit(int(os.environ.get("WORK_EXIT", "0")))' "$@"
+"""
+
+
+def job_pids(job_id: str) -> list[int]:
+    """Processes on this machine (all test hosts share its process table) that belong to the job."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if f"GRPO_UI_RUN={job_id}/".encode() in (d / "environ").read_bytes():
+                    found.append(int(d.name))
+            except OSError:
+                pass
+    return found
+
+
+def wait_for(fn, timeout=30.0):
+    end = time.time() + timeout
+    while time.time() < end:
+        value = fn()
+        if value:
+            return value
+        time.sleep(0.3)
+    return fn()
+
+
+@pytest.fixture
+def env_dir(tmp_path):
+    d = tmp_path / "env"
+    (d / "bin").mkdir(parents=True)
+    (d / "bin" / "swift").write_text(WORKLOAD)
+    (d / "bin" / "swift").chmod(0o755)
+    return d
+
+
+def workload_spec(hosts, env_dir, tmp_path, seconds=1.0, exit_code=0, **extra):
+    nodes = [{"host": h.name, "address": h.addr, "gpus": [0], "python_env": str(env_dir)} for h in hosts]
+    return validate_spec({
+        "name": "workload", "train": {"model": "Qwen/Qwen2.5-0.5B", "dataset": ["d.jsonl"], "reward_funcs": ["format"],
+                                      "num_generations": 2, "per_device_train_batch_size": 2},
+        "rollout": {"use_vllm": False, "vllm_mode": None},
+        "env": {"WORK_SECONDS": str(seconds), "WORK_EXIT": str(exit_code)},
+        "cluster": {"nodes": nodes, "run_root": str(tmp_path / "runs")}, **extra})
+
+
+@pytest.fixture
+def launcher(ssh_env, tmp_path):
+    launcher = Launcher(Store(tmp_path / "db.sqlite"))
+    yield launcher
+    launcher.pool.close()
+
+
+def test_two_hosts_run_to_success_with_secrets_kept_out_of_scripts(launcher, ssh_env, env_dir, tmp_path):
+    hosts = ssh_env.add(2)
+    spec = workload_spec(hosts, env_dir, tmp_path, seconds=1, secret_env=["API_TOKEN"])
+    with pytest.raises(LaunchError, match="API_TOKEN"):
+        launcher.launch(spec, "wl-secret-missing")
+    progress = []
+    job = launcher.launch(spec, "wl-ok", secrets={"API_TOKEN": "s3cr'et"},
+                          progress=lambda host, msg: progress.append((host, msg)))
+    nodes = launcher.store.nodes(job)
+    assert [n["state"] for n in nodes] == ["running", "running"] and all(n["pid"] == n["pgid"] for n in nodes)
+    assert {h for h, m in progress if m.startswith("running")} == {"h0", "h1"}
+    assert wait_for(lambda: launcher.refresh(job) == "succeeded")
+    rd = tmp_path / "runs" / job
+    secrets = rd / "secrets.env"
+    assert stat.S_IMODE(secrets.stat().st_mode) == 0o600
+    assert "s3cr" not in (rd / "node_0.sh").read_text()
+    assert "rank 1 of 2 master " + hosts[0].addr in (rd / "node_1.log").read_text()
+    assert [n["exit_code"] for n in launcher.store.nodes(job)] == [0, 0]
+    assert not job_pids(job)
+
+
+def test_stop_mid_run_leaves_nothing(launcher, ssh_env, env_dir, tmp_path):
+    hosts = ssh_env.add(2)
+    job = launcher.launch(workload_spec(hosts, env_dir, tmp_path, seconds=120), "wl-stop")
+    assert wait_for(lambda: len(job_pids(job)) >= 4)  # bash + python per node
+    outcome = launcher.stop(job, grace=5)
+    assert set(outcome) == {h.name for h in hosts} and all(o in ("stopped", "killed") for o in outcome.values())
+    assert not job_pids(job)
+    assert launcher.store.job(job)["state"] == "stopped"
+
+
+def test_partial_launch_failure_stops_what_started_and_names_the_host(launcher, ssh_env, env_dir, tmp_path):
+    hosts = ssh_env.add(2)
+    spec = workload_spec(hosts, env_dir, tmp_path, seconds=120)
+    nodes = [n.model_dump() for n in spec.cluster.nodes]
+    nodes[1]["python_env"] = "/nonexistent/env"  # swift is not found there: that node exits at once
+    spec = validate_spec({**spec.model_dump(), "cluster": {**spec.cluster.model_dump(), "nodes": nodes}})
+    with pytest.raises(LaunchError) as e:
+        launcher.launch(spec, "wl-partial")
+    assert f"{hosts[1].name}: node_1.sh did not start" in str(e.value) and "swift: command not found" in str(e.value)
+    assert launcher.store.job("wl-partial")["state"] == "failed"
+    assert wait_for(lambda: not job_pids("wl-partial"), 10)
+
+
+def test_unreachable_host_fails_before_anything_starts(launcher, ssh_env, env_dir, tmp_path):
+    hosts = ssh_env.add(1)
+    spec = workload_spec(hosts, env_dir, tmp_path)
+    nodes = [n.model_dump() for n in spec.cluster.nodes] + [{"host": f"10.{ssh_env.subnet}.0.251", "user": "root",
+                                                             "gpus": [0], "python_env": str(env_dir)}]
+    spec = validate_spec({**spec.model_dump(), "cluster": {**spec.cluster.model_dump(), "nodes": nodes}})
+    with pytest.raises(LaunchError, match=f"10.{ssh_env.subnet}.0.251"):
+        launcher.launch(spec, "wl-unreachable")
+    assert not job_pids("wl-unreachable")
+
+
+def test_restart_reattaches_and_a_node_killed_from_outside_fails_the_job(ssh_env, env_dir, tmp_path):
+    hosts = ssh_env.add(2)
+    first = Launcher(Store(tmp_path / "db.sqlite"))
+    job = first.launch(workload_spec(hosts, env_dir, tmp_path, seconds=120), "wl-reattach")
+    first.pool.close()
+    del first  # the app goes away; the job does not
+    again = Launcher(Store(tmp_path / "db.sqlite"))
+    assert again.reattach() == {job: "running"}
+    node1 = next(n for n in again.store.nodes(job) if n["node_rank"] == 1)
+    workload = [p for p in job_pids(job) if b"python3" in Path(f"/proc/{p}/cmdline").read_bytes()
+                and f"{job}/trainer1".encode() in Path(f"/proc/{p}/environ").read_bytes()]
+    os.kill(workload[0], 9)
+    assert wait_for(lambda: again.refresh(job) == "failed")
+    error = again.store.job(job)["error"]
+    assert error.startswith(f"node {node1['node_index']} ({hosts[1].name}, rank 1) failed first: exit code 137")
+    assert wait_for(lambda: not job_pids(job), 15)
+    again.pool.close()
