@@ -22,6 +22,9 @@ CREATE TABLE IF NOT EXISTS nodes (
 CREATE TABLE IF NOT EXISTS log_offsets (
     job_id TEXT NOT NULL, node_index INTEGER NOT NULL, path TEXT NOT NULL, offset INTEGER NOT NULL,
     PRIMARY KEY (job_id, node_index, path));
+CREATE TABLE IF NOT EXISTS log_lines (
+    job_id TEXT NOT NULL, node_index INTEGER NOT NULL, seq INTEGER NOT NULL, text TEXT NOT NULL, ts REAL NOT NULL,
+    PRIMARY KEY (job_id, node_index, seq));
 CREATE TABLE IF NOT EXISTS metrics (
     job_id TEXT NOT NULL, step INTEGER NOT NULL, key TEXT NOT NULL, value REAL, ts REAL NOT NULL,
     PRIMARY KEY (job_id, step, key));
@@ -106,6 +109,29 @@ class Store:
     def set_offset(self, job_id: str, node_index: int, path: str, offset: int) -> None:
         with self.conn() as c:
             c.execute("INSERT OR REPLACE INTO log_offsets VALUES (?, ?, ?, ?)", (job_id, node_index, path, offset))
+
+    def add_log_lines(self, job_id: str, node_index: int, lines: list[str], keep: int = 5000) -> None:
+        """Append lines to the node's window, keeping the last ``keep`` (the full log stays on the node)."""
+        if not lines:
+            return
+        now = time.time()
+        with self.conn() as c:
+            last = c.execute("SELECT COALESCE(MAX(seq), 0) FROM log_lines WHERE job_id = ? AND node_index = ?",
+                             (job_id, node_index)).fetchone()[0]
+            c.executemany("INSERT INTO log_lines VALUES (?, ?, ?, ?, ?)",
+                          [(job_id, node_index, last + k + 1, t, now) for k, t in enumerate(lines)])
+            c.execute("DELETE FROM log_lines WHERE job_id = ? AND node_index = ? AND seq <= ?",
+                      (job_id, node_index, last + len(lines) - keep))
+
+    def log_lines(self, job_id: str, node_index: int, last: int = 200, contains: str | None = None) -> list[tuple]:
+        """(seq, text, ts) of the last ``last`` lines of the window, optionally only those containing a string."""
+        sql = "SELECT seq, text, ts FROM log_lines WHERE job_id = ? AND node_index = ?"
+        args: list = [job_id, node_index]
+        if contains:
+            sql += " AND instr(text, ?) > 0"
+            args.append(contains)
+        rows = self.conn().execute(sql + " ORDER BY seq DESC LIMIT ?", (*args, last)).fetchall()
+        return [tuple(r) for r in reversed(rows)]
 
     def add_metrics(self, job_id: str, step: int, values: dict[str, float], ts: float | None = None) -> None:
         ts = ts or time.time()

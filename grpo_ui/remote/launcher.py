@@ -79,7 +79,7 @@ class Launcher:
         self.store = store
         self.pool = pool or Pool()
 
-    def _runner(self, spec: JobSpec, index: int) -> Runner:
+    def runner(self, spec: JobSpec, index: int) -> Runner:
         return runner_for(spec.cluster.nodes[index], self.pool)
 
     def launch(self, spec: JobSpec, job_id: str | None = None, secrets: dict[str, str] | None = None,
@@ -101,7 +101,7 @@ class Launcher:
 
         def prepare(r: NodeRun):
             progress(r.host, "connecting")
-            runner = self._runner(spec, r.index)
+            runner = self.runner(spec, r.index)
             res = runner.run(f"mkdir -p {shell_path(rd)}", timeout=20)
             if res.rc:
                 raise SshError(r.host, f"cannot create {rd}: {res.err.strip()}")
@@ -177,7 +177,7 @@ class Launcher:
         spec = spec_from_yaml(job["spec_yaml"])
         nodes = self.store.nodes(job_id)
         runs = [NodeRun(n["node_index"], n["host"], n["role"], n["node_rank"], n["script"]) for n in nodes]
-        results = _parallel(lambda r: self._kill(self._runner(spec, r.index), job_id, r, grace), runs)
+        results = _parallel(lambda r: self._kill(self.runner(spec, r.index), job_id, r, grace), runs)
         outcome = {r.host + ("" if r.role == "trainer" else " (rollout)"): str(res) for r, res in results}
         left = {h: o for h, o in outcome.items() if not o.startswith(("gone", "stopped", "killed"))}
         for r, res in results:
@@ -207,7 +207,7 @@ class Launcher:
             cmd = (f'if [ "$(cut -d" " -f22 /proc/{n["pid"]}/stat 2>/dev/null)" = "{n["proc_start"]}" ]; '
                    f"then echo running; elif [ -f {rd}/{r.exit_file} ]; then echo \"exited $(cat {rd}/{r.exit_file})"
                    f" $(stat -c %Y {rd}/{r.exit_file})\"; else echo dead; fi")
-            return self._runner(spec, n["node_index"]).run(cmd, timeout=20).out.split()
+            return self.runner(spec, n["node_index"]).run(cmd, timeout=20).out.split()
 
         results = _parallel(probe, nodes)
         failures = []
@@ -245,7 +245,7 @@ class Launcher:
         n = next(x for x in self.store.nodes(job_id) if x["node_index"] == node_index)
         log = n["script"].removesuffix(".sh") + ".log"
         try:
-            return self._runner(spec, node_index).run(
+            return self.runner(spec, node_index).run(
                 f"tail -n {lines} {shell_path(n['run_dir'])}/{log}", timeout=20).out
         except SshError as e:
             return f"(log unavailable: {e})"

@@ -1,0 +1,203 @@
+"""The doctor: turns metrics, log lines, GPU samples and node states into alerts, each with a plain explanation,
+the evidence (numbers, log lines) and a fix."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Alert:
+    id: str
+    severity: str  # error / warning / info
+    title: str
+    explanation: str
+    evidence: str
+    fix: str
+
+
+@dataclass
+class Snapshot:
+    """What the doctor looks at for one job."""
+
+    metrics: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # key → [(step, value)]
+    logs: dict[str, list[str]] = field(default_factory=dict)                   # node label → recent lines
+    beta: float = 0.04
+    now: float = 0.0
+    last_step_at: float | None = None       # when the latest step was logged
+    last_output_at: dict[str, float] = field(default_factory=dict)  # node label → last new log line
+    started_at: float | None = None
+    gpu: list[dict] = field(default_factory=list)  # samples: host, gpu_index, ts, util, mem_used, power, power_limit
+    job_state: str = "running"
+    job_error: str | None = None
+    server_mode: bool = False
+
+
+RULES = []
+
+
+def rule(fn):
+    RULES.append(fn)
+    return fn
+
+
+def diagnose(s: Snapshot) -> list[Alert]:
+    return [a for r in RULES for a in r(s)]
+
+
+def _last(s: Snapshot, key: str, n: int) -> list[float]:
+    return [v for _, v in s.metrics.get(key, [])[-n:]]
+
+
+WINDOW = 3  # consecutive logged steps a stuck value must persist
+
+
+@rule
+def no_learning_signal(s):
+    std, frac = _last(s, "reward_std", WINDOW), _last(s, "frac_reward_zero_std", WINDOW)
+    if (len(std) == WINDOW and max(std) == 0) or (len(frac) == WINDOW and min(frac) >= 0.99):
+        yield Alert("NO-LEARNING-SIGNAL", "error", "No learning signal: every group has the same reward",
+                    "GRPO learns from reward differences inside each group of completions. With reward_std 0 (or "
+                    "frac_reward_zero_std ≈ 1) every advantage is 0, so the policy gets no gradient.",
+                    f"last {WINDOW} logged steps: reward_std {std}, frac_reward_zero_std {frac}, reward "
+                    f"{_last(s, 'reward', WINDOW)}",
+                    "Check the reward function on a few completions (completions.jsonl with log_completions), make "
+                    "the task easier or the reward denser, raise temperature or num_generations; dynamic_sample "
+                    "resamples zero-spread groups.")
+
+
+@rule
+def kl_stuck_at_zero(s):
+    kl = _last(s, "kl", WINDOW)
+    if s.beta > 0 and len(kl) == WINDOW and max(abs(v) for v in kl) == 0:
+        yield Alert("KL-STUCK-ZERO", "warning", "KL stays exactly 0: the policy is not moving",
+                    f"With beta {s.beta} the KL to the reference grows as soon as parameters change. Exactly 0 over "
+                    "several steps means they are not being updated (field report 001: ZeRO-3 with batch 1 and "
+                    "gradient accumulation), or there is no learning signal.",
+                    f"kl over the last {WINDOW} steps: {kl}; grad_norm {_last(s, 'grad_norm', WINDOW)}",
+                    "If reward_std is also 0 fix the reward first; otherwise try ZeRO-2, or a larger per-device "
+                    "batch with less accumulation, and check the learning rate.")
+
+
+@rule
+def grad_norm_zero(s):
+    g = _last(s, "grad_norm", WINDOW)
+    if len(g) == WINDOW and max(g) == 0:
+        yield Alert("GRAD-NORM-ZERO", "warning", "Gradient norm is 0",
+                    "No parameter received a gradient in the last steps.", f"grad_norm {g}",
+                    "Usually zero advantages (see reward_std) or frozen parameters: check tuner_type / "
+                    "target_modules and the reward.")
+
+
+@rule
+def completions_clipped(s):
+    c = _last(s, "completions/clipped_ratio", WINDOW)
+    if len(c) == WINDOW and min(c) >= 0.95:
+        yield Alert("COMPLETIONS-CLIPPED", "warning", "Completions hit max_completion_length",
+                    "Nearly every completion is cut off, so answers are incomplete and length rewards mislead.",
+                    f"completions/clipped_ratio {c}, mean length {_last(s, 'completions/mean_length', WINDOW)}",
+                    "Raise max_completion_length, add a length penalty (soft_overlong) or overlong_filter, or "
+                    "prompt for shorter answers.")
+
+
+@rule
+def kl_blowup(s):
+    kl = [v for _, v in s.metrics.get("kl", [])]
+    if len(kl) >= 4:
+        base = statistics.median(kl[:-1]) or 1e-9
+        if kl[-1] > 1.0 and kl[-1] > 10 * base:
+            yield Alert("KL-BLOWUP", "error", "KL is exploding",
+                        "The policy is moving away from the reference much faster than before; training is "
+                        "likely diverging.", f"kl now {kl[-1]:.4g}, median before {base:.4g}",
+                        "Lower the learning rate, raise beta, check for reward hacking in completions.jsonl.")
+
+
+LOG_SIGNS = [
+    ("OOM", "error", re.compile(r"CUDA out of memory|OutOfMemoryError|No available memory for the cache blocks"),
+     "Out of GPU memory", "A rank ran out of GPU memory.",
+     "Open the memory estimate on the Configure page and apply one of its make-it-fit changes (lower "
+     "vllm_gpu_memory_utilization, sleep_level 1, ZeRO-3, smaller micro-batch)."),
+    ("NCCL-TIMEOUT", "error", re.compile(r"Watchdog caught collective operation timeout|NCCL.*[Tt]imeout|"
+                                         r"socket has timed out|ProcessGroupNCCL.*timed out"),
+     "NCCL collective timed out", "A collective operation waited longer than its timeout: some rank stopped "
+     "participating (hang, crash, or network).",
+     "Find the node that went quiet first; check that every node runs identical arguments, ports are open between "
+     "nodes (and to rollout servers on 51216+i), and raise ddp_timeout for long rollouts."),
+    ("ROLLOUT-UNREACHABLE", "error", re.compile(r"Servers not reachable|did not answer /health/|"
+                                                r"Failed to connect to vLLM server"),
+     "Rollout server unreachable", "The trainer cannot reach a swift rollout server.",
+     "Check the rollout node's log and that its HTTP port and group port (51216+i) are reachable from trainer "
+     "rank 0; unset http_proxy/https_proxy."),
+    ("TRACEBACK", "error", re.compile(r"Traceback \(most recent call last\)"), "A rank crashed with a traceback",
+     "A Python exception ended a process.", "Read the traceback below; the first node that printed one is named."),
+]
+
+
+@rule
+def log_signatures(s):
+    for aid, sev, rx, title, expl, fix in LOG_SIGNS:
+        hits = [(node, i, line) for node, lines in s.logs.items() for i, line in enumerate(lines) if rx.search(line)]
+        if hits:
+            node, i, line = hits[0]
+            context = s.logs[node][i:i + 8] if aid == "TRACEBACK" else [line]
+            nodes = sorted({h[0] for h in hits})
+            yield Alert(aid, sev, title, expl + f" Seen on {', '.join(nodes)}; first on {node}.",
+                        "\n".join(context), fix)
+
+
+@rule
+def node_failed(s):
+    if s.job_state == "failed" and s.job_error:
+        yield Alert("NODE-FAILED", "error", "A node exited with an error", "The job failed; the node that failed "
+                    "first is named, with the end of its log, and the other nodes were stopped.",
+                    s.job_error, "Fix the cause shown in its log, then relaunch from History.")
+
+
+@rule
+def hang(s):
+    sps = _last(s, "seconds_per_step", 1)
+    since = s.last_step_at or s.started_at
+    if s.job_state != "running" or not since or not s.now:
+        return
+    limit = max(5 * (sps[0] if sps else 60.0), 600.0 if not sps else 120.0)
+    quiet = s.now - since
+    last_out = max(s.last_output_at.values()) if s.last_output_at else since
+    if quiet > limit and s.now - last_out > limit:
+        first_quiet = min(s.last_output_at, key=s.last_output_at.get) if s.last_output_at else "?"
+        recent = [g for g in s.gpu if g["ts"] >= s.now - 120]
+        sig = ""
+        if recent:
+            util = statistics.mean(g["util"] for g in recent)
+            power = statistics.mean(g["power"] / g["power_limit"] for g in recent if g.get("power_limit"))
+            if util < 5:
+                sig = f" GPUs near 0% utilisation (mean {util:.0f}%) while holding memory."
+            elif util > 90 and power < 0.35:
+                sig = (f" GPUs at {util:.0f}% utilisation but {power:.0%} of their power limit: the NCCL spin of "
+                       "ranks waiting in a collective.")
+        yield Alert("HANG", "error", "The job looks hung",
+                    f"No new step for {quiet / 60:.0f} min (≈{quiet / max(sps[0] if sps else 60, 1):.0f} × the "
+                    f"recent time per step) and no log output.{sig} The node that went quiet first: {first_quiet}.",
+                    f"seconds per step {sps}, last output per node: "
+                    + ", ".join(f"{n}: {(s.now - t) / 60:.0f} min ago" for n, t in s.last_output_at.items()),
+                    "Look at that node's last lines; common causes are a rank that crashed silently, a vLLM sleep/"
+                    "wake that never returned, or mismatched node settings. Stop the job to free the GPUs.")
+
+
+@rule
+def gpu_duty_cycle(s):
+    recent = [g for g in s.gpu if s.now and g["ts"] >= s.now - 300]
+    if s.job_state != "running" or len(recent) < 60:
+        return
+    utils = [g["util"] for g in recent]
+    mean, spread = statistics.mean(utils), statistics.pstdev(utils)
+    idle = sum(u < 10 for u in utils) / len(utils)
+    if mean < 40 or idle > 0.4:
+        yield Alert("GPU-UNDERUSED", "warning", "GPUs are idle much of the time",
+                    "The GPUs wait on something else (host offload, data loading, weight sync, rollout) for a large "
+                    "share of the last minutes (field report 002).",
+                    f"last 5 min: mean utilisation {mean:.0f}%, spread {spread:.0f} points, {idle:.0%} of samples "
+                    "under 10%",
+                    "Turn off offload_model/offload_optimizer and zero3_offload on models that fit, drop "
+                    "move_model_batches, raise dataloader_num_workers and vllm_gpu_memory_utilization.")

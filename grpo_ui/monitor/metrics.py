@@ -1,0 +1,83 @@
+"""Training metrics from ms-swift: logging.jsonl lines and, as a fallback, the dicts printed on stdout.
+
+3.x and 4.x keys come out under the same names: ``seconds_per_step`` (from 4.x train_speed(s/it) or 3.x
+train_speed(iter/s)), ``step`` / ``max_steps`` from ``global_step/max_steps``, times in seconds.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+
+OUTPUT_DIR = re.compile(r"\[INFO:swift\] output_dir: (\S+)")
+LOGGING_FILE = re.compile(r"The logging file will be saved in: (\S+logging\.jsonl)")
+_DURATION = re.compile(r"(?:(\d+)d)?\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*(?:(\d+)s)?")
+
+
+def duration_s(text: str) -> float | None:
+    """'1d 2h 3m 4s' / '3m 4s' / '4s' → seconds."""
+    m = _DURATION.fullmatch(text.strip())
+    if not m or not any(m.groups()):
+        return None
+    d, h, mi, s = (int(x or 0) for x in m.groups())
+    return ((d * 24 + h) * 60 + mi) * 60 + s
+
+
+def normalize(raw: dict) -> tuple[int | None, dict[str, float]]:
+    """One logged dict → (step, numeric metrics under version-independent names); the end-of-training summary
+    (train_runtime, train_loss, …) has step None."""
+    out: dict[str, float] = {}
+    step = None
+    summary = "train_runtime" in raw
+    for key, value in raw.items():
+        if key == "global_step/max_steps":
+            a, _, b = str(value).partition("/")
+            step, out["max_steps"] = int(a), float(b)
+        elif key in ("elapsed_time", "remaining_time"):
+            sec = duration_s(str(value))
+            if sec is not None:
+                out[key + "_s"] = sec
+        elif key == "train_speed(s/it)":
+            out["seconds_per_step"] = float(value)
+        elif key == "train_speed(iter/s)":
+            out["seconds_per_step"] = 1.0 / float(value) if float(value) else float("inf")
+        elif key == "percentage":
+            out["percentage"] = float(str(value).rstrip("%"))
+        else:
+            try:
+                out[key] = float(value)
+            except (TypeError, ValueError):
+                continue
+    return (None if summary else step), out
+
+
+def parse_jsonl_line(line: str) -> tuple[int | None, dict[str, float]] | None:
+    try:
+        raw = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return normalize(raw) if isinstance(raw, dict) else None
+
+
+def parse_stdout_line(line: str) -> tuple[int | None, dict[str, float]] | None:
+    """A Python-literal dict printed by rank 0, possibly glued to a tqdm bar; None for other lines."""
+    start = line.find("{'")
+    if start < 0:
+        return None
+    end = line.rfind("}")
+    try:
+        raw = ast.literal_eval(line[start:end + 1])
+    except (ValueError, SyntaxError):
+        return None
+    return normalize(raw) if isinstance(raw, dict) else None
+
+
+def logging_file(lines: list[str]) -> str | None:
+    """Where rank 0 writes logging.jsonl, from its log lines."""
+    for line in lines:
+        if m := LOGGING_FILE.search(line):
+            return m[1]
+        if m := OUTPUT_DIR.search(line):
+            return m[1].rstrip("/") + "/logging.jsonl"
+    return None

@@ -1,0 +1,213 @@
+"""Monitoring on real data: tails that survive cut connections, ms-swift 3.x/4.x metric lines (4.x captured from a
+real run), the doctor's rules (each fires on a stream with its problem and stays silent on a healthy one), and the
+nvidia-smi channel over real SSH (the GPU output itself is built from nvidia-smi's documented format: no GPU here)."""
+
+import time
+from pathlib import Path
+
+import pytest
+
+from grpo_ui.monitor.doctor import Snapshot, diagnose
+from grpo_ui.monitor.gpu import SmiChannel, parse_smi_line
+from grpo_ui.monitor.logs import LogTail, LogWindow, fold_cr
+from grpo_ui.monitor.metrics import logging_file, normalize, parse_jsonl_line, parse_stdout_line
+from grpo_ui.remote.runner import LocalRunner, SshRunner
+from grpo_ui.remote.ssh import Pool
+
+DATA = Path(__file__).parent / "data"
+STDOUT = (DATA / "captured/swift46_tiny_grpo_stdout.log").read_text()
+JSONL = (DATA / "captured/swift46_tiny_grpo_logging.jsonl").read_text().splitlines()
+V3_LINE = ("{'loss': 0.04116132, 'grad_norm': 0.06237533, 'learning_rate': 9.99e-06, 'reward': 0.96875, 'reward_std': "
+           "1.06768155, 'frac_reward_zero_std': 0.0, 'rewards/ResponseOneRewardRulesAll/mean': 0.96875, "
+           "'completions/clipped_ratio': 0.046875, 'kl': 0.00049519, 'clip_ratio': 0.0, 'epoch': 0.12, "
+           "'global_step/max_steps': '56/2290', 'percentage': '2.45%', 'elapsed_time': '1h 41m 55s', "
+           "'remaining_time': '2d 19h 46m 19s', 'memory(GiB)': 65.09, 'train_speed(iter/s)': 0.009156}")
+V4_STDOUT = ("Train:   2%|▏         | 1/60 [00:55<54:36, 55.53s/it]{'loss': '0.6647', 'grad_norm': '0.8371', "
+             "'learning_rate': '3.333e-05', 'epoch': '0.08421', 'global_step/max_steps': '1/60', 'elapsed_time': "
+             "'56s', 'remaining_time': '54m 37s', 'memory(GiB)': '14.34', 'train_speed(s/it)': '55.54'}")
+
+
+# logs ----------------------------------------------------------------------------------------------------------
+
+def test_tail_returns_whole_lines_only_and_resumes_from_its_offset(tmp_path):
+    log = tmp_path / "node.log"
+    log.write_bytes(b"one\ntw")
+    tail = LogTail(LocalRunner().read, str(log))
+    assert tail.poll() == ["one"]
+    with open(log, "ab") as f:
+        f.write(b"o\nprogress 1%\rprogress 50%\rprogress 99%\nthree\n")
+    again = LogTail(LocalRunner().read, str(log), tail.offset)  # e.g. after an app restart
+    assert again.poll() == ["two", "progress 99%", "three"]
+    assert again.poll() == []
+
+
+def test_cutting_the_ssh_connection_ten_times_loses_and_repeats_nothing(ssh_env, tmp_path):
+    (h,) = ssh_env.add(1)
+    log = tmp_path / "stream.log"
+    log.write_text("")
+    pool = Pool()
+    got, offset = [], 0
+    for cut in range(10):
+        with open(log, "a") as f:
+            f.writelines(f"line {cut}-{k}\n" for k in range(50))
+            f.write(f"partial {cut}")  # an unfinished line at every cut
+        tail = LogTail(SshRunner(pool.get(h.name)).read, str(log), offset)
+        got += tail.poll()
+        offset = tail.offset
+        pool.drop(h.name)  # the connection dies; the next pass reconnects
+        with open(log, "a") as f:
+            f.write(" done\n")
+    got += LogTail(SshRunner(pool.get(h.name)).read, str(log), offset).poll()
+    expected = [f"line {c}-{k}" if k < 50 else f"partial {c} done" for c in range(10) for k in range(51)]
+    assert got == expected
+    pool.close()
+
+
+def test_window_is_bounded_and_finds_errors():
+    w = LogWindow(size=100)
+    w.extend([f"step {i}" for i in range(1000)] + ["Traceback (most recent call last):", "ValueError: boom"])
+    assert len(w.lines) == 100 and w.count == 1002
+    assert w.first_error() == (1001, "Traceback (most recent call last):")
+    assert w.last(1) == ["ValueError: boom"] and w.search("step 990") == [(991, "step 990")]
+    assert [i for i, _ in w.search(r"^step 99\d$", regex=True)] == list(range(991, 1001))
+    assert fold_cr("a\rb\r") == "b"
+
+
+# metrics -------------------------------------------------------------------------------------------------------
+
+def test_real_4x_stdout_and_logging_jsonl_agree():
+    from_stdout = [p for p in map(parse_stdout_line, STDOUT.splitlines()) if p and p[0] is not None]
+    from_jsonl = [p for p in map(parse_jsonl_line, JSONL) if p and p[0] is not None]
+    assert [s for s, _ in from_jsonl] == [1, 2, 3] and [s for s, _ in from_stdout] == [1, 2, 3]
+    for (_, a), (_, b) in zip(from_stdout, from_jsonl, strict=True):
+        for key in ("reward", "reward_std", "frac_reward_zero_std", "kl", "completions/clipped_ratio",
+                    "rewards/Format/mean", "seconds_per_step"):
+            assert a[key] == pytest.approx(b[key], rel=1e-3, abs=1e-4), key
+    assert logging_file(STDOUT.splitlines()).endswith("/logging.jsonl")
+
+
+def test_3x_and_4x_lines_normalise_to_the_same_names():
+    step3, m3 = parse_stdout_line(V3_LINE)
+    step4, m4 = parse_stdout_line(V4_STDOUT)
+    assert (step3, m3["max_steps"], step4, m4["max_steps"]) == (56, 2290, 1, 60)
+    assert m3["seconds_per_step"] == pytest.approx(1 / 0.009156) and m4["seconds_per_step"] == 55.54
+    assert m3["elapsed_time_s"] == 6115 and m3["remaining_time_s"] == 2 * 86400 + 19 * 3600 + 46 * 60 + 19
+    common = {"loss", "grad_norm", "learning_rate", "epoch", "memory(GiB)", "seconds_per_step", "max_steps"}
+    assert common <= set(m3) and common <= set(m4)
+    assert normalize({"train_runtime": "0.3215"}) == (None, {"train_runtime": 0.3215})
+
+
+# doctor --------------------------------------------------------------------------------------------------------
+
+def series(rows):
+    out = {}
+    for step, d in rows:
+        for k, v in d.items():
+            out.setdefault(k, []).append((step, v))
+    return out
+
+
+REAL = series([p for p in map(parse_jsonl_line, JSONL) if p and p[0] is not None])
+HEALTHY = series([(s, {"reward": 0.5 + s / 100, "reward_std": 0.4, "frac_reward_zero_std": 0.1, "kl": 0.001 * s,
+                       "grad_norm": 0.3, "completions/clipped_ratio": 0.05, "seconds_per_step": 60.0})
+                  for s in range(1, 10)])
+HEALTHY_LOG = {"node 0 (h0)": ["[INFO:swift] output_dir: /x/v0", "Train: 10%|█ | 1/10", "{'loss': '0.01'}"]}
+
+
+def ids(**kw):
+    return {a.id for a in diagnose(Snapshot(**kw))}
+
+
+def test_real_tiny_run_has_no_learning_signal_and_kl_stuck():
+    found = ids(metrics=REAL, beta=0.04)
+    assert {"NO-LEARNING-SIGNAL", "KL-STUCK-ZERO", "GRAD-NORM-ZERO", "COMPLETIONS-CLIPPED"} <= found
+    assert "KL-STUCK-ZERO" not in ids(metrics=REAL, beta=0.0)
+
+
+def test_healthy_stream_raises_nothing():
+    now = time.time()
+    assert ids(metrics=HEALTHY, logs=HEALTHY_LOG, now=now, last_step_at=now - 30, started_at=now - 600,
+               last_output_at={"node 0 (h0)": now - 5}) == set()
+
+
+def test_kl_blowup():
+    blown = {**HEALTHY, "kl": HEALTHY["kl"][:-1] + [(9, 3.5)]}
+    assert "KL-BLOWUP" in ids(metrics=blown) and "KL-BLOWUP" not in ids(metrics=HEALTHY)
+
+
+@pytest.mark.parametrize("alert,line", [
+    ("OOM", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"),
+    ("NCCL-TIMEOUT", "[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLGATHER)"),
+    ("NCCL-TIMEOUT", "[c10d] The client socket has timed out after 300000ms while trying to connect to "
+                     "(10.156.33.26, 51216)."),
+    ("ROLLOUT-UNREACHABLE", "ConnectionError: Servers not reachable after 240.0s: ['10.0.0.5:8000']"),
+    ("TRACEBACK", "Traceback (most recent call last):"),
+])
+def test_log_signatures_name_the_first_node(alert, line):
+    logs = {"node 0 (a)": ["fine"], "node 1 (b)": ["fine", line, "more"]}
+    alerts = [a for a in diagnose(Snapshot(logs=logs)) if a.id == alert]
+    assert alerts and "first on node 1 (b)" in alerts[0].explanation and line in alerts[0].evidence
+    assert alert not in ids(logs=HEALTHY_LOG)
+
+
+def test_failed_node_is_reported_with_its_log():
+    err = "node 1 (h1, rank 1) failed first: exit code 137\nKilled"
+    alert = next(a for a in diagnose(Snapshot(job_state="failed", job_error=err)) if a.id == "NODE-FAILED")
+    assert alert.evidence == err
+
+
+def gpu_rows(name, now):
+    rows = [parse_smi_line(line, "h0", now - 100 + k * 0.5)
+            for k, line in enumerate((DATA / "nvidia-smi" / name).read_text().splitlines())]
+    return rows * 5
+
+
+def test_hang_with_the_nccl_spin_signature_names_the_quiet_node():
+    now = time.time()
+    kw = dict(metrics=HEALTHY, now=now, last_step_at=now - 1200, started_at=now - 3000,
+              last_output_at={"node 0 (a)": now - 1100, "node 1 (b)": now - 1300})
+    alerts = {a.id: a for a in diagnose(Snapshot(gpu=gpu_rows("nccl_spin.csv", now), **kw))}
+    assert "HANG" in alerts and "NCCL spin" in alerts["HANG"].explanation
+    assert "went quiet first: node 1 (b)" in alerts["HANG"].explanation
+    idle = {a.id: a for a in diagnose(Snapshot(gpu=gpu_rows("idle.csv", now), **kw))}
+    assert "near 0% utilisation" in idle["HANG"].explanation
+    assert "HANG" not in ids(**{**kw, "last_step_at": now - 60, "last_output_at": {"node 0 (a)": now - 5}})
+
+
+def test_gpu_duty_cycle():
+    now = time.time()
+    assert "GPU-UNDERUSED" in ids(gpu=gpu_rows("idle.csv", now), now=now)
+    assert "GPU-UNDERUSED" not in ids(gpu=gpu_rows("busy.csv", now), now=now)
+
+
+# GPU telemetry -------------------------------------------------------------------------------------------------
+
+def test_parse_documented_smi_csv():
+    s = parse_smi_line((DATA / "nvidia-smi/busy.csv").read_text().splitlines()[3], "h0", 1.0)
+    assert s["gpu_index"] == 3 and s["mem_total"] == 81559 and s["power_limit"] == 700.0 and s["host"] == "h0"
+    assert parse_smi_line("index, name", "h0") is None
+    assert parse_smi_line("2026/11/22, 0, X, [N/A], 1, 2, [N/A], 3, 4, 5", "h")["util"] is None
+
+
+def test_smi_channel_over_ssh_restarts_after_a_drop(ssh_env, tmp_path):
+    (h,) = ssh_env.add(1)
+    standin = tmp_path / "bin" / "nvidia-smi"
+    standin.parent.mkdir()
+    # prints one documented-format tick of 8 GPUs, then exits as a dropped channel would
+    standin.write_text(f"#!/bin/bash\nhead -n 8 {DATA / 'nvidia-smi/busy.csv'}\n")
+    standin.chmod(0o755)
+    pool = Pool()
+
+    def open_stream(cmd):
+        _, out, _ = pool.get(h.name).client.exec_command(f"PATH={standin.parent}:$PATH {cmd}", timeout=10)
+        return iter(out.readline, "")
+
+    samples = []
+    channel = SmiChannel(h.name, open_stream, samples.append).start()
+    deadline = time.time() + 15
+    while len(samples) < 16 and time.time() < deadline:
+        time.sleep(0.2)
+    channel.stop()
+    pool.close()
+    assert len(samples) >= 16 and channel.restarts >= 1
+    assert {s["gpu_index"] for s in samples} == set(range(8)) and all(s["host"] == h.name for s in samples)
