@@ -30,6 +30,7 @@ class TestHost:
     addr: str
     dir: Path
     host_key_pub: str
+    iface: str      # its network interface (for GLOO_SOCKET_IFNAME)
 
     def pid(self) -> int:
         return int((self.dir / "sshd.pid").read_text())
@@ -76,7 +77,7 @@ class HostNet:
                 "Subsystem sftp internal-sftp\nAcceptEnv LANG\n")
             Path("/run/sshd").mkdir(exist_ok=True)
             sh("ip", "netns", "exec", ns, SSHD, "-f", str(d / "sshd_config"), "-E", str(d / "sshd.log"))
-            host = TestHost(name, ns, addr, d, (d / "host_key.pub").read_text().split()[1])
+            host = TestHost(name, ns, addr, d, (d / "host_key.pub").read_text().split()[1], b)
             self._wait_listening(host)
             with open(self.ssh_config, "a") as f:
                 f.write(f"Host {name}\n  HostName {addr}\n  User root\n  IdentityFile {self.client_key}\n\n")

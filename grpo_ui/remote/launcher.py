@@ -61,7 +61,7 @@ def _node_runs(spec: JobSpec, bundle: Bundle) -> list[NodeRun]:
     return runs
 
 
-def _parallel(fn, items):
+def parallel(fn, items):
     """fn over items concurrently; returns [(item, result or exception)]."""
     def safe(item):
         try:
@@ -112,14 +112,14 @@ class Launcher:
                              0o600)
             return runner
 
-        prepared = _parallel(prepare, runs)
+        prepared = parallel(prepare, runs)
         failed = [(r, e) for r, e in prepared if isinstance(e, Exception)]
         if failed:
             return self._abort(job_id, [], failed)
         runners = {r.index: runner for r, runner in prepared}
         started: list[NodeRun] = []
         for group in ([r for r in runs if r.role == "rollout"], [r for r in runs if r.role == "trainer"]):
-            results = _parallel(lambda r: self._start(job_id, rd, r, runners[r.index], progress), group)
+            results = parallel(lambda r: self._start(job_id, rd, r, runners[r.index], progress), group)
             started += [r for r, res in results if not isinstance(res, Exception)]
             failed = [(r, e) for r, e in results if isinstance(e, Exception)]
             if failed:
@@ -177,7 +177,7 @@ class Launcher:
         spec = spec_from_yaml(job["spec_yaml"])
         nodes = self.store.nodes(job_id)
         runs = [NodeRun(n["node_index"], n["host"], n["role"], n["node_rank"], n["script"]) for n in nodes]
-        results = _parallel(lambda r: self._kill(self.runner(spec, r.index), job_id, r, grace), runs)
+        results = parallel(lambda r: self._kill(self.runner(spec, r.index), job_id, r, grace), runs)
         outcome = {r.host + ("" if r.role == "trainer" else " (rollout)"): str(res) for r, res in results}
         left = {h: o for h, o in outcome.items() if not o.startswith(("gone", "stopped", "killed"))}
         for r, res in results:
@@ -206,10 +206,10 @@ class Launcher:
             rd = shell_path(n["run_dir"])
             cmd = (f'if [ "$(cut -d" " -f22 /proc/{n["pid"]}/stat 2>/dev/null)" = "{n["proc_start"]}" ]; '
                    f"then echo running; elif [ -f {rd}/{r.exit_file} ]; then echo \"exited $(cat {rd}/{r.exit_file})"
-                   f" $(stat -c %Y {rd}/{r.exit_file})\"; else echo dead; fi")
+                   f" $(stat -c %.3Y {rd}/{r.exit_file})\"; else echo dead; fi")
             return self.runner(spec, n["node_index"]).run(cmd, timeout=20).out.split()
 
-        results = _parallel(probe, nodes)
+        results = parallel(probe, nodes)
         failures = []
         for n, res in results:
             if isinstance(res, Exception):

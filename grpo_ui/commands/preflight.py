@@ -1,0 +1,49 @@
+"""`preflight job.yaml [--trust] [--json]`: check every node before a launch; exit 1 on errors."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from grpo_ui.findings import format_findings, has_errors
+from grpo_ui.remote.preflight import preflight
+from grpo_ui.remote.ssh import Pool, UnknownHostKey, trust_host_key
+from grpo_ui.spec import load_spec
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("preflight", help="check the nodes of a job: SSH, GPUs, versions, ports, paths, disk")
+    p.add_argument("spec", help="job YAML")
+    p.add_argument("--trust", action="store_true",
+                   help="after showing their fingerprints, add unknown host keys to known_hosts")
+    p.add_argument("--json", action="store_true", help="print facts and findings as JSON")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    spec = load_spec(args.spec)
+    pool = Pool()
+    if args.trust:
+        for node in spec.cluster.nodes:
+            if node.is_local:
+                continue
+            try:
+                pool.get(node.host, node.user, node.port, node.identity_file)
+            except UnknownHostKey as e:
+                print(f"trusting {node.host}: {e.key.get_name()} {e.fingerprint}")
+                trust_host_key(e.hostname, e.port, e.key)
+            except Exception:  # noqa: BLE001 - preflight below reports it properly
+                pass
+    facts, findings = preflight(spec, pool, lambda host, msg: None if args.json else print(f"{host}: {msg}"))
+    pool.close()
+    if args.json:
+        print(json.dumps({"hosts": [asdict(f) for f in facts], "findings": [f.to_dict() for f in findings]},
+                         indent=2))
+    else:
+        for f in facts:
+            gpus = ", ".join(f"{g['index']}:{g['name']}" for g in f.gpus) or "no GPU"
+            swift = f.versions.get("ms-swift") if f.versions else None
+            print(f"{f.host}: python {f.python}, ms-swift {swift}, torch {f.versions.get('torch')}, {gpus}"
+                  if f.python else f"{f.host}: {f.error}")
+        print(format_findings(findings) or "preflight: no findings")
+    return 1 if has_errors(findings) else 0

@@ -1,0 +1,44 @@
+"""`status [JOB]`: jobs and their nodes, after re-checking every unfinished one on its hosts."""
+
+from __future__ import annotations
+
+from grpo_ui.monitor.watch import Watcher
+from grpo_ui.remote.launcher import Launcher
+from grpo_ui.store import Store
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("status", help="show jobs (all, or one with its nodes, alerts and latest metrics)")
+    p.add_argument("job", nargs="?", help="job id")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    launcher = Launcher(Store())
+    if not args.job:
+        launcher.reattach()
+        for j in launcher.store.jobs():
+            print(f"{j['id']:<40} {j['state']:<10} {j['name']}")
+        return 0
+    result = Watcher(launcher).poll(args.job)
+    job = launcher.store.job(args.job)
+    if not job:
+        print(f"no job {args.job!r}")
+        return 1
+    print(f"{job['id']}: {result['state']}")
+    for n in launcher.store.nodes(args.job):
+        print(f"  node {n['node_index']} {n['host']:<20} {n['role']:<8} rank {n['node_rank']} pid {n['pid']} "
+              f"{n['state']} exit {n['exit_code']}")
+    metrics = launcher.store.metrics(args.job)
+    if metrics:
+        step = max(s for series in metrics.values() for s, _ in series)
+        latest = {k: v[-1][1] for k, v in metrics.items() if v[-1][0] == step}
+        print(f"  step {step}: " + ", ".join(f"{k}={latest[k]:.4g}" for k in ("reward", "reward_std", "kl", "loss")
+                                             if k in latest))
+    for a in result["alerts"]:
+        print(f"  [{a['severity']}] {a['id']}: {a['title']}")
+    if job["error"]:
+        print("  error: " + job["error"])
+    for e in result["errors"]:
+        print("  unreachable: " + e)
+    return 0

@@ -1,0 +1,107 @@
+"""End to end on real software: real `swift rlhf --rlhf_type grpo` (ms-swift 4.6, CPU, the tiny local model) started
+over real SSH on network-namespace hosts by grpo-ui's CLI, its logs and metrics flowing back, the doctor's alert on
+real data, and stops that leave nothing behind."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grpo_ui.spec import spec_to_yaml, validate_spec
+from tests.test_launcher import job_pids, wait_for
+from tests.tiny_job import ASSETS, tiny_spec_data
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).parent.parent
+
+
+@pytest.fixture
+def cli(ssh_env, tmp_path):
+    if not (ASSETS / "model" / "config.json").exists():
+        pytest.fail(f"tiny model missing at {ASSETS}: run `make assets` (make test does it)")
+    env = {**os.environ, "GRPO_UI_DB": str(tmp_path / "db.sqlite"), "GRPO_UI_SSH_CONFIG": str(ssh_env.ssh_config),
+           "GRPO_UI_KNOWN_HOSTS": str(ssh_env.known_hosts), "PYTHONPATH": str(ROOT)}
+
+    def run(*args, timeout=300):
+        return subprocess.run([sys.executable, "-m", "grpo_ui", *args], capture_output=True, text=True, env=env,
+                              timeout=timeout, cwd=ROOT)
+    return run
+
+
+def job_yaml(tmp_path, hosts, max_steps, **train):
+    data = tiny_spec_data(max_steps=max_steps)
+    data["train"].update(output_dir=str(tmp_path / "out"), **train)
+    data["cluster"] = {"run_root": str(tmp_path / "runs"), "master_addr": hosts[0].addr, "nodes": [
+        {"host": h.name, "address": h.addr, "gpus": [0], "python_env": data["cluster"]["nodes"][0]["python_env"]}
+        for h in hosts]}
+    if len(hosts) > 1:  # gloo must use each host's own interface (a per-node setting, reported as a finding)
+        for host, node in zip(hosts, data["cluster"]["nodes"], strict=True):
+            node["env"] = {"GLOO_SOCKET_IFNAME": host.iface}
+    path = tmp_path / "job.yaml"
+    path.write_text(spec_to_yaml(validate_spec(data)))
+    return path
+
+
+def test_scenario1_one_host_validate_render_preflight_launch_watch_succeed(cli, ssh_env, tmp_path):
+    (h,) = ssh_env.add(1)
+    spec = job_yaml(tmp_path, [h], max_steps=3)
+    start = time.time()
+    v = cli("validate", str(spec))
+    assert v.returncode == 0, v.stdout + v.stderr
+    r = cli("render", str(spec), "--out", str(tmp_path / "bundle"), "--job-id", "e2e-render")
+    assert r.returncode == 0 and (tmp_path / "bundle" / "node_0.sh").exists(), r.stdout + r.stderr
+    p = cli("preflight", str(spec), "--json")
+    assert p.returncode == 0, p.stdout + p.stderr
+    facts = json.loads(p.stdout)
+    assert facts["hosts"][0]["versions"]["ms-swift"].startswith("4.6")
+    assert {f["id"] for f in facts["findings"]} <= {"PREFLIGHT-NO-GPU", "PREFLIGHT-DISK"}
+    launch = cli("launch", str(spec), "--job-id", "e2e-one", "--wait", timeout=600)
+    assert launch.returncode == 0, launch.stdout[-3000:] + launch.stderr[-3000:]
+    status = cli("status", "e2e-one")
+    assert "e2e-one: succeeded" in status.stdout, status.stdout
+    assert "step 3:" in status.stdout and "reward_std=0" in status.stdout
+    assert "NO-LEARNING-SIGNAL" in status.stdout and "KL-STUCK-ZERO" in status.stdout
+    print(f"scenario 1 took {time.time() - start:.0f} s")
+
+
+def test_scenario2_two_hosts_rendezvous_then_stop_mid_run(cli, ssh_env, tmp_path):
+    hosts = ssh_env.add(2)
+    spec = job_yaml(tmp_path, hosts, max_steps=400)
+    start = time.time()
+    launch = cli("launch", str(spec), "--job-id", "e2e-two")
+    assert launch.returncode == 0, launch.stdout + launch.stderr
+
+    def metrics_arrived():
+        out = cli("status", "e2e-two").stdout
+        return "step " in out and "e2e-two: running" in out and out
+    out = wait_for(metrics_arrived, 240)
+    assert out, cli("status", "e2e-two").stdout
+    log0 = (tmp_path / "runs/e2e-two/node_0.log").read_text()
+    assert "--nnodes 2 --node_rank 0 --master_addr " + hosts[0].addr in log0
+    stop = cli("stop", "e2e-two")
+    assert stop.returncode == 0 and ("stopped" in stop.stdout or "killed" in stop.stdout), stop.stdout
+    assert not job_pids("e2e-two")
+    print(f"scenario 2 took {time.time() - start:.0f} s")
+
+
+def test_scenario3_a_node_dies_and_is_named_first(cli, ssh_env, tmp_path):
+    hosts = ssh_env.add(2)
+    spec = job_yaml(tmp_path, hosts, max_steps=400)
+    start = time.time()
+    assert cli("launch", str(spec), "--job-id", "e2e-die").returncode == 0
+    assert wait_for(lambda: "step " in cli("status", "e2e-die").stdout, 240)
+    workers = [p for p in job_pids("e2e-die") if b"e2e-die/trainer1" in Path(f"/proc/{p}/environ").read_bytes()
+               and b"rlhf.py" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert workers, "rank 1's training process not found"
+    for pid in workers:
+        os.kill(pid, 9)
+    out = wait_for(lambda: "e2e-die: failed" in (s := cli("status", "e2e-die").stdout) and s, 180)
+    assert out, cli("status", "e2e-die").stdout
+    assert f"({hosts[1].name}, rank 1) failed first" in out
+    assert "NODE-FAILED" in out
+    assert wait_for(lambda: not job_pids("e2e-die"), 60)
+    print(f"scenario 3 took {time.time() - start:.0f} s")
