@@ -79,7 +79,7 @@ def _probe(spec: JobSpec, index: int, runner: Runner) -> HostFacts:
     facts.python, facts.versions, facts.paths = data["python"], data["versions"], data["paths"]
     facts.disk_free_gib, facts.proxy = data["disk_free_gib"], data["proxy"]
     facts.clock_skew_s = data["time"] - time.time()
-    gpu = runner.run(f"{GPU_QUERY} && {APPS_QUERY}", timeout=30)
+    gpu = runner.run(_activate(node.python_env) + f"{GPU_QUERY} && {APPS_QUERY}", timeout=30)
     if gpu.rc == 0:
         for line in gpu.out.strip().splitlines():
             parts = [p.strip() for p in line.split(",")]
