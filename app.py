@@ -36,4 +36,8 @@ def password_ok() -> bool:
 
 st.set_page_config(page_title="grpo-ui", page_icon="🧪", layout="wide")
 if password_ok():
-    st.navigation([st.Page("pages/configure.py", title="Configure", icon="🛠️", default=True)]).run()
+    st.navigation([st.Page("pages/configure.py", title="Configure", icon="🛠️", default=True),
+                   st.Page("pages/cluster.py", title="Cluster", icon="🖥️"),
+                   st.Page("pages/launch.py", title="Launch", icon="🚀"),
+                   st.Page("pages/monitor.py", title="Monitor", icon="📈"),
+                   st.Page("pages/history.py", title="History", icon="🗂️")]).run()

@@ -145,10 +145,12 @@ class Store:
             out.setdefault(r["key"], []).append((r["step"], r["value"]))
         return out
 
-    def add_gpu_samples(self, rows: list[tuple]) -> None:
-        """rows: (job_id, host, gpu_index, ts, util, mem_used, mem_total, power, power_limit, temp, sm_clock)."""
+    def add_gpu_samples(self, job_id: str | None, samples: list[dict]) -> None:
+        """Samples as produced by monitor.gpu (host, gpu_index, ts, util, mem_used, …)."""
+        keys = ("host", "gpu_index", "ts", "util", "mem_used", "mem_total", "power", "power_limit", "temp", "sm_clock")
         with self.conn() as c:
-            c.executemany("INSERT INTO gpu_samples VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            c.executemany("INSERT INTO gpu_samples VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                          [(job_id, *(s.get(k) for k in keys)) for s in samples])
 
     def gpu_samples(self, job_id: str, since: float = 0.0) -> list[dict]:
         return [dict(r) for r in self.conn().execute(

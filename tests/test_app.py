@@ -75,3 +75,27 @@ def test_draft_survives_an_app_restart(tmp_path, monkeypatch):
     at.text_input(key="f:train.model").set_value("Qwen/Qwen3-8B").run()
     again = AppTest.from_file(APP, default_timeout=60).run()
     assert again.text_input(key="f:train.model").value == "Qwen/Qwen3-8B"
+
+
+def test_every_page_renders_with_a_job_in_the_store(tmp_path, monkeypatch):
+    """Cluster, Launch, Monitor and History load over a store that holds a finished job with metrics and alerts."""
+    from grpo_ui.spec import spec_to_yaml
+    from grpo_ui.store import Store
+    from grpo_ui.ui_state import presets
+
+    monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
+    monkeypatch.setenv("GRPO_UI_DB", str(tmp_path / "db.sqlite"))
+    store = Store()
+    spec = next(iter(presets().values()))
+    store.create_job("job-a", spec.name, spec_to_yaml(spec), "succeeded")
+    store.add_node("job-a", 0, "localhost", "trainer", 0, "node_0.sh", str(tmp_path / "runs/job-a"))
+    store.add_metrics("job-a", 1, {"reward": 0.5, "kl": 0.0, "max_steps": 2})
+    store.add_metrics("job-a", 2, {"reward": 0.7, "kl": 0.01, "max_steps": 2})
+    store.add_log_lines("job-a", 0, ["Train: 50%", "Traceback (most recent call last):", "ValueError: x"])
+    store.upsert_alert("job-a", "NO-LEARNING-SIGNAL", "error", "No learning signal: x", "reward_std [0]", "fix it")
+    for page, expect in (("cluster", "Preflight"), ("launch", "Launch"), ("monitor", "Alerts (1)"),
+                         ("history", "Compare two runs")):
+        at = AppTest.from_file(str(Path(APP).parent / "pages" / f"{page}.py"), default_timeout=60).run()
+        assert not at.exception, (page, at.exception)
+        texts = [h.value for h in at.subheader] + [t.value for t in at.title] + [b.label for b in at.button]
+        assert any(expect in t for t in texts), (page, texts)

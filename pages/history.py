@@ -1,0 +1,75 @@
+"""History: past jobs with their config, final metrics and outcome; compare two runs; re-open a config."""
+
+from __future__ import annotations
+
+import difflib
+import time
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from grpo_ui import ui_state
+from grpo_ui.spec import spec_from_yaml
+from grpo_ui.store import Store
+
+
+@st.cache_resource
+def store() -> Store:
+    return Store()
+
+
+def final(metrics: dict, key: str):
+    return round(metrics[key][-1][1], 4) if metrics.get(key) else None
+
+
+st.title("History")
+db = store()
+jobs = db.jobs()
+if not jobs:
+    st.info("No jobs yet.")
+    st.stop()
+rows = []
+for j in jobs:
+    m = db.metrics(j["id"])
+    rows.append({"job": j["id"], "name": j["name"], "state": j["state"],
+                 "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(j["started"] or j["created"])),
+                 "minutes": round(((j["ended"] or time.time()) - (j["started"] or j["created"])) / 60, 1),
+                 "steps": int(m["max_steps"][-1][0]) if m.get("max_steps") else 0, "reward": final(m, "reward"),
+                 "kl": final(m, "kl"), "alerts": len(db.alerts(j["id"]))})
+st.dataframe(rows, hide_index=True, width="stretch")
+
+ids = [j["id"] for j in jobs]
+pick = st.selectbox("Job", ids)
+job = db.job(pick)
+c1, c2 = st.columns(2)
+with c1:
+    st.markdown(f"**Outcome:** {job['state']}")
+    if job["error"]:
+        st.code(job["error"])
+    st.code(job["spec_yaml"], language="yaml")
+    if st.button("Re-open this config in Configure"):
+        ui_state.save_draft(spec_from_yaml(job["spec_yaml"]))
+        for key in [k for k in st.session_state if str(k).startswith(("f:", "nodes", "cl:", "base_yaml"))]:
+            del st.session_state[key]
+        st.switch_page("pages/configure.py")
+with c2:
+    metrics = db.metrics(pick)
+    st.markdown("**Final metrics**")
+    st.json({k: v[-1][1] for k, v in sorted(metrics.items())} or {})
+
+st.subheader("Compare two runs")
+pair = st.multiselect("Runs", ids, max_selections=2, default=ids[:2] if len(ids) > 1 else ids[:1])
+if len(pair) == 2:
+    a, b = (db.metrics(x) for x in pair)
+    keys = sorted(set(a) & set(b)) or ["reward"]
+    key = st.selectbox("Metric", keys, index=keys.index("reward") if "reward" in keys else 0)
+    fig = go.Figure()
+    for run, m in zip(pair, (a, b), strict=True):
+        if key in m:
+            steps, values = zip(*m[key], strict=True)
+            fig.add_scatter(x=steps, y=values, name=run, mode="lines+markers")
+    fig.update_layout(height=320, xaxis_title="step", yaxis_title=key, margin=dict(l=10, r=10, t=10, b=10))
+    st.plotly_chart(fig, width="stretch")
+    ya, yb = (db.job(x)["spec_yaml"].splitlines() for x in pair)
+    st.code("\n".join(difflib.unified_diff(ya, yb, pair[0], pair[1], lineterm="")) or "(same config)",
+            language="diff")

@@ -1,0 +1,73 @@
+"""Launch: the rendered scripts per node with a diff against node 0, the zip, secrets, launch with per-node
+progress, and stop."""
+
+from __future__ import annotations
+
+import difflib
+import time
+
+import streamlit as st
+
+from grpo_ui import ui_state
+from grpo_ui.check import check
+from grpo_ui.findings import has_errors, sort_findings
+from grpo_ui.remote.launcher import Launcher, LaunchError
+from grpo_ui.render import render
+from grpo_ui.store import Store
+
+ICON = {"error": "🛑", "warning": "⚠️", "info": "ℹ️"}
+
+
+@st.cache_resource
+def launcher() -> Launcher:
+    return Launcher(Store())
+
+
+st.title("Launch")
+spec = ui_state.load_draft()
+findings = sort_findings(check(spec))
+errors = [f for f in findings if f.severity == "error"]
+job_id = st.text_input("Job id (the run directory on every node)",
+                       value=st.session_state.get("launch_id") or f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}",
+                       key="launch_id")
+try:
+    bundle = render(spec, job_id)
+except ValueError as e:
+    st.error(str(e))
+    st.stop()
+
+for f in errors:
+    st.error(f"{f.id}: {f.message} — {f.fix}")
+if errors:
+    st.warning("Fix the errors on the Configure page before launching.")
+
+names = sorted(bundle.files)
+c1, c2 = st.columns([3, 1])
+chosen = c1.selectbox("File", names, index=names.index("node_0.sh") if "node_0.sh" in names else 0)
+c2.download_button("Download all (zip)", bundle.zip_bytes(), file_name=f"{job_id}.zip", disabled=has_errors(findings),
+                   width="stretch")
+text = bundle.files[chosen]
+if chosen.startswith("node_") and chosen != "node_0.sh":
+    diff = list(difflib.unified_diff(bundle.files["node_0.sh"].splitlines(), text.splitlines(), "node_0.sh", chosen,
+                                     lineterm="", n=0))
+    st.caption(f"Differences from node_0.sh: {sum(1 for d in diff if d[:1] in '+-' and d[:3] not in ('+++', '---'))}"
+               " line(s)")
+    st.code("\n".join(diff), language="diff")
+st.code(text, language="yaml" if chosen.endswith(".yaml") else "bash")
+for f in (f for f in bundle.findings if f.severity != "error"):
+    st.caption(f"{ICON[f.severity]} {f.id}: {f.message}")
+
+secrets = {name: st.text_input(f"{name} (secret: sent in a 0600 file, never stored)", type="password",
+                               key=f"secret:{name}") for name in spec.secret_env}
+if st.button("Launch", type="primary", disabled=bool(errors)):
+    with st.status(f"Launching {job_id}…", expanded=True) as box:
+        try:
+            launched = launcher().launch(spec, job_id, secrets, lambda host, msg: box.write(f"**{host}**: {msg}"))
+            box.update(label=f"{launched} is running", state="complete")
+            st.session_state["monitor_job"] = launched
+            st.session_state.pop("launch_id", None)
+        except LaunchError as e:
+            box.update(label="Launch failed — nothing was left running", state="error")
+            st.error(str(e))
+if st.session_state.get("monitor_job"):
+    st.page_link("pages/monitor.py", label=f"Watch {st.session_state['monitor_job']} on the Monitor page", icon="📈")

@@ -1,0 +1,170 @@
+"""Monitor: a job's state, progress and ETA, doctor alerts, metric charts, GPU charts on the same time axis, and
+each node's log (follow, search, first error). The live part refreshes itself without rerunning the page."""
+
+from __future__ import annotations
+
+import time
+
+import plotly.graph_objects as go
+import streamlit as st
+from plotly.subplots import make_subplots
+
+from grpo_ui.monitor.gpu import SmiChannel, nvml_samples
+from grpo_ui.monitor.logs import ERROR_PATTERN
+from grpo_ui.monitor.watch import Watcher
+from grpo_ui.remote.launcher import Launcher, LaunchError
+from grpo_ui.remote.ssh import SshError
+from grpo_ui.spec import spec_from_yaml
+from grpo_ui.store import Store
+
+CHARTS = [("reward", ["reward"], "rewards/"), ("reward spread", ["reward_std", "frac_reward_zero_std"], None),
+          ("KL", ["kl"], None), ("loss", ["loss"], None), ("grad norm", ["grad_norm"], None),
+          ("completion length", ["completions/mean_length", "completions/max_length"], None),
+          ("clipped ratio", ["completions/clipped_ratio"], None), ("learning rate", ["learning_rate"], None),
+          ("seconds per step", ["seconds_per_step"], None)]
+ICON = {"error": "🛑", "warning": "⚠️", "info": "ℹ️"}
+
+
+@st.cache_resource
+def launcher() -> Launcher:
+    return Launcher(Store())
+
+
+@st.cache_resource
+def gpu_channels(job_id: str) -> list[SmiChannel]:
+    """One nvidia-smi channel per remote node of the job, writing samples to SQLite (hosts without GPUs just
+    retry with back-off)."""
+    lz = launcher()
+    spec = spec_from_yaml(lz.store.job(job_id)["spec_yaml"])
+    channels = []
+    for i, node in enumerate(spec.cluster.nodes):
+        if node.is_local:
+            continue
+
+        def open_stream(cmd, i=i):
+            conn = lz.pool.get(spec.cluster.nodes[i].host, spec.cluster.nodes[i].user, spec.cluster.nodes[i].port)
+            _, out, _ = conn.client.exec_command(cmd, timeout=30)
+            return iter(out.readline, "")
+
+        channels.append(SmiChannel(node.host, open_stream,
+                                   lambda sample: lz.store.add_gpu_samples(job_id, [sample])).start())
+    return channels
+
+
+def metric_figure(metrics: dict) -> go.Figure:
+    fig = make_subplots(rows=3, cols=3, subplot_titles=[c[0] for c in CHARTS])
+    for k, (_, keys, prefix) in enumerate(CHARTS):
+        keys = keys + ([m for m in metrics if prefix and m.startswith(prefix) and m.endswith("/mean")])
+        for key in keys:
+            if key in metrics:
+                steps, values = zip(*metrics[key], strict=True)
+                fig.add_scatter(x=steps, y=values, name=key, mode="lines+markers", row=k // 3 + 1, col=k % 3 + 1)
+    fig.update_layout(height=620, margin=dict(l=10, r=10, t=40, b=10), legend=dict(font=dict(size=9)))
+    return fig
+
+
+def gpu_figure(samples: list[dict], step_times: list[float]) -> go.Figure:
+    fig = make_subplots(rows=2, cols=2, subplot_titles=["utilisation %", "memory used MiB", "power W", "temperature °C"],
+                        shared_xaxes=True)
+    series: dict[tuple, list[dict]] = {}
+    for s in samples:
+        series.setdefault((s["host"], s["gpu_index"]), []).append(s)
+    for (host, gpu), rows in sorted(series.items()):
+        x = [time.strftime("%H:%M:%S", time.localtime(r["ts"])) for r in rows]
+        for k, key in enumerate(("util", "mem_used", "power", "temp")):
+            fig.add_scatter(x=x, y=[r[key] for r in rows], name=f"{host}/{gpu}", legendgroup=f"{host}/{gpu}",
+                            showlegend=k == 0, mode="lines", row=k // 2 + 1, col=k % 2 + 1)
+    for t in step_times[-50:]:
+        fig.add_vline(x=time.strftime("%H:%M:%S", time.localtime(t)), line_width=1, line_dash="dot",
+                      line_color="grey")
+    fig.update_layout(height=480, margin=dict(l=10, r=10, t=40, b=10))
+    return fig
+
+
+st.title("Monitor")
+lz = launcher()
+jobs = lz.store.jobs()
+if not jobs:
+    st.info("No jobs yet: launch one from the Launch page (or `python -m grpo_ui launch job.yaml`).")
+    st.stop()
+ids = [j["id"] for j in jobs]
+default = ids.index(st.session_state["monitor_job"]) if st.session_state.get("monitor_job") in ids else 0
+job_id = st.selectbox("Job", ids, index=default, format_func=lambda i: f"{i} — {lz.store.job(i)['state']}")
+st.session_state["monitor_job"] = job_id
+
+
+@st.fragment(run_every=3)
+def live():
+    job = lz.store.job(job_id)
+    result = Watcher(lz).poll(job_id) if job["state"] in ("starting", "running") else None
+    job = lz.store.job(job_id)
+    if job["state"] in ("starting", "running"):
+        gpu_channels(job_id)
+        lz.store.add_gpu_samples(job_id, nvml_samples())
+    metrics = lz.store.metrics(job_id)
+    c1, c2, c3, c4 = st.columns(4)
+    c1.metric("State", job["state"])
+    steps = metrics.get("max_steps", [])
+    if steps:
+        step, total = steps[-1][0], steps[-1][1]
+        c2.metric("Step", f"{step} / {total:.0f}")
+        st.progress(min(step / total, 1.0) if total else 0.0)
+        remaining = metrics.get("remaining_time_s", [(0, 0)])[-1][1]
+        c3.metric("ETA", time.strftime("%H:%M", time.localtime(time.time() + remaining)) if remaining else "—")
+    if "reward" in metrics:
+        c4.metric("reward", f"{metrics['reward'][-1][1]:.4g}")
+    if result and result["errors"]:
+        st.warning("Unreachable now: " + "; ".join(result["errors"]))
+    if job["error"]:
+        st.error(job["error"])
+    alerts = lz.store.alerts(job_id)
+    st.subheader(f"Alerts ({len(alerts)})")
+    for a in alerts:
+        with st.expander(f"{ICON.get(a['severity'], '')} {a['alert_id']} — {a['message'].split(':')[0]}",
+                         expanded=a["severity"] == "error"):
+            st.write(a["message"])
+            st.code(a["evidence"] or "")
+            st.caption(f"Fix: {a['fix']}")
+    st.subheader("Training metrics")
+    if metrics:
+        st.plotly_chart(metric_figure(metrics), width="stretch", key="metrics_chart")
+    else:
+        st.caption("No step logged yet.")
+    samples = lz.store.gpu_samples(job_id, time.time() - 1800)
+    st.subheader("GPUs")
+    if samples:
+        step_times = [r[0] for r in lz.store.conn().execute(
+            "SELECT MIN(ts) FROM metrics WHERE job_id = ? GROUP BY step ORDER BY step", (job_id,))]
+        st.plotly_chart(gpu_figure(samples, step_times), width="stretch", key="gpu_chart")
+    else:
+        st.caption("No GPU samples (no NVIDIA GPU reported by the nodes).")
+
+
+live()
+
+st.subheader("Logs")
+nodes = lz.store.nodes(job_id)
+if nodes:
+    labels = [f"node {n['node_index']} · {n['host']} · {n['role']}" + (f" rank {n['node_rank']}"
+                                                                          if n["role"] == "trainer" else "")
+              for n in nodes]
+    pick = st.selectbox("Node", range(len(nodes)), format_func=lambda k: labels[k])
+    node = nodes[pick]
+    query = st.text_input("Search this node's log window")
+    lines = lz.store.log_lines(job_id, node["node_index"], 300, contains=query or None)
+    first_error = next((r for r in lz.store.log_lines(job_id, node["node_index"], 5000)
+                        if ERROR_PATTERN.search(r[1])), None)
+    if first_error:
+        with st.expander(f"First error, line {first_error[0]}"):
+            ctx = [r for r in lz.store.log_lines(job_id, node["node_index"], 5000)
+                   if first_error[0] - 5 <= r[0] <= first_error[0] + 30]
+            st.code("\n".join(r[1] for r in ctx))
+    st.code("\n".join(f"{r[0]:>6}  {r[1]}" for r in lines) or "(no lines yet)")
+
+job = lz.store.job(job_id)
+if job["state"] in ("starting", "running") and st.button("Stop this job on every node", type="primary"):
+    try:
+        outcome = lz.stop(job_id)
+        st.success("Stopped: " + ", ".join(f"{h}: {o}" for h, o in outcome.items()))
+    except (LaunchError, SshError) as e:
+        st.error(str(e))
