@@ -35,9 +35,15 @@ def password_ok() -> bool:
 
 
 st.set_page_config(page_title="grpo-ui", page_icon="🧪", layout="wide")
+PAGES = [st.Page("pages/configure.py", title="Configure", icon=":material/tune:", default=True),
+         st.Page("pages/cluster.py", title="Cluster", icon=":material/dns:"),
+         st.Page("pages/launch.py", title="Launch", icon=":material/rocket_launch:"),
+         st.Page("pages/monitor.py", title="Monitor", icon=":material/monitoring:"),
+         st.Page("pages/history.py", title="History", icon=":material/history:")]
 if password_ok():
-    st.navigation([st.Page("pages/configure.py", title="Configure", icon="🛠️", default=True),
-                   st.Page("pages/cluster.py", title="Cluster", icon="🖥️"),
-                   st.Page("pages/launch.py", title="Launch", icon="🚀"),
-                   st.Page("pages/monitor.py", title="Monitor", icon="📈"),
-                   st.Page("pages/history.py", title="History", icon="🗂️")]).run()
+    page = st.navigation(PAGES, position="hidden")
+    with st.sidebar:
+        st.markdown("### grpo-ui")
+        for p in PAGES:
+            st.page_link(p)
+    page.run()

@@ -75,7 +75,10 @@ for i, node in enumerate(spec.cluster.nodes):
 st.subheader("Preflight")
 if st.button("Run preflight on every host", type="primary"):
     with st.status("Preflight…", expanded=True) as box:
-        facts, findings = preflight(spec, pool(), lambda host, msg: box.write(f"{host}: {msg}"))
+        steps: list[str] = []  # progress arrives from one thread per host: collect it, show it here
+        facts, findings = preflight(spec, pool(), lambda host, msg: steps.append(f"{host}: {msg}"))
+        for line in steps:
+            box.write(line)
         box.update(label="Preflight done", state="error" if any(f.severity == "error" for f in findings)
                    else "complete")
     st.session_state["preflight"] = (facts, findings)

@@ -60,14 +60,18 @@ for f in (f for f in bundle.findings if f.severity != "error"):
 secrets = {name: st.text_input(f"{name} (secret: sent in a 0600 file, never stored)", type="password",
                                key=f"secret:{name}") for name in spec.secret_env}
 if st.button("Launch", type="primary", disabled=bool(errors)):
+    failure, steps = None, []  # progress arrives from one thread per host: collect it, show it here
     with st.status(f"Launching {job_id}…", expanded=True) as box:
         try:
-            launched = launcher().launch(spec, job_id, secrets, lambda host, msg: box.write(f"**{host}**: {msg}"))
+            launched = launcher().launch(spec, job_id, secrets, lambda host, msg: steps.append(f"**{host}**: {msg}"))
+            for line in steps:
+                box.write(line)
             box.update(label=f"{launched} is running", state="complete")
             st.session_state["monitor_job"] = launched
-            st.session_state.pop("launch_id", None)
         except LaunchError as e:
             box.update(label="Launch failed — nothing was left running", state="error")
-            st.error(str(e))
+            failure = str(e)
+    if failure:
+        st.error(failure)
 if st.session_state.get("monitor_job"):
     st.page_link("pages/monitor.py", label=f"Watch {st.session_state['monitor_job']} on the Monitor page", icon="📈")

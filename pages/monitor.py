@@ -142,24 +142,29 @@ def live():
 
 live()
 
-st.subheader("Logs")
-nodes = lz.store.nodes(job_id)
-if nodes:
+@st.fragment(run_every=3)
+def logs():
+    st.subheader("Logs")
+    nodes = lz.store.nodes(job_id)
+    if not nodes:
+        return
     labels = [f"node {n['node_index']} · {n['host']} · {n['role']}" + (f" rank {n['node_rank']}"
                                                                           if n["role"] == "trainer" else "")
               for n in nodes]
-    pick = st.selectbox("Node", range(len(nodes)), format_func=lambda k: labels[k])
+    c1, c2 = st.columns([2, 3])
+    pick = c1.selectbox("Node", range(len(nodes)), format_func=lambda k: labels[k], key="log_node")
+    query = c2.text_input("Search this node's log window", key="log_query")
     node = nodes[pick]
-    query = st.text_input("Search this node's log window")
-    lines = lz.store.log_lines(job_id, node["node_index"], 300, contains=query or None)
-    first_error = next((r for r in lz.store.log_lines(job_id, node["node_index"], 5000)
-                        if ERROR_PATTERN.search(r[1])), None)
+    window = lz.store.log_lines(job_id, node["node_index"], 5000)
+    first_error = next((r for r in window if ERROR_PATTERN.search(r[1])), None)
     if first_error:
         with st.expander(f"First error, line {first_error[0]}"):
-            ctx = [r for r in lz.store.log_lines(job_id, node["node_index"], 5000)
-                   if first_error[0] - 5 <= r[0] <= first_error[0] + 30]
-            st.code("\n".join(r[1] for r in ctx))
+            st.code("\n".join(r[1] for r in window if first_error[0] - 5 <= r[0] <= first_error[0] + 30))
+    lines = [r for r in window if query in r[1]][-300:] if query else window[-300:]
     st.code("\n".join(f"{r[0]:>6}  {r[1]}" for r in lines) or "(no lines yet)")
+
+
+logs()
 
 job = lz.store.job(job_id)
 if job["state"] in ("starting", "running") and st.button("Stop this job on every node", type="primary"):

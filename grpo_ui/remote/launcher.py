@@ -151,7 +151,7 @@ class Launcher:
         for r, runner in started:
             self._kill(runner, job_id, r)
             self.store.set_node(job_id, r.index, state="stopped")
-        reasons = "; ".join(str(e) for _, e in failed)
+        reasons = "; ".join(str(e) if isinstance(e, SshError) else f"{r.host}: {e!r}" for r, e in failed)
         for r, _ in failed:
             self.store.set_node(job_id, r.index, state="failed")
         self.store.set_job(job_id, state="failed", ended=time.time(), error=f"launch failed: {reasons}")

@@ -1,0 +1,144 @@
+"""The app in a real browser: Debian's Chromium driven by Playwright against `streamlit run app.py`.
+
+Configure: fill the form, watch the estimate change, trigger and clear a validation error, download the YAML and
+scripts. Then launch the tiny real ms-swift job onto a namespace test host over SSH and watch its log lines and
+metric charts arrive. Screenshots of every page go to artifacts/screenshots/ (and docs/screenshots/ for the README).
+"""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from grpo_ui.spec import spec_to_yaml, validate_spec
+from tests.tiny_job import ASSETS, tiny_spec_data
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).parent.parent
+SHOTS = ROOT / "artifacts" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run", "--disable-quic"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def app_url(ssh_env, tmp_path):
+    if not Path(CHROMIUM).exists():
+        pytest.fail("Debian chromium missing: `make test` installs it")
+    (h,) = ssh_env.add(1)
+    data = tiny_spec_data(max_steps=4)
+    data["train"]["output_dir"] = str(tmp_path / "out")
+    data["cluster"] = {"run_root": str(tmp_path / "runs"), "nodes": [
+        {"host": h.name, "address": h.addr, "gpus": [0], "python_env": data["cluster"]["nodes"][0]["python_env"]}]}
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "draft.yaml").write_text(spec_to_yaml(validate_spec(data)))
+    port = free_port()
+    env = {**os.environ, "GRPO_UI_HOME": str(home), "GRPO_UI_DB": str(tmp_path / "db.sqlite"),
+           "GRPO_UI_SSH_CONFIG": str(ssh_env.ssh_config), "GRPO_UI_KNOWN_HOSTS": str(ssh_env.known_hosts)}
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+                             "--server.address", "127.0.0.1", "--server.port", str(port),
+                             "--browser.gatherUsageStats", "false"], cwd=ROOT, env=env,
+                            stdout=open(tmp_path / "streamlit.log", "w"), stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(url + "/_stcore/health", timeout=1)
+            break
+        except OSError:
+            time.sleep(0.2)
+    yield url
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture
+def page():
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        pg = browser.new_page(viewport={"width": 1500, "height": 1000}, accept_downloads=True)
+        pg.set_default_timeout(30000)
+        yield pg
+        browser.close()
+
+
+def shot(page, name):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"))
+
+
+def set_field(page, label, value, tab="Batch & generation"):
+    page.get_by_role("tab", name=tab).click()
+    box = page.get_by_label(label, exact=True)
+    box.fill(value)
+    box.press("Enter")
+    page.wait_for_timeout(1500)
+
+
+def test_configure_in_the_browser(app_url, page, tmp_path):
+    if not (ASSETS / "model" / "config.json").exists():
+        pytest.fail("tiny model missing: run `make assets`")
+    page.goto(app_url)
+    page.get_by_text("GPU memory per device").wait_for()
+    def metrics():
+        return page.locator('[data-testid="stMetric"]').all_inner_texts()
+    tiny = metrics()
+    set_field(page, "model", "Qwen/Qwen2.5-7B-Instruct", tab="Model & tuner")
+    seven_b = metrics()
+    assert seven_b != tiny
+    set_field(page, "max_completion_length", "4096")
+    assert metrics() != seven_b
+    set_field(page, "num_generations", "3")
+    page.get_by_text("GRPO-BATCH-DIV").first.wait_for()
+    assert page.get_by_role("button", name="Download node scripts (zip)").is_disabled()
+    shot(page, "configure-error")
+    set_field(page, "num_generations", "2")
+    page.wait_for_function("!document.body.innerText.includes('GRPO-BATCH-DIV')")
+    with page.expect_download() as dl:
+        page.get_by_role("button", name="Download job YAML").click()
+    assert "num_generations: 2" in Path(dl.value.path()).read_text()
+    with page.expect_download() as dl:
+        page.get_by_role("button", name="Download node scripts (zip)").click()
+    assert dl.value.suggested_filename.endswith(".zip")
+    shot(page, "configure")
+
+
+def test_launch_and_watch_a_real_job_in_the_browser(app_url, page):
+    page.goto(app_url + "/launch")
+    page.get_by_role("button", name="Launch", exact=True).wait_for()
+    shot(page, "launch")
+    page.get_by_role("button", name="Launch", exact=True).click()
+    page.wait_for_timeout(8000)
+    page.get_by_text("is running").wait_for(timeout=60000)
+    page.goto(app_url + "/monitor")
+    page.get_by_text("Training metrics").wait_for()
+    page.wait_for_function("document.body.innerText.includes('last_model_checkpoint')", timeout=180000)
+    page.wait_for_function("document.body.innerText.includes('succeeded')", timeout=240000)
+    page.get_by_text("NO-LEARNING-SIGNAL").first.wait_for(timeout=60000)
+    assert page.locator(".js-plotly-plot").count() >= 1
+    shot(page, "monitor")
+    page.goto(app_url + "/history")
+    page.get_by_text("Compare two runs").wait_for()
+    shot(page, "history")
+    page.goto(app_url + "/cluster")
+    page.get_by_text("Preflight").first.wait_for()
+    page.get_by_role("button", name="Run preflight on every host").click()
+    page.get_by_text("Preflight done").wait_for(timeout=60000)
+    shot(page, "cluster")
+    docs = ROOT / "docs" / "screenshots"
+    docs.mkdir(parents=True, exist_ok=True)
+    for png in SHOTS.glob("*.png"):
+        shutil.copy(png, docs / png.name)
