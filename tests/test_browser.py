@@ -121,7 +121,6 @@ def test_launch_and_watch_a_real_job_in_the_browser(app_url, page):
     page.get_by_role("button", name="Launch", exact=True).wait_for()
     shot(page, "launch")
     page.get_by_role("button", name="Launch", exact=True).click()
-    page.wait_for_timeout(8000)
     page.get_by_text("is running").wait_for(timeout=60000)
     page.goto(app_url + "/monitor")
     page.get_by_text("Training metrics").wait_for()

@@ -82,7 +82,7 @@ def test_two_hosts_run_to_success_with_secrets_kept_out_of_scripts(launcher, ssh
                           progress=lambda host, msg: progress.append((host, msg)))
     nodes = launcher.store.nodes(job)
     assert [n["state"] for n in nodes] == ["running", "running"] and all(n["pid"] == n["pgid"] for n in nodes)
-    assert {h for h, m in progress if m.startswith("running")} == {"h0", "h1"}
+    assert {h for h, m in progress if m.startswith("running")} == {h.name for h in hosts}
     assert wait_for(lambda: launcher.refresh(job) == "succeeded")
     rd = tmp_path / "runs" / job
     secrets = rd / "secrets.env"

@@ -1,0 +1,84 @@
+"""Launch fan-out: start a trivial job on 1 and on 16 network-namespace hosts with grpo-ui's launcher (connect,
+render, upload, setsid start, record), and start the same trivial command with pdsh over ssh in the same run.
+Targets: 16 hosts ≤ 1.5 × pdsh, and ≤ 2 × our 1-host time. Needs root (namespaces), like the test suite."""
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent.parent))
+from grpo_ui.remote.launcher import Launcher  # noqa: E402
+from grpo_ui.remote.ssh import Pool  # noqa: E402
+from grpo_ui.spec import validate_spec  # noqa: E402
+from grpo_ui.store import Store  # noqa: E402
+from tests.hosts import HostNet  # noqa: E402
+
+WORKLOAD = "#!/bin/bash\nexec sleep 0.5\n"
+
+
+def spec(hosts, env_dir, root):
+    return validate_spec({
+        "name": "fanout", "train": {"model": "Qwen/Qwen2.5-0.5B", "dataset": ["d"], "reward_funcs": ["format"],
+                                    "num_generations": 2, "per_device_train_batch_size": 2},
+        "rollout": {"use_vllm": False, "vllm_mode": None},
+        "cluster": {"master_addr": hosts[0].addr, "run_root": str(root / "runs"), "nodes": [
+            {"host": h.name, "gpus": [0], "python_env": str(env_dir)} for h in hosts]}})
+
+
+def ours(hosts, env_dir, root, job, pool=None):
+    """Seconds for one launch; with ``pool`` its connections are reused (as after preflight in the app)."""
+    launcher = Launcher(Store(root / f"{job}.db"), pool or Pool())
+    start = time.perf_counter()
+    launcher.launch(spec(hosts, env_dir, root), job)
+    took = time.perf_counter() - start
+    if pool is None:
+        launcher.pool.close()
+    return took
+
+
+def pdsh(hosts, net):
+    env = {**os.environ, "PDSH_RCMD_TYPE": "ssh",
+           "PDSH_SSH_ARGS_APPEND": f"-F {net.ssh_config} -o UserKnownHostsFile={net.known_hosts} -o BatchMode=yes"}
+    cmd = "mkdir -p /tmp/pdsh-fanout && cd /tmp/pdsh-fanout && (setsid nohup sleep 0.5 > log 2>&1 < /dev/null &)"
+    start = time.perf_counter()
+    subprocess.run(["pdsh", "-f", "32", "-w", ",".join(h.name for h in hosts), cmd], env=env, check=True,
+                   capture_output=True)
+    return time.perf_counter() - start
+
+
+def main():
+    if os.geteuid() != 0:
+        sys.exit("bench/fanout.py needs root to build namespace hosts")
+    with tempfile.TemporaryDirectory() as d:
+        root = Path(d)
+        net = HostNet(root, f"b{os.getpid() % 10000}", 180 + os.getpid() % 15)
+        os.environ["GRPO_UI_SSH_CONFIG"], os.environ["GRPO_UI_KNOWN_HOSTS"] = str(net.ssh_config), str(net.known_hosts)
+        try:
+            hosts = net.add(16)
+            env_dir = root / "env"
+            (env_dir / "bin").mkdir(parents=True)
+            (env_dir / "bin" / "swift").write_text(WORKLOAD)
+            (env_dir / "bin" / "swift").chmod(0o755)
+            one = min(ours(hosts[:1], env_dir, root, f"one-{k}") for k in range(3))
+            sixteen = min(ours(hosts, env_dir, root, f"sixteen-{k}") for k in range(3))
+            warm_pool = Pool()
+            ours(hosts, env_dir, root, "warmup", warm_pool)
+            warm = min(ours(hosts, env_dir, root, f"warm-{k}", warm_pool) for k in range(3))
+            warm_pool.close()
+            p1 = min(pdsh(hosts[:1], net) for _ in range(3))
+            p16 = min(pdsh(hosts, net) for _ in range(3))
+        finally:
+            net.teardown()
+    print(f"grpo-ui launch: 1 host {one:.2f} s, 16 hosts {sixteen:.2f} s ({sixteen / one:.2f} × 1 host; target ≤ 2)")
+    print(f"grpo-ui launch on 16 hosts with connections already open (after preflight): {warm:.2f} s")
+    print(f"pdsh (ssh) start: 1 host {p1:.2f} s, 16 hosts {p16:.2f} s")
+    print(f"16 hosts, grpo-ui / pdsh: {sixteen / p16:.2f} × (target ≤ 1.5; grpo-ui also renders, uploads the script "
+          "over SFTP and records pid, process group and start time per node)")
+    print(f"16 hosts, grpo-ui with open connections / pdsh: {warm / p16:.2f} ×")
+
+
+if __name__ == "__main__":
+    main()
