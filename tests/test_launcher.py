@@ -144,3 +144,59 @@ def test_restart_reattaches_and_a_node_killed_from_outside_fails_the_job(ssh_env
     assert error.startswith(f"node {node1['node_index']} ({hosts[1].name}, rank 1) failed first: exit code 137")
     assert wait_for(lambda: not job_pids(job), 15)
     again.pool.close()
+
+
+def test_local_node_runs_through_the_same_launcher_without_ssh(env_dir, tmp_path):
+    """The dashboard's own machine ('localhost'): subprocess instead of SSH, same run dir, pid and exit-code files."""
+    launcher = Launcher(Store(tmp_path / "db.sqlite"))
+    spec = validate_spec({**workload_spec([], env_dir, tmp_path).model_dump(), "cluster": {
+        "run_root": str(tmp_path / "runs"), "nodes": [{"host": "localhost", "gpus": [0], "python_env": str(env_dir)}]}})
+    job = launcher.launch(spec, "local-ok")
+    assert wait_for(lambda: launcher.refresh(job) == "succeeded")
+    assert (tmp_path / "runs/local-ok/exit_code.0").read_text().strip() == "0"
+    assert (tmp_path / "runs/local-ok/node_0.pid").exists()
+    spec_long = validate_spec({**spec.model_dump(), "env": {"WORK_SECONDS": "120", "WORK_EXIT": "0"}})
+    job = launcher.launch(spec_long, "local-stop")
+    assert wait_for(lambda: len(job_pids(job)) >= 2)
+    assert launcher.stop(job, grace=5) == {"localhost": "stopped"}
+    assert not job_pids(job)
+
+
+SERVER_WORKLOAD = """#!/bin/bash
+if [ "$1" = rollout ]; then  # stands in for `swift rollout`: a real HTTP server with /health/ on --port
+  port=$(echo "$@" | sed 's/.*--port \\([0-9]*\\).*/\\1/')
+  [ -n "$ROLLOUT_BROKEN" ] && { echo "failed to load the model" >&2; exit 1; }
+  exec python3 -c 'import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health/" else 404); self.end_headers()
+    def log_message(self, *a): pass
+http.server.HTTPServer(("0.0.0.0", int(sys.argv[1])), H).serve_forever()' "$port"
+fi
+exec sleep 1
+"""
+
+
+def server_spec(trainer, roll, env_dir, tmp_path, broken=False, timeout=20):
+    base = workload_spec([trainer], env_dir, tmp_path)
+    nodes = [n.model_dump() for n in base.cluster.nodes] + [
+        {"host": roll.name, "address": roll.addr, "gpus": [0], "python_env": str(env_dir), "role": "rollout"}]
+    return validate_spec({**base.model_dump(), "rollout": {"use_vllm": True, "vllm_mode": "server",
+                                                           "vllm_server_timeout": timeout},
+                          "server": {"port": 18111}, "env": {"ROLLOUT_BROKEN": "1"} if broken else {},
+                          "cluster": {**base.cluster.model_dump(), "nodes": nodes}})
+
+
+def test_rollout_servers_start_first_and_must_be_healthy(launcher, ssh_env, env_dir, tmp_path):
+    trainer, roll = ssh_env.add(2)
+    (env_dir / "bin" / "swift").write_text(SERVER_WORKLOAD)
+    progress = []
+    job = launcher.launch(server_spec(trainer, roll, env_dir, tmp_path), "srv-ok",
+                          progress=lambda host, msg: progress.append((host, msg)))
+    assert (roll.name, "healthy") in progress
+    assert progress.index((roll.name, "healthy")) < progress.index((trainer.name, "starting"))
+    assert wait_for(lambda: launcher.refresh(job) == "succeeded")  # the trainer finished; the server is stopped
+    assert not job_pids(job)
+    with pytest.raises(LaunchError, match=f"{roll.name}: .*did not start|did not answer /health/"):
+        launcher.launch(server_spec(trainer, roll, env_dir, tmp_path, broken=True, timeout=4), "srv-broken")
+    assert launcher.store.job("srv-broken")["state"] == "failed" and not job_pids("srv-broken")

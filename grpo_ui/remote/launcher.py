@@ -122,6 +122,9 @@ class Launcher:
             results = parallel(lambda r: self._start(job_id, rd, r, runners[r.index], progress), group)
             started += [r for r, res in results if not isinstance(res, Exception)]
             failed = [(r, e) for r, e in results if isinstance(e, Exception)]
+            if not failed and group and group[0].role == "rollout":
+                trainer0 = next(r for r in runs if r.role == "trainer")
+                failed = self._wait_healthy(spec, rd, group, runners, runners[trainer0.index], progress)
             if failed:
                 return self._abort(job_id, [(r, runners[r.index]) for r in started], failed)
         self.store.set_job(job_id, state="running", started=time.time())
@@ -146,6 +149,31 @@ class Launcher:
         self.store.set_node(job_id, r.index, pid=int(words[1]), pgid=int(words[2]), proc_start=words[3],
                             state="running")
         progress(r.host, f"running (pid {words[1]})")
+
+    def _wait_healthy(self, spec: JobSpec, rd: str, rollouts: list[NodeRun], runners: dict[int, Runner],
+                      probe: Runner, progress) -> list:
+        """Poll every rollout server's /health/ from trainer rank 0 until it answers 200 (the model is loaded) or
+        vllm_server_timeout passes; [(node, error)] for the servers that did not come up."""
+        timeout = spec.rollout.vllm_server_timeout
+        endpoints = dict(zip((r.index for r in rollouts), spec.server_endpoints(), strict=False))
+        checks = " ".join(f"{h}:{p}" for h, p in endpoints.values())
+        cmd = (f"end=$((SECONDS + {int(timeout)})); for hp in {checks}; do h=${{hp%:*}}; p=${{hp#*:}}; "
+               "until (exec 3<>/dev/tcp/$h/$p && printf 'GET /health/ HTTP/1.0\r\n\r\n' >&3 && "
+               "head -n 1 <&3 | grep -q ' 200') 2>/dev/null; do [ $SECONDS -ge $end ] && { echo \"down $hp\"; "
+               "break; }; sleep 2; done; done")
+        for r in rollouts:
+            progress(r.host, "waiting for /health/")
+        down = probe.run(cmd, timeout=timeout + 30).out.split()
+        failed = []
+        for r in rollouts:
+            host, port = endpoints[r.index]
+            if f"{host}:{port}" in down:
+                tail = runners[r.index].run(f"tail -n 20 {shell_path(rd)}/{r.log}", timeout=10).out
+                failed.append((r, SshError(r.host, f"rollout server {host}:{port} did not answer /health/ within "
+                                                   f"{timeout:.0f} s\n{tail}")))
+            else:
+                progress(r.host, "healthy")
+        return failed
 
     def _abort(self, job_id: str, started, failed) -> str:
         for r, runner in started:
