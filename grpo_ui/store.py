@@ -5,6 +5,7 @@ The app and the CLI can stop at any time; everything needed to pick a job up aga
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import threading
@@ -28,6 +29,8 @@ CREATE TABLE IF NOT EXISTS log_lines (
 CREATE TABLE IF NOT EXISTS metrics (
     job_id TEXT NOT NULL, step INTEGER NOT NULL, key TEXT NOT NULL, value REAL, ts REAL NOT NULL,
     PRIMARY KEY (job_id, step, key));
+CREATE TABLE IF NOT EXISTS completions (
+    job_id TEXT NOT NULL, step INTEGER, data TEXT NOT NULL, ts REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS gpu_samples (
     job_id TEXT, host TEXT NOT NULL, gpu_index INTEGER NOT NULL, ts REAL NOT NULL, util REAL, mem_used REAL,
     mem_total REAL, power REAL, power_limit REAL, temp REAL, sm_clock REAL);
@@ -145,6 +148,20 @@ class Store:
         for r in self.conn().execute("SELECT step, key, value FROM metrics WHERE job_id = ? ORDER BY step", (job_id,)):
             out.setdefault(r["key"], []).append((r["step"], r["value"]))
         return out
+
+    def add_completions(self, job_id: str, rows: list[dict], keep: int = 500) -> None:
+        """The latest sampled completions (completions.jsonl rows), at most ``keep`` per job."""
+        now = time.time()
+        with self.conn() as c:
+            c.executemany("INSERT INTO completions VALUES (?, ?, ?, ?)",
+                          [(job_id, r.get("step"), json.dumps(r), now) for r in rows])
+            c.execute("DELETE FROM completions WHERE job_id = ? AND rowid NOT IN (SELECT rowid FROM completions "
+                      "WHERE job_id = ? ORDER BY rowid DESC LIMIT ?)", (job_id, job_id, keep))
+
+    def completions(self, job_id: str, last: int = 20) -> list[dict]:
+        rows = self.conn().execute("SELECT data FROM completions WHERE job_id = ? ORDER BY rowid DESC LIMIT ?",
+                                   (job_id, last)).fetchall()
+        return [json.loads(r[0]) for r in reversed(rows)]
 
     def add_gpu_samples(self, job_id: str | None, samples: list[dict]) -> None:
         """Samples as produced by monitor.gpu (host, gpu_index, ts, util, mem_used, …)."""

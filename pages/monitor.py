@@ -130,6 +130,11 @@ def live():
         st.plotly_chart(metric_figure(metrics), width="stretch", key="metrics_chart")
     else:
         st.caption("No step logged yet.")
+    completions = lz.store.completions(job_id, 10)
+    if completions:
+        with st.expander(f"Latest sampled completions ({len(completions)})"):
+            st.dataframe([{k: (v if isinstance(v, (int, float)) else str(v)[:300]) for k, v in row.items()}
+                          for row in completions], hide_index=True, width="stretch")
     samples = lz.store.gpu_samples(job_id, time.time() - 1800)
     st.subheader("GPUs")
     if samples:

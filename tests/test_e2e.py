@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from grpo_ui.spec import spec_to_yaml, validate_spec
+from grpo_ui.store import Store
 from tests.test_launcher import job_pids, wait_for
 from tests.tiny_job import ASSETS, tiny_spec_data
 
@@ -48,7 +49,7 @@ def job_yaml(tmp_path, hosts, max_steps, **train):
 
 def test_scenario1_one_host_validate_render_preflight_launch_watch_succeed(cli, ssh_env, tmp_path):
     (h,) = ssh_env.add(1)
-    spec = job_yaml(tmp_path, [h], max_steps=3)
+    spec = job_yaml(tmp_path, [h], max_steps=3, log_completions=True)
     start = time.time()
     v = cli("validate", str(spec))
     assert v.returncode == 0, v.stdout + v.stderr
@@ -65,6 +66,8 @@ def test_scenario1_one_host_validate_render_preflight_launch_watch_succeed(cli, 
     assert "e2e-one: succeeded" in status.stdout, status.stdout
     assert "step 3:" in status.stdout and "reward_std=0" in status.stdout
     assert "NO-LEARNING-SIGNAL" in status.stdout and "KL-STUCK-ZERO" in status.stdout
+    sampled = Store(tmp_path / "db.sqlite").completions("e2e-one")
+    assert sampled and all("completion" in row and "step" in row for row in sampled)
     print(f"scenario 1 took {time.time() - start:.0f} s")
 
 

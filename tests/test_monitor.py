@@ -10,7 +10,14 @@ import pytest
 from grpo_ui.monitor.doctor import Snapshot, diagnose
 from grpo_ui.monitor.gpu import SmiChannel, parse_smi_line
 from grpo_ui.monitor.logs import LogTail, LogWindow, fold_cr
-from grpo_ui.monitor.metrics import logging_file, normalize, parse_jsonl_line, parse_stdout_line
+from grpo_ui.monitor.metrics import (
+    completions_file,
+    logging_file,
+    normalize,
+    parse_completion_line,
+    parse_jsonl_line,
+    parse_stdout_line,
+)
 from grpo_ui.remote.runner import LocalRunner, SshRunner
 from grpo_ui.remote.ssh import Pool
 
@@ -211,3 +218,12 @@ def test_smi_channel_over_ssh_restarts_after_a_drop(ssh_env, tmp_path):
     pool.close()
     assert len(samples) >= 16 and channel.restarts >= 1
     assert {s["gpu_index"] for s in samples} == set(range(8)) and all(s["host"] == h.name for s in samples)
+
+
+def test_real_completions_rows_parse():
+    rows = [row for line in (DATA / "captured/swift46_tiny_grpo_completions.jsonl").read_text().splitlines()
+            for row in parse_completion_line(line)]
+    assert [r["step"] for r in rows] == [1, 1, 2, 2, 2, 2]  # two per step; the last step is logged twice
+    assert all(isinstance(r["completion"], str) and r["Format"] == 0.0 and r["solution"] for r in rows)
+    assert parse_completion_line('{"loss": 1}') == [] and parse_completion_line("not json") == []
+    assert completions_file("/r/out/v0-1/logging.jsonl") == "/r/out/v0-1/completions.jsonl"

@@ -56,6 +56,10 @@ def test_healthy_host_reports_versions_and_gpus(ssh_env, gpu_env, tmp_path):
     assert facts[0].versions["ms-swift"].startswith("4.6") and facts[0].versions["vllm"] is None
     assert [g["name"] for g in facts[0].gpus] == ["NVIDIA H100 80GB HBM3"] * 2 and facts[0].driver == "550.54.15"
     assert abs(facts[0].clock_skew_s) < 5
+    vllm_on = validate_spec({**spec_for([h], [gpu_env], tmp_path).model_dump(),
+                             "rollout": {"use_vllm": True, "vllm_mode": "colocate"}})
+    _, findings = preflight(vllm_on, Pool())
+    assert any(f.id == "PREFLIGHT-NO-VLLM" and h.name in f.message for f in findings)
 
 
 def test_each_problem_is_found_and_names_the_host(ssh_env, gpu_env, tmp_path):

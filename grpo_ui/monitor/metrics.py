@@ -81,3 +81,30 @@ def logging_file(lines: list[str]) -> str | None:
         if m := OUTPUT_DIR.search(line):
             return m[1].rstrip("/") + "/logging.jsonl"
     return None
+
+
+def parse_completion_line(line: str) -> list[dict]:
+    """One completions.jsonl line → one dict per completion (step, prompt, completion, one column per reward,
+    advantages…). ms-swift 4.x writes each logging step as columns (lists of equal length); rows are kept as they are."""
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError:
+        return []
+    if not isinstance(data, dict) or "completion" not in data:
+        return []
+    if not isinstance(data["completion"], list):
+        return [data]
+    n = len(data["completion"])
+    cols = {k: v if isinstance(v, list) and len(v) == n else [v] * n for k, v in data.items()}
+    rows = [{k: cols[k][i] for k in cols} for i in range(n)]
+    for row in rows:
+        try:
+            row["step"] = int(row.get("step"))
+        except (TypeError, ValueError):
+            row["step"] = None
+    return rows
+
+
+def completions_file(logging_path: str) -> str:
+    """completions.jsonl sits next to logging.jsonl in the run dir (when log_completions is on)."""
+    return logging_path.rsplit("/", 1)[0] + "/completions.jsonl"

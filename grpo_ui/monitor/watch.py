@@ -10,7 +10,7 @@ import time
 
 from grpo_ui.monitor.doctor import Snapshot, diagnose
 from grpo_ui.monitor.logs import LogTail
-from grpo_ui.monitor.metrics import logging_file, parse_jsonl_line
+from grpo_ui.monitor.metrics import completions_file, logging_file, parse_completion_line, parse_jsonl_line
 from grpo_ui.remote.launcher import Launcher
 from grpo_ui.remote.ssh import SshError
 from grpo_ui.spec import spec_from_yaml
@@ -71,6 +71,11 @@ class Watcher:
                 self.store.add_metrics(job_id, parsed[0], parsed[1])
                 steps += 1
         self.store.set_offset(job_id, n["node_index"], path, tail.offset)
+        comp = completions_file(path)
+        ctail = LogTail(runner.read, comp, self.store.offset(job_id, n["node_index"], comp))
+        rows = [row for line in ctail.poll() for row in parse_completion_line(line)]
+        self.store.add_completions(job_id, rows)
+        self.store.set_offset(job_id, n["node_index"], comp, ctail.offset)
         return steps
 
     def _diagnose(self, job_id: str, spec, job: dict, nodes: list[dict]) -> list[dict]:

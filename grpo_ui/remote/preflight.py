@@ -197,6 +197,13 @@ def _host_findings(spec: JobSpec, i: int, f: HostFacts) -> list[Finding]:
                            f"{node.host} has ms-swift {swift} but the job targets {spec.swift_version}.",
                            f"Set swift_version to {'.'.join(swift.split('.')[:2])} so the flags match.",
                            {"swift_version": ".".join(swift.split(".")[:2])}))
+    needs_vllm = spec.rollout.use_vllm and (node.role == "rollout" or spec.rollout.vllm_mode != "server")
+    if swift and needs_vllm and not f.versions.get("vllm"):
+        out.append(finding("PREFLIGHT-NO-VLLM", "error", "rollout.use_vllm",
+                           f"{node.host}: use_vllm is on but vLLM is not installed in "
+                           f"{node.python_env or 'the login environment'} (ms-swift fails after loading the model).",
+                           "Install vllm there, or turn use_vllm off (slow transformers generation).",
+                           {"rollout.use_vllm": False, "rollout.vllm_mode": None}))
     for p, exists in f.paths.items():
         if not exists:
             out.append(finding("PREFLIGHT-PATH-MISSING", "error", "train.model" if p in spec.train.model
