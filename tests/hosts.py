@@ -46,6 +46,9 @@ class HostNet:
         self.client_key = root / "id_ed25519"
         sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.client_key))
         sh("ip", "link", "add", self.bridge, "type", "bridge")
+        # No IPv6 link-local addresses in the root namespace: their late arrival makes Chromium abort page loads
+        # (ERR_NETWORK_CHANGED) in the browser tests.
+        sh("ip", "link", "set", self.bridge, "addrgenmode", "none")
         sh("ip", "addr", "add", f"10.{subnet}.0.1/24", "dev", self.bridge)
         sh("ip", "link", "set", self.bridge, "up")
         self.ssh_config = root / "ssh_config"
@@ -64,6 +67,7 @@ class HostNet:
             sh("ip", "netns", "add", ns)
             sh("ip", "link", "add", a, "type", "veth", "peer", "name", b)
             sh("ip", "link", "set", b, "netns", ns)
+            sh("ip", "link", "set", a, "addrgenmode", "none")
             sh("ip", "link", "set", a, "master", self.bridge, "up")
             sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{addr}/24", "dev", b)
             sh("ip", "netns", "exec", ns, "ip", "link", "set", b, "up")

@@ -6,6 +6,7 @@ metric charts arrive. Screenshots of every page go to artifacts/screenshots/ (an
 """
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -80,6 +81,11 @@ def shot(page, name):
     page.screenshot(path=str(SHOTS / f"{name}.png"))
 
 
+def nav(page, name):
+    """Click a page link in the sidebar."""
+    page.get_by_test_id("stSidebarUserContent").get_by_role("link", name=name).click()
+
+
 def set_field(page, label, value, tab="Batch & generation"):
     page.get_by_role("tab", name=tab).click()
     box = page.get_by_label(label, exact=True)
@@ -92,7 +98,8 @@ def test_configure_in_the_browser(app_url, page, tmp_path):
     if not (ASSETS / "model" / "config.json").exists():
         pytest.fail("tiny model missing: run `make assets`")
     page.goto(app_url)
-    page.get_by_text("GPU memory per device").wait_for()
+    page.get_by_text("GPU memory per device").wait_for(timeout=90000)
+
     def metrics():
         return page.locator('[data-testid="stMetric"]').all_inner_texts()
     tiny = metrics()
@@ -117,23 +124,25 @@ def test_configure_in_the_browser(app_url, page, tmp_path):
 
 
 def test_launch_and_watch_a_real_job_in_the_browser(app_url, page):
-    page.goto(app_url + "/launch")
-    page.get_by_role("button", name="Launch", exact=True).wait_for()
+    page.goto(app_url)
+    page.get_by_text("GPU memory per device").wait_for(timeout=90000)
+    nav(page, "Launch")  # through the sidebar, as a user would
+    page.get_by_role("button", name="Launch", exact=True).wait_for(timeout=90000)
     shot(page, "launch")
     page.get_by_role("button", name="Launch", exact=True).click()
     page.get_by_text("is running").wait_for(timeout=60000)
-    page.goto(app_url + "/monitor")
-    page.get_by_text("Training metrics").wait_for()
+    page.get_by_role("link", name=re.compile("^Watch ")).click()  # the link the Launch page offers
+    page.get_by_text("Training metrics").wait_for(timeout=90000)
     page.wait_for_function("document.body.innerText.includes('last_model_checkpoint')", timeout=180000)
     page.wait_for_function("document.body.innerText.includes('succeeded')", timeout=240000)
     page.get_by_text("NO-LEARNING-SIGNAL").first.wait_for(timeout=60000)
     assert page.locator(".js-plotly-plot").count() >= 1
     shot(page, "monitor")
-    page.goto(app_url + "/history")
-    page.get_by_text("Compare two runs").wait_for()
+    nav(page, "History")
+    page.get_by_text("Compare two runs").wait_for(timeout=90000)
     shot(page, "history")
-    page.goto(app_url + "/cluster")
-    page.get_by_text("Preflight").first.wait_for()
+    nav(page, "Cluster")
+    page.get_by_text("Preflight").first.wait_for(timeout=90000)
     page.get_by_role("button", name="Run preflight on every host").click()
     page.get_by_text("Preflight done").wait_for(timeout=60000)
     shot(page, "cluster")
