@@ -47,7 +47,8 @@ class NodeRun:
 
     @property
     def exit_file(self) -> str:
-        return f"exit_code.{self.rank}" if self.role == "trainer" else f"exit_code.rollout{self.script[8:-3]}"
+        index = self.script.removeprefix("rollout_").removesuffix(".sh")
+        return f"exit_code.{self.rank}" if self.role == "trainer" else f"exit_code.rollout{index}"
 
 
 def _node_runs(spec: JobSpec, bundle: Bundle) -> list[NodeRun]:
