@@ -136,6 +136,21 @@ def hostnet(tmp_path_factory):
         net.teardown()
 
 
+def stop_active_jobs(db_path) -> None:
+    """Teardown for tests that launch jobs: stop whatever a failed test left running (no orphans, ever)."""
+    from grpo_ui.remote.launcher import Launcher
+    from grpo_ui.store import Store
+    if not Path(db_path).exists():
+        return
+    launcher = Launcher(Store(db_path))
+    for job in launcher.store.jobs(active_only=True):
+        try:
+            launcher.stop(job["id"], grace=3)
+        except Exception as e:  # noqa: BLE001 - report, keep tearing down
+            print(f"teardown: could not stop {job['id']}: {e}")
+    launcher.pool.close()
+
+
 @pytest.fixture
 def ssh_env(hostnet, monkeypatch):
     """Point grpo-ui's SSH at the test hosts' ssh config and known_hosts (the user's own files are untouched)."""

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from grpo_ui.spec import spec_to_yaml, validate_spec
+from tests.hosts import stop_active_jobs
 from tests.tiny_job import ASSETS, tiny_spec_data
 
 pytestmark = pytest.mark.slow
@@ -63,6 +64,7 @@ def app_url(ssh_env, tmp_path):
     yield url
     proc.terminate()
     proc.wait(10)
+    stop_active_jobs(tmp_path / "db.sqlite")
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import pytest
 
 from grpo_ui.spec import spec_to_yaml, validate_spec
 from grpo_ui.store import Store
+from tests.hosts import stop_active_jobs
 from tests.test_launcher import job_pids, wait_for
 from tests.tiny_job import ASSETS, tiny_spec_data
 
@@ -30,7 +31,8 @@ def cli(ssh_env, tmp_path):
     def run(*args, timeout=300):
         return subprocess.run([sys.executable, "-m", "grpo_ui", *args], capture_output=True, text=True, env=env,
                               timeout=timeout, cwd=ROOT)
-    return run
+    yield run
+    stop_active_jobs(tmp_path / "db.sqlite")
 
 
 def job_yaml(tmp_path, hosts, max_steps, **train):

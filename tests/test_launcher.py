@@ -14,6 +14,7 @@ import pytest
 from grpo_ui.remote.launcher import Launcher, LaunchError
 from grpo_ui.spec import validate_spec
 from grpo_ui.store import Store
+from tests.hosts import stop_active_jobs
 
 WORKLOAD = """#!/bin/bash
 exec python3 -c 'import os, sys, time
@@ -70,6 +71,7 @@ def launcher(ssh_env, tmp_path):
     launcher = Launcher(Store(tmp_path / "db.sqlite"))
     yield launcher
     launcher.pool.close()
+    stop_active_jobs(tmp_path / "db.sqlite")
 
 
 def test_two_hosts_run_to_success_with_secrets_kept_out_of_scripts(launcher, ssh_env, env_dir, tmp_path):
