@@ -64,6 +64,14 @@ def arg(default: Any, help: str, *, group: str, flag: str | None = None, since: 
     return Field(description=help, json_schema_extra={"swift": extra}, **kw, **bounds)
 
 
+def check_env_names(names):
+    """Variable names as bash exports them (they reach scripts unquoted); ValueError lists the bad ones."""
+    bad = [k for k in names if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
+    if bad:
+        raise ValueError(f"not valid environment variable names: {bad}")
+    return names
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -289,6 +297,11 @@ class Node(BaseModel):
             raise ValueError("host must be a hostname, IP or ssh-config alias without spaces or shell characters")
         return v
 
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        return check_env_names(v)
+
     @field_validator("gpus")
     @classmethod
     def _gpus_ok(cls, v: list[int]) -> list[int]:
@@ -341,13 +354,10 @@ class JobSpec(BaseModel):
         parse_version(v)
         return v
 
-    @field_validator("env")
+    @field_validator("env", "secret_env")
     @classmethod
-    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
-        bad = [k for k in v if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
-        if bad:
-            raise ValueError(f"not valid environment variable names: {bad}")
-        return v
+    def _env_names(cls, v):
+        return check_env_names(v)
 
     def trainer_nodes(self) -> list[Node]:
         return [n for n in self.cluster.nodes if n.role == "trainer"]

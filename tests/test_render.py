@@ -80,6 +80,8 @@ def test_rendered_scripts_pass_shellcheck(tmp_path):
     assert {p.name for p in paths} == {"node_0.sh", "node_1.sh", "rollout_0.sh", "job.sbatch"}
     proc = subprocess.run(["shellcheck", "--shell=bash", *map(str, paths)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout
+    sbatch = (tmp_path / "job.sbatch").read_text()
+    assert sbatch.index("RUN_DIR=") < sbatch.index('cd "$RUN_DIR"')  # set -u: RUN_DIR must exist before use
 
 
 def test_yaml_export_is_read_by_ms_swift_into_the_same_command(tmp_path, swift_python):

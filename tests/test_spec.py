@@ -67,6 +67,8 @@ def test_every_declared_argument_has_help_group_and_a_valid_default():
     ("cluster: {nodes: [{host: a, gpus: [0, 0]}]}", "cluster.nodes[0].gpus"),
     ("swift_version: banana", "swift_version"),
     ("env: {'BAD-NAME': x}", "env"),
+    ("cluster: {nodes: [{host: a, env: {'X;echo INJECTED;Y': '1'}}]}", "cluster.nodes[0].env"),
+    ("secret_env: ['A B']", "secret_env"),
 ])
 def test_bad_yaml_names_the_field(text, path):
     with pytest.raises(SpecError) as e:
