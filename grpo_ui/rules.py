@@ -109,10 +109,13 @@ def steps_per_generation(spec: JobSpec) -> int:
 
 
 def generation_batch(spec: JobSpec) -> int:
-    """Completions per rollout; before 3.5 the divisibility check used the global train batch."""
+    """The batch ms-swift checks against num_generations: before 3.4 the global train batch, in 3.4.x that times
+    gradient_accumulation_steps (grpo_trainer.py there), from 3.5 the generation batch."""
     t = spec.train
-    if version(spec) < (3, 5, 0):
+    if version(spec) < (3, 4, 0):
         return t.per_device_train_batch_size * spec.world_size()
+    if version(spec) < (3, 5, 0):
+        return t.per_device_train_batch_size * spec.world_size() * (t.gradient_accumulation_steps or 1)
     if t.generation_batch_size is not None:
         return t.generation_batch_size
     return t.per_device_train_batch_size * spec.world_size() * steps_per_generation(spec)
@@ -305,12 +308,24 @@ def fsdp_deepspeed(spec):
 # ---------------------------------------------------------------------------------------------------------------
 # Batch arithmetic
 
+def _accumulation_knob(spec) -> str | None:
+    """The field that multiplies the checked batch in this version (none before 3.4, nor when
+    generation_batch_size fixes the batch)."""
+    v = version(spec)
+    if v < (3, 4, 0) or (v >= (3, 5, 0) and spec.train.generation_batch_size is not None
+                         and spec.train.steps_per_generation is None):
+        return None
+    if v < (3, 5, 0) or not spec.train.steps_per_generation:
+        return "train.gradient_accumulation_steps"
+    return "train.steps_per_generation"
+
+
 def _valid_batch_knobs(spec) -> dict[str, list[int]]:
-    """Nearest values of each knob that make the generation batch divisible by num_generations."""
-    t, world, spg = spec.train, spec.world_size(), steps_per_generation(spec)
+    """Nearest values of each knob that make the checked batch divisible by num_generations."""
+    t, world = spec.train, spec.world_size()
     pd, ng, nproc = t.per_device_train_batch_size, t.num_generations, max(spec.nproc_per_node(), 1)
-    pre35 = version(spec) < (3, 5, 0)
-    factor = 1 if pre35 else spg
+    acc_key = _accumulation_knob(spec)
+    factor = generation_batch(spec) // (pd * world)
     out = {
         "train.per_device_train_batch_size": _near([p for p in range(1, 4 * ng + 1) if p * world * factor % ng == 0],
                                                    pd),
@@ -318,9 +333,8 @@ def _valid_batch_knobs(spec) -> dict[str, list[int]]:
                                        ng),
         "GPUs in total": _near([w for w in range(nproc, 64 * nproc + 1, nproc) if pd * w * factor % ng == 0], world),
     }
-    if not pre35:
-        key = "train.steps_per_generation" if t.steps_per_generation else "train.gradient_accumulation_steps"
-        out[key] = _near([s for s in range(1, 4 * ng + 1) if pd * world * s % ng == 0], spg)
+    if acc_key:
+        out[acc_key] = _near([s for s in range(1, 4 * ng + 1) if pd * world * s % ng == 0], factor)
     return out
 
 
@@ -370,7 +384,8 @@ def batch_arithmetic(spec):
     gen = generation_batch(spec)
     if gen % t.num_generations:
         knobs = _valid_batch_knobs(spec)
-        what = ("the global train batch per_device × world" if v < (3, 5, 0) else
+        what = ("the global train batch per_device × world" if v < (3, 4, 0) else
+                "the effective train batch per_device × world × gradient_accumulation_steps" if v < (3, 5, 0) else
                 "generation_batch_size = per_device × world × steps_per_generation")
         options = "; ".join(f"{k}: {vals}" for k, vals in knobs.items() if vals)
         first = next(((k, vals[0]) for k, vals in knobs.items() if vals and k.startswith("train.")), None)
@@ -384,8 +399,8 @@ def batch_arithmetic(spec):
 @rule
 def eval_batch(spec):
     t, world = spec.train, spec.world_size()
-    eval_on = (t.eval_strategy not in (None, "no")) and (t.split_dataset_ratio > 0 or t.val_dataset)
-    eval_on = eval_on or (t.eval_strategy is None and (t.split_dataset_ratio > 0 or bool(t.val_dataset)))
+    # ms-swift: eval_strategy defaults to save_strategy, and evaluation is off without an eval set.
+    eval_on = (t.eval_strategy or t.save_strategy) != "no" and (t.split_dataset_ratio > 0 or bool(t.val_dataset))
     ng = t.num_generations_eval or t.num_generations
     if not eval_on or not world or ng < 2:
         return

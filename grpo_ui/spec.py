@@ -45,16 +45,20 @@ def parse_version(text: str) -> tuple[int, int, int]:
 
 def arg(default: Any, help: str, *, group: str, flag: str | None = None, since: str | None = None,
         until: str | None = None, old_name: str | None = None, renamed_in: str | None = None,
-        always: bool = False, choices: tuple | None = None, **bounds) -> Any:
+        always: bool = False, choices: tuple | None = None, old_default: tuple[Any, str] | None = None,
+        **bounds) -> Any:
     """Declare one ms-swift argument.
 
     since/until: first version that accepts it / first version that no longer does.
     old_name/renamed_in: the flag was called ``old_name`` before ``renamed_in``.
     always: emit the flag even when it equals the default (core settings stay explicit on every node).
     choices: suggested values for free-text fields (the form offers them).
+    old_default: (value, version): ms-swift's own default was ``value`` before ``version``, so the flag is written
+    for older targets whenever the spec's value differs from it.
     """
     extra = {"group": group, "flag": flag, "since": since, "until": until, "old_name": old_name,
-             "renamed_in": renamed_in, "always": always, "choices": list(choices) if choices else None}
+             "renamed_in": renamed_in, "always": always, "choices": list(choices) if choices else None,
+             "old_default": list(old_default) if old_default else None}
     factory = None
     if isinstance(default, (list, dict)):
         factory, value = (lambda d=default: type(d)(d)), None
@@ -117,7 +121,7 @@ class TrainArgs(_Section):
                                            "gradient_accumulation_steps).", group="batch", since="3.5")
     num_generations: int = arg(8, "Completions per prompt (the group size G).", group="batch", ge=1, always=True)
     num_generations_eval: int | None = arg(None, "Completions per prompt at evaluation (default num_generations).",
-                                           group="batch", ge=1)
+                                           group="batch", ge=1, since="3.12")
     max_length: int | None = arg(None, "Prompt length limit in tokens (GRPO).", group="batch", ge=1)
     max_completion_length: int = arg(512, "Longest completion in tokens.", group="batch", ge=1, always=True)
     truncation_strategy: Literal["left", "delete", "right", "split"] | None = arg(
@@ -169,7 +173,7 @@ class TrainArgs(_Section):
     dataset: list[str] = arg([], "Training datasets: id_or_path[:subset][#N].", group="data", always=True)
     val_dataset: list[str] = arg([], "Validation datasets.", group="data")
     split_dataset_ratio: float = arg(0.0, "Fraction of the training set held out for evaluation.", group="data",
-                                     ge=0, lt=1)
+                                     ge=0, lt=1, old_default=(0.01, "3.6"))
     dataset_num_proc: int = arg(1, "Processes for dataset preprocessing.", group="data", ge=1)
     load_from_cache_file: bool = arg(False, "Reuse the datasets preprocessing cache.", group="data")
     dataset_shuffle: bool = arg(True, "Shuffle the training set.", group="data")
@@ -409,6 +413,7 @@ class ArgDecl:
     always: bool
     choices: tuple | None
     bounds: dict
+    old_default: tuple | None = None  # (ms-swift's default before a version, that version)
 
     @property
     def path(self) -> str:
@@ -418,6 +423,12 @@ class ArgDecl:
         v = parse_version(version)
         return (self.since is None or v >= parse_version(self.since)) and (
             self.until is None or v < parse_version(self.until))
+
+    def swift_default(self, version: str) -> Any:
+        """ms-swift's own default in that version (what an omitted flag means there)."""
+        if self.old_default and parse_version(version) < parse_version(self.old_default[1]):
+            return self.old_default[0]
+        return self.default
 
     def flag_for(self, version: str) -> str:
         """The flag name this version knows (the old name before a rename)."""
@@ -442,7 +453,8 @@ def _decls(section: str, model: type[BaseModel]) -> list[ArgDecl]:
         default = info.get_default(call_default_factory=True)
         out.append(ArgDecl(section, name, info.description or "", sw["group"], sw["flag"] or name, default,
                            info.annotation, sw["since"], sw["until"], sw["old_name"], sw["renamed_in"],
-                           sw["always"], tuple(sw["choices"]) if sw["choices"] else None, _bounds(info)))
+                           sw["always"], tuple(sw["choices"]) if sw["choices"] else None, _bounds(info),
+                           tuple(sw["old_default"]) if sw.get("old_default") else None))
     return out
 
 

@@ -93,7 +93,8 @@ def _emit(spec: JobSpec, section: str, version: str, skip: set[str] = frozenset(
     obj = getattr(spec, section)
     for d in (d for d in ARGS if d.section == section and d.name not in skip):
         value = getattr(obj, d.name)
-        if value is None or value == [] or (not d.always and value == d.default) or not _relevant(spec, d):
+        if value is None or value == [] or (not d.always and value == d.swift_default(version)) \
+                or not _relevant(spec, d):
             continue
         if not d.accepted_in(version):
             when = f"added in {d.since}" if d.since and parse_version(version) < parse_version(d.since) \

@@ -150,10 +150,29 @@ def test_batch_error_lists_the_nearest_valid_values_of_each_knob():
     assert "GRPO-BATCH-DIV" not in {x.id for x in validate(fixed)}
 
 
-def test_pre_3_5_divisibility_uses_the_global_train_batch():
+def test_divisibility_follows_each_versions_own_batch():
     changes = {"train.num_generations": 8, "train.gradient_accumulation_steps": 2}
-    assert "GRPO-BATCH-DIV" not in ids(changes)  # 4 GPUs × 1 × 2 steps = 8 completions per rollout
-    assert "GRPO-BATCH-DIV" in ids({**changes, "swift_version": "3.4"})  # 3.4 checks 4 × 1 = 4
+    assert "GRPO-BATCH-DIV" not in ids(changes)  # ≥ 3.5: 4 GPUs × 1 × 2 steps = 8 completions per rollout
+    assert "GRPO-BATCH-DIV" not in ids({**changes, "swift_version": "3.4"})  # 3.4 also multiplies by GAS: 8
+    assert "GRPO-BATCH-DIV" in ids({**changes, "swift_version": "3.3"})  # before 3.4: 4 × 1 = 4
+    spec = with_changes(JobSpec(), {**BASE, "train.num_generations": 8, "train.gradient_accumulation_steps": 3,
+                                    "swift_version": "3.4"})
+    (f,) = [f for f in validate(spec) if f.id == "GRPO-BATCH-DIV"]
+    assert "per_device × world × gradient_accumulation_steps = 12" in f.message
+    assert "train.gradient_accumulation_steps: [2, 4, 6]" in f.fix
+
+
+def test_evaluation_follows_save_strategy_and_needs_an_eval_set():
+    uneven = {"train.split_dataset_ratio": 0.05, "train.num_generations": 8, "train.per_device_eval_batch_size": 1}
+    assert "GRPO-EVAL-BATCH-DIV" in ids(uneven)
+    assert "GRPO-EVAL-BATCH-DIV" not in ids({**uneven, "train.save_strategy": "no"})  # eval_strategy ← save_strategy
+    assert "GRPO-EVAL-BATCH-DIV" in ids({**uneven, "train.save_strategy": "no", "train.eval_strategy": "steps"})
+    assert "GRPO-EVAL-BATCH-DIV" not in ids({**uneven, "train.split_dataset_ratio": 0.0})  # no eval set
+
+
+def test_num_generations_eval_needs_3_12():
+    assert "VERSION-FLAG-UNSUPPORTED" in ids({"train.num_generations_eval": 4, "swift_version": "3.11"})
+    assert "VERSION-FLAG-UNSUPPORTED" not in ids({"train.num_generations_eval": 4, "swift_version": "3.12"})
 
 
 SEEDS = Path(__file__).parent / "fixtures" / "seeds"

@@ -55,6 +55,14 @@ def test_flag_the_version_lacks_is_a_finding_not_a_silent_drop():
     assert not train_command(spec(train__generation_batch_size=32), "3.5").findings
 
 
+def test_a_default_that_ms_swift_changed_is_written_for_older_targets():
+    """ms-swift held out 1 % of the data for evaluation before 3.6 (split_dataset_ratio 0.01); our 0 must be said."""
+    old = train_command(spec(), "3.5").argv
+    assert old[old.index("--split_dataset_ratio") + 1] == "0.0"
+    assert "--split_dataset_ratio" not in train_command(spec(), "3.6").argv
+    assert "--split_dataset_ratio" not in train_command(spec(train__split_dataset_ratio=0.01), "3.5").argv
+
+
 def test_server_mode_lists_every_rollout_node_and_hides_colocate_flags():
     s = spec(rollout__vllm_mode="server", rollout__sleep_level=1, **{"cluster__nodes": [
         {"host": "t0", "gpus": [0, 1]}, {"host": "r0", "role": "rollout"}, {"host": "r1", "address": "10.0.0.9",
