@@ -1,13 +1,13 @@
 """Render a JobSpec into the files that run it: one script per trainer and rollout node, ms-swift YAML per node,
 a Slurm batch script, a secrets template and a README — all from one rendering, so nodes cannot disagree.
 
-Every value reaches bash through ``q`` (shlex.quote); paths starting with ``~/`` become ``"$HOME"/…``.
+Every value reaches bash through ``q`` (shlex.quote); paths through ``shell_path``, which anchors ``~/…`` and relative
+paths at ``"$HOME"``.
 """
 
 from __future__ import annotations
 
 import io
-import re
 import shlex
 import zipfile
 from dataclasses import dataclass, field
@@ -19,7 +19,7 @@ import yaml
 from grpo_ui import rules
 from grpo_ui.findings import Finding, finding
 from grpo_ui.spec import JobSpec, Node, parse_version
-from grpo_ui.swift_cli import rollout_command, train_command
+from grpo_ui.swift_cli import TRAIN_FLAGS, coerce, rollout_command, train_command
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 EXECUTABLE = (".sh", ".sbatch")
@@ -31,12 +31,13 @@ def q(value) -> str:
 
 
 def shell_path(path: str) -> str:
-    """A path as a bash word, with a leading ~/ expanded by the shell on the node."""
+    """A path as one bash word. ``~/…`` and relative paths start at the login's home directory, as SSH and SFTP
+    read them, so a later ``cd`` cannot change what they mean and a leading '-' is never taken for an option."""
+    if path.startswith("/"):
+        return q(path)
     if path == "~":
         return '"$HOME"'
-    if path.startswith("~/"):
-        return '"$HOME"/' + q(path[2:])
-    return q(path)
+    return '"$HOME"/' + q(path.removeprefix("~/"))
 
 
 _env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
@@ -79,29 +80,22 @@ def _node_context(spec: JobSpec, node: Node, job_id: str) -> dict:
             "cuda_visible_devices": ",".join(map(str, node.gpus))}
 
 
-def _typed(token: str):
-    """An argv token as a YAML scalar: booleans and numbers typed, everything else kept as the exact string."""
-    if token in ("true", "false"):
-        return token == "true"
-    if re.fullmatch(r"-?\d+", token):
-        return int(token)
-    if re.fullmatch(r"-?(\d+\.\d*|\.\d+)(e-?\d+)?|-?\d+e-?\d+", token):
-        return float(token)
-    return token
-
-
 def _yaml_config(argv: list[str], env: dict[str, str]) -> str:
-    """ms-swift ≥ 4.1 config: each --flag becomes a key (lists stay lists), with the launch env in ENV."""
+    """ms-swift ≥ 4.1 config: each --flag becomes a key with the launch env in ENV. Values take their declared
+    field's type (a system prompt 'true' stays a string); flags we do not declare (extra_args) stay strings."""
     data: dict = {"ENV": env}
+    tokens: dict[str, list[str]] = {}
     key = None
     for tok in argv[1:]:
         if tok.startswith("--"):
             key = tok[2:]
-            data[key] = []
+            tokens[key] = []
         elif key is not None:
-            data[key].append(_typed(tok))
-    flat = {k: (v[0] if isinstance(v, list) and len(v) == 1 else v) for k, v in data.items()}
-    return yaml.safe_dump(flat, sort_keys=False, allow_unicode=True, width=120)
+            tokens[key].append(tok)
+    for key, values in tokens.items():
+        decl = TRAIN_FLAGS.get(key)
+        data[key] = coerce(decl, values) if decl else (values[0] if len(values) == 1 else values)
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=120)
 
 
 def render(spec: JobSpec, job_id: str) -> Bundle:

@@ -288,7 +288,7 @@ def _expand_config_flag(flags, base_dir, env, findings, source):
     return out
 
 
-def _coerce(decl: ArgDecl, values: list[str]) -> Any:
+def coerce(decl: ArgDecl, values: list[str]) -> Any:
     """argv tokens → the field's type (the final spec validation names the field if they don't fit)."""
     ann = decl.annotation
     is_list = get_origin(ann) is list or any(get_origin(a) is list for a in get_args(ann))
@@ -366,7 +366,7 @@ def _import_flag(name, values, table, data, extra, findings, version, source):
     if not decl.accepted_in(version):
         findings.append(finding("IMPORT-UNSUPPORTED-FLAG", "warning", decl.path, f"{source}: --{name} is not accepted"
                                 f" by ms-swift {version}.", f"Reset {decl.path} or change the target version."))
-    data[decl.section][decl.name] = _coerce(decl, values)
+    data[decl.section][decl.name] = coerce(decl, values)
 
 
 def _import_cluster(trainers, servers, findings):

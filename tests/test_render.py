@@ -10,6 +10,7 @@ import zipfile
 from io import BytesIO
 
 import pytest
+import yaml
 
 from grpo_ui.render import render, write_bundle
 from grpo_ui.spec import JobSpec, with_changes
@@ -85,7 +86,8 @@ def test_rendered_scripts_pass_shellcheck(tmp_path):
 
 
 def test_yaml_export_is_read_by_ms_swift_into_the_same_command(tmp_path, swift_python):
-    s = spec(**cluster(2), **{"train.num_generations": 4, "rollout.sleep_level": 1})
+    s = spec(**cluster(2), **{"train.num_generations": 4, "rollout.sleep_level": 1, "train.system": "true",
+                              "train.dataset": ["007", "1e5"]})
     bundle = render(s, "job-1")
     (tmp_path / "swift_1.yaml").write_text(bundle.files["swift_1.yaml"])
     probe = ("import json, os, sys; from swift.cli.main import parse_yaml_args; argv = [sys.argv[1]]; "
@@ -99,6 +101,66 @@ def test_yaml_export_is_read_by_ms_swift_into_the_same_command(tmp_path, swift_p
     normal = [a.lower() if a in ("True", "False") else a for a in got["argv"]]
     assert normal == train_command(s).argv[1:]
     assert (got["rank"], got["nnodes"], got["master"]) == ("1", "2", "10.9.0.1")
+
+
+def test_yaml_values_take_their_declared_type():
+    s = spec(**cluster(2), **{"train.system": "true", "train.dataset": ["007"], "train.learning_rate": 2e-6,
+                              "train.gradient_checkpointing": False, "extra_args": ["--my_flag", "1"]})
+    data = yaml.safe_load(render(s, "job-1").files["swift_0.yaml"])
+    assert data["system"] == "true" and data["dataset"] == ["007"]  # strings stay strings
+    assert data["learning_rate"] == 2e-6 and data["gradient_checkpointing"] is False
+    assert data["num_generations"] == 8 and data["my_flag"] == "1"  # undeclared: kept as typed
+
+
+def test_relative_and_dash_paths_start_at_home_whatever_the_cwd(tmp_path):
+    """run_root, workdir and python_env given relative (one starting with '-') mean the same place on every node."""
+    home = tmp_path / "home"
+    (home / "-env/bin").mkdir(parents=True)
+    (home / "-env/bin/activate").write_text("export ACTIVATED=yes\n")
+    (home / "my work").mkdir()
+    (home / "bin").mkdir()
+    (home / "bin/swift").write_text('#!/bin/sh\npwd > "$HOME/cwd"; echo "$ACTIVATED" > "$HOME/activated"\n')
+    (home / "bin/swift").chmod(0o755)
+    s = spec(**{"cluster.run_root": "-runs", "cluster.workdir": "my work",
+                "cluster.nodes": [{"host": "localhost", "gpus": [0], "python_env": "-env"}]})
+    (tmp_path / "elsewhere").mkdir()
+    script = tmp_path / "node_0.sh"
+    script.write_text(render(s, "job-1").files["node_0.sh"])
+    env = {"PATH": f"{home / 'bin'}:/usr/bin:/bin", "HOME": str(home)}
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=60,
+                          cwd=tmp_path / "elsewhere")
+    assert proc.returncode == 0, proc.stderr
+    assert (home / "cwd").read_text().strip() == str(home / "my work")
+    assert (home / "activated").read_text().strip() == "yes"
+    assert (home / "-runs/job-1/exit_code.0").read_text().strip() == "0"
+
+
+SRUN = """#!/bin/bash
+# Slurm is not installed here: this srun runs the task command once per node id, as srun does on each node.
+while [[ $1 == --* ]]; do shift; done
+for id in 0 1; do SLURM_NODEID=$id "$@" || code=$?; done
+exit "${code:-0}"
+"""
+
+
+def test_sbatch_tasks_get_their_rank_secrets_and_write_exit_codes(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in {"srun": SRUN, "scontrol": "#!/bin/sh\nprintf 'n1\\nn2\\n'\n",
+                       "swift": '#!/bin/bash\necho "$NODE_RANK $MASTER_ADDR $WANDB_API_KEY" >> "$HOME/seen"\n'
+                                '[ "$NODE_RANK" = 1 ] && exit 7; exit 0\n'}.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    s = spec(**cluster(2), **{"cluster.run_root": str(tmp_path / "runs")})
+    (tmp_path / "runs/job-1").mkdir(parents=True)
+    (tmp_path / "runs/job-1/secrets.env").write_text("WANDB_API_KEY=k3y\n")
+    (tmp_path / "job.sbatch").write_text(render(s, "job-1").files["job.sbatch"])
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "SLURM_JOB_NODELIST": "n[1-2]",
+           "SLURM_NNODES": "2"}
+    proc = subprocess.run(["bash", str(tmp_path / "job.sbatch")], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 7, proc.stderr
+    assert (tmp_path / "seen").read_text().split("\n")[:2] == ["0 n1 k3y", "1 n1 k3y"]
+    assert [(tmp_path / f"runs/job-1/exit_code.{r}").read_text().strip() for r in (0, 1)] == ["0", "7"]
 
 
 class Health(http.server.BaseHTTPRequestHandler):

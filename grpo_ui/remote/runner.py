@@ -21,6 +21,11 @@ class Runner(Protocol):
     def read(self, path: str, offset: int, limit: int) -> bytes: ...
 
 
+def local_path(path: str) -> Path:
+    """``~/…`` and relative paths start at the home directory, as they do over SSH and in the node scripts."""
+    return Path.home() / Path(os.path.expanduser(path))
+
+
 class LocalRunner:
     """The dashboard's own machine: bash and plain files, no SSH."""
 
@@ -29,13 +34,14 @@ class LocalRunner:
 
     def run(self, command: str, timeout: float = 30.0) -> Result:
         try:
-            p = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=timeout)
+            p = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=timeout,
+                               cwd=Path.home())  # where an SSH login starts
         except subprocess.TimeoutExpired:
             raise SshError(self.host, f"command timed out after {timeout:.0f} s") from None
         return Result(p.returncode, p.stdout, p.stderr)
 
     def write(self, path: str, text: str, mode: int = 0o644) -> None:
-        p = Path(os.path.expanduser(path))
+        p = local_path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
         with os.fdopen(fd, "w") as f:
@@ -44,7 +50,7 @@ class LocalRunner:
 
     def read(self, path: str, offset: int, limit: int) -> bytes:
         try:
-            with open(os.path.expanduser(path), "rb") as f:
+            with open(local_path(path), "rb") as f:
                 f.seek(offset)
                 return f.read(limit)
         except FileNotFoundError:
