@@ -1,0 +1,119 @@
+"""Measured peak GPU memory (tests/data/memory_measurements.jsonl) against the estimator and two baselines.
+
+Each row names a published measurement, the configuration it was taken with and what the figure measures. A row is
+rebuilt as a JobSpec and estimated by ``grpo_ui.memory``; SFT rows reuse the same training-phase terms with the whole
+sequence as the trained tokens (SFT computes logits at every position) and no rollout.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from grpo_ui.memory import (
+    GIB,
+    Inputs,
+    MemoryReport,
+    deepspeed_zero2_model_states,
+    deepspeed_zero3_model_states,
+    estimate,
+    inputs_from_spec,
+    weights_only_gib,
+)
+from grpo_ui.spec import JobSpec, RolloutArgs, TrainArgs, with_changes
+
+REQUIRED = ("id", "kind", "workload", "source", "config", "gpu", "measured_gib", "measures", "compare", "held_out")
+LAYOUT_KEYS = {"nodes", "gpus_per_node", "swift_version", "seq_len"}
+COMPARE = ("peak", "torch")  # peak: everything on the GPU (nvidia-smi); torch: without vLLM's own pool
+
+
+@dataclass(frozen=True)
+class Result:
+    row: dict
+    ours: float
+    weights_only: float
+    deepspeed: float
+
+    def error(self, predicted: float) -> float:
+        """Absolute error in % of the measurement."""
+        return abs(predicted - self.row["measured_gib"]) / self.row["measured_gib"] * 100
+
+
+def load(path: str | Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def problems(row: dict) -> list[str]:
+    """What makes a row unusable (missing fields, config keys no JobSpec field takes); empty if well-formed."""
+    out = [f"missing {k}" for k in REQUIRED if k not in row]
+    cfg = row.get("config", {})
+    unknown = set(cfg) - LAYOUT_KEYS - set(TrainArgs.model_fields) - set(RolloutArgs.model_fields)
+    out += [f"config key {k} is not a JobSpec field" for k in sorted(unknown)]
+    if row.get("workload") == "sft" and "seq_len" not in cfg:
+        out.append("an sft row needs config.seq_len")
+    if row.get("compare") not in COMPARE:
+        out.append(f"compare must be one of {COMPARE}")
+    if not row.get("measured_gib", 0) > 0:
+        out.append("measured_gib must be positive")
+    return out
+
+
+def spec_of(row: dict) -> JobSpec:
+    """The JobSpec a row's configuration describes (one node entry per node, all on the row's GPU)."""
+    cfg = row["config"]
+    changes: dict = {"train.dataset": ["calibration"], "train.reward_funcs": ["accuracy"]}
+    if row["workload"] == "sft":
+        changes["rollout.use_vllm"] = False
+    for key, value in cfg.items():
+        if key in TrainArgs.model_fields:
+            changes[f"train.{key}"] = value
+        elif key in RolloutArgs.model_fields:
+            changes[f"rollout.{key}"] = value
+    changes["cluster.nodes"] = [{"host": f"node{n}", "gpus": list(range(cfg.get("gpus_per_node", 1))),
+                                 "gpu_model": row["gpu"]} for n in range(cfg.get("nodes", 1))]
+    return with_changes(JobSpec(swift_version=cfg.get("swift_version", "4.6")), changes)
+
+
+def inputs_of(row: dict) -> Inputs:
+    i = inputs_from_spec(spec_of(row))
+    if row["workload"] == "sft":
+        i = replace(i, prompt_len=0, completion_len=row["config"]["seq_len"], ref_model=False, vllm="none")
+    return i
+
+
+def predicted_gib(row: dict, report: MemoryReport) -> float:
+    """The estimate of what the row measured: the training phase for SFT, else the trainer GPU's peak phase
+    (``torch`` leaves out vLLM's terms, which torch's caching allocator does not see)."""
+    phases = report.trainer.phases
+    if row["workload"] == "sft":
+        phases = [p for p in phases if p.name == "training"]
+    keep = (lambda t: not t.name.startswith("vLLM")) if row["compare"] == "torch" else (lambda t: True)
+    return max(sum(t.gib for t in p.terms if keep(t)) for p in phases)
+
+
+def deepspeed_baseline_gib(i: Inputs) -> float:
+    """DeepSpeed's model-states estimator for the row's stage (ZeRO-3's for stage 3, ZeRO-2's otherwise), on all
+    parameters as ``estimate_zero*_model_states_mem_needs_all_live(model)`` counts them, without offload."""
+    p, nodes = i.arch.total_params(), max(i.world // i.nproc, 1)
+    if i.zero_stage == 3:
+        largest = max(i.arch.vocab_size * i.arch.hidden_size, i.arch.layer_params())
+        _, gpu = deepspeed_zero3_model_states(p, largest, i.nproc, nodes, cpu_offload=False,
+                                              cpu_offload_params=False)
+    else:
+        _, gpu = deepspeed_zero2_model_states(p, i.nproc, nodes, cpu_offload=False)
+    return gpu / GIB
+
+
+def evaluate(row: dict) -> Result:
+    i = inputs_of(row)
+    return Result(row, predicted_gib(row, estimate(i)), weights_only_gib(i.arch.total_params(), i.param_bytes),
+                  deepspeed_baseline_gib(i))
+
+
+def summary(errors: list[float]) -> tuple[float, float]:
+    """(median, p90) of absolute % errors; p90 by linear interpolation between order statistics."""
+    if len(errors) == 1:
+        return errors[0], errors[0]
+    return statistics.median(errors), statistics.quantiles(errors, n=10, method="inclusive")[8]
