@@ -26,7 +26,8 @@ from grpo_ui.spec import JobSpec, RolloutArgs, TrainArgs, with_changes
 
 REQUIRED = ("id", "kind", "workload", "source", "config", "gpu", "measured_gib", "measures", "compare", "held_out")
 LAYOUT_KEYS = {"nodes", "gpus_per_node", "swift_version", "seq_len"}
-COMPARE = ("peak", "torch")  # peak: everything on the GPU (nvidia-smi); torch: without vLLM's own pool
+COMPARE = ("peak", "torch")  # peak: everything on the GPU (nvidia-smi); torch: what torch's allocator reserved
+NOT_TORCH = ("vLLM", "CUDA context", "NCCL")  # memory torch.cuda.max_memory_reserved does not count
 
 
 @dataclass(frozen=True)
@@ -84,13 +85,14 @@ def inputs_of(row: dict) -> Inputs:
 
 
 def predicted_gib(row: dict, report: MemoryReport) -> float:
-    """The estimate of what the row measured: the training phase for SFT, else the trainer GPU's peak phase
-    (``torch`` leaves out vLLM's terms, which torch's caching allocator does not see)."""
+    """The estimate of what the row measured: the training phase for SFT, else the trainer GPU's peak phase.
+    ``torch`` (ms-swift's memory(GiB) = torch.cuda.max_memory_reserved) leaves out the CUDA context, NCCL's buffers
+    and vLLM's pool: none of them is allocated through torch's caching allocator."""
     phases = report.trainer.phases
     if row["workload"] == "sft":
         phases = [p for p in phases if p.name == "training"]
-    keep = (lambda t: not t.name.startswith("vLLM")) if row["compare"] == "torch" else (lambda t: True)
-    return max(sum(t.gib for t in p.terms if keep(t)) for p in phases)
+    torch_only = row["compare"] == "torch"
+    return max(sum(t.gib for t in p.terms if not (torch_only and t.name.startswith(NOT_TORCH))) for p in phases)
 
 
 def deepspeed_baseline_gib(i: Inputs) -> float:

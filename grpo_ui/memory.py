@@ -116,6 +116,7 @@ class Inputs:
 
     arch: ModelArch
     param_bytes: float          # bytes per base weight (2 bf16/fp16, 4 fp32, ~0.56 4-bit, ~1.06 8-bit)
+    compute_bytes: float        # bytes per weight of the compute dtype (what quantization leaves unquantized)
     full: bool                  # full tuning (else LoRA-style adapters)
     lora_rank: int
     lora_targets: tuple[str, ...]
@@ -177,20 +178,24 @@ def find_arch(model: str) -> ModelArch:
 def inputs_from_spec(spec: JobSpec, gpu: str | None = None, arch: ModelArch | None = None) -> Inputs:
     t, r, s = spec.train, spec.rollout, spec.server
     arch = arch or find_arch(t.model)
-    dtype = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, None: 2.0}[t.torch_dtype]
-    if t.quant_bits:
-        dtype = {4: 0.5625, 8: 1.0625}[t.quant_bits]  # packed weights + per-group scales (bitsandbytes)
+    compute = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, None: 2.0}[t.torch_dtype]
+    dtype = {4: 0.5625, 8: 1.0625}[t.quant_bits] if t.quant_bits else compute  # packed weights + group scales
     stage, off_opt, off_par = _zero(t.deepspeed)
     nodes = spec.trainer_nodes()
     gpu_name = gpu or (nodes[0].gpu_model if nodes else None)
-    vllm = "none" if not r.use_vllm else ("server" if r.vllm_mode == "server" else "colocate")
+    spare = spec.spare_rollout_gpus() > 0  # ms-swift 3.2–3.4: vLLM alone on the node's last GPU(s)
+    vllm = "none" if not r.use_vllm else ("server" if r.vllm_mode == "server" or spare else "colocate")
     prompt = t.max_length or 1024
     max_len = r.vllm_max_model_len or prompt + t.max_completion_length
+    # the GPU vLLM has to itself: a swift rollout server's settings, or the trainer's vLLM flags on a spare GPU
+    own_gpu = (r.vllm_gpu_memory_utilization, 1, max_len) if spare else (
+        s.vllm_gpu_memory_utilization, s.vllm_tensor_parallel_size, s.vllm_max_model_len or prompt + t.max_completion_length)
     spg = t.steps_per_generation or t.gradient_accumulation_steps or 1
     targets = tuple(LORA_LINEARS) if "all-linear" in t.target_modules else tuple(
         m for m in t.target_modules if m in LORA_LINEARS)
     return Inputs(
-        arch=arch, param_bytes=dtype, full=t.tuner_type == "full", lora_rank=t.lora_rank, lora_targets=targets,
+        arch=arch, param_bytes=dtype, compute_bytes=compute, full=t.tuner_type == "full", lora_rank=t.lora_rank,
+        lora_targets=targets,
         zero_stage=stage, offload_optimizer_ds=off_opt, offload_param_ds=off_par,
         world=max(spec.world_size(), 1), nproc=max(spec.nproc_per_node(), 1),
         micro_batch=t.per_device_train_batch_size, prompt_len=prompt, completion_len=t.max_completion_length,
@@ -203,8 +208,7 @@ def inputs_from_spec(spec: JobSpec, gpu: str | None = None, arch: ModelArch | No
         sleep_level=r.sleep_level if vllm == "colocate" else 0, offload_model=r.offload_model and vllm == "colocate",
         offload_optimizer=r.offload_optimizer and vllm == "colocate",
         vllm_budget="process" if parse_version(spec.swift_version) < (3, 6, 0) else "instance",
-        gpu=find_gpu(gpu_name), server_util=s.vllm_gpu_memory_utilization, server_tp=s.vllm_tensor_parallel_size,
-        server_max_len=s.vllm_max_model_len or prompt + t.max_completion_length)
+        gpu=find_gpu(gpu_name), server_util=own_gpu[0], server_tp=own_gpu[1], server_max_len=own_gpu[2])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -221,6 +225,17 @@ def lora_params(i: Inputs) -> int:
     return per_layer * i.arch.num_hidden_layers
 
 
+def base_weight_bytes(i: Inputs) -> float:
+    """Bytes of the base model's weights. Quantization (QLoRA) packs only the decoder's linear layers: bitsandbytes
+    replaces nn.Linear modules and keeps lm_head in the compute dtype (transformers' get_keys_to_not_convert), GPTQ
+    checkpoints quantize the decoder linears; embeddings, lm_head and a vision tower stay at compute_bytes."""
+    p = i.arch.total_params()
+    if i.param_bytes == i.compute_bytes:
+        return p * i.param_bytes
+    layers = i.arch.num_hidden_layers * i.arch.layer_params()
+    return layers * i.param_bytes + (p - layers) * i.compute_bytes
+
+
 def model_states(i: Inputs) -> dict[str, float]:
     """Weights, gradients and optimizer states per GPU (bytes), following ZeRO's partitioning.
 
@@ -232,7 +247,7 @@ def model_states(i: Inputs) -> dict[str, float]:
     """
     p = i.arch.total_params()
     w = i.world
-    weights = p * i.param_bytes
+    weights = base_weight_bytes(i)
     if i.zero_stage == 3:
         weights = 0.0 if i.offload_param_ds else weights / w
     if i.full:
@@ -303,7 +318,7 @@ def reference_model(i: Inputs) -> float:
     LoRA uses the base model with adapters disabled, beta = 0 loads none."""
     if not i.ref_model:
         return 0.0
-    w = i.arch.total_params() * i.param_bytes
+    w = base_weight_bytes(i)
     return 0.0 if (i.zero_stage == 3 and i.offload_param_ds) else w / (i.world if i.zero_stage == 3 else 1)
 
 

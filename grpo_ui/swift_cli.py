@@ -26,7 +26,7 @@ LAUNCH_ENV = ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NPROC_PER_NO
 SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
 COLOCATE_ONLY = {"vllm_gpu_memory_utilization", "vllm_max_model_len", "vllm_tensor_parallel_size", "vllm_max_num_seqs",
                  "vllm_enable_prefix_caching", "vllm_enforce_eager", "sleep_level", "offload_model",
-                 "offload_optimizer"}
+                 "offload_optimizer", "num_infer_workers"}
 SERVER_ONLY = {"vllm_server_host", "vllm_server_port", "vllm_server_group_port", "vllm_server_timeout",
                "async_generate"}
 # Flags ms-swift removed, with what replaces them (reference §2 'history').
@@ -130,7 +130,7 @@ def train_command(spec: JobSpec, version: str | None = None) -> Command:
                                         "Use one rollout server, or ms-swift ≥ 3.7 for several."))
                 hosts, ports = hosts[:1], ports[:1]
             argv += ["--vllm_server_host", *hosts, "--vllm_server_port", *map(str, ports)]
-    if dialect == "3.2-3.4" and r.use_vllm and r.vllm_mode != "server":
+    if dialect == "3.2-3.4" and r.use_vllm and r.vllm_mode != "server" and r.num_infer_workers is None:
         argv += ["--num_infer_workers", str(spec.nproc_per_node())]
     argv += spec.extra_args
     return Command(argv, dict(spec.env), findings)

@@ -2,6 +2,8 @@
 
 import pytest
 
+from grpo_ui.calibration import evaluate, problems, summary
+from grpo_ui.calibration import load as load_calibration
 from grpo_ui.catalog import find_model
 from grpo_ui.fit import suggest
 from grpo_ui.memory import (
@@ -120,3 +122,37 @@ def test_deepspeed_zero3_estimator_formula():
     assert deepspeed_zero3_model_states(p, layer, 8, 2, True, True, True) == (int(p * 18 / 2 * 1.5), 4 * layer)
     assert deepspeed_zero3_model_states(p, layer, 8, 2, True, False, False) == (
         int(p * max(32, 8) * 1.5), int(4 * layer + int(2 * p / 16)))
+
+
+def test_field_report_004_working_config_fits_with_vllm_on_the_spare_gpu():
+    """ms-swift 3.2 with num_infer_workers 1 on 4 GPUs: 3 training processes, vLLM alone on the 4th GPU."""
+    good = load_spec("tests/fixtures/seeds/004_qwen2_7b_a10_working.yaml")
+    assert (good.nproc_per_node(), good.world_size(), good.spare_rollout_gpus()) == (3, 3, 1)
+    report = estimate_spec(good)
+    assert report.verdict in ("fits", "tight")
+    assert [r.role for r in report.roles] == ["trainer", "rollout"]
+    assert term(report, "training", "vLLM") == 0  # no vLLM memory on the training GPUs
+    assert term(report, "rollout", "vLLM", role=1) == pytest.approx(0.9 * 22.49, rel=0.01)
+    # the same flags from 3.6 on (num_infer_workers removed): vLLM would share all four GPUs and not fit
+    assert with_changes(good, {"swift_version": "3.6"}).spare_rollout_gpus() == 0
+
+
+CALIBRATION = load_calibration("tests/data/memory_measurements.jsonl")
+
+
+@pytest.mark.parametrize("row", CALIBRATION, ids=lambda r: r["id"])
+def test_calibration_row_is_well_formed_and_buildable(row):
+    assert problems(row) == []
+    assert row["source"].startswith("https://") and row["notes"]
+    result = evaluate(row)
+    assert result.ours > 0 and result.weights_only > 0 and result.deepspeed > 0
+
+
+def test_estimate_is_within_target_of_published_measurements():
+    """Median ≤ 10 % and p90 ≤ 25 % absolute error over the calibration set (bench/memory_accuracy.py prints it)."""
+    assert len(CALIBRATION) >= 40 and len({r["kind"] for r in CALIBRATION}) >= 4
+    results = [evaluate(r) for r in CALIBRATION]
+    median, p90 = summary([r.error(r.ours) for r in results])
+    assert median <= 10 and p90 <= 25, (median, p90)
+    baseline_median, _ = summary([r.error(r.weights_only) for r in results])
+    assert median < baseline_median
