@@ -85,12 +85,12 @@ def inputs_of(row: dict) -> Inputs:
 
 
 def predicted_gib(row: dict, report: MemoryReport) -> float:
-    """The estimate of what the row measured: the training phase for SFT, else the trainer GPU's peak phase.
+    """The estimate of what the row measured: the trainer GPU's peak phase (SFT: no rollout phase).
     ``torch`` (ms-swift's memory(GiB) = torch.cuda.max_memory_reserved) leaves out the CUDA context, NCCL's buffers
     and vLLM's pool: none of them is allocated through torch's caching allocator."""
     phases = report.trainer.phases
     if row["workload"] == "sft":
-        phases = [p for p in phases if p.name == "training"]
+        phases = [p for p in phases if p.name != "rollout"]
     torch_only = row["compare"] == "torch"
     return max(sum(t.gib for t in p.terms if not (torch_only and t.name.startswith(NOT_TORCH))) for p in phases)
 

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from grpo_ui.catalog import Gpu, ModelArch, find_gpu, find_model, from_hf_config
-from grpo_ui.spec import JobSpec, parse_version
+from grpo_ui.spec import JobSpec
 
 GIB = 2 ** 30
 CUDA_CONTEXT_GIB = 0.5      # CUDA context + kernels per process (typ. 0.3–0.6 GiB with lazy module loading)
@@ -140,7 +140,6 @@ class Inputs:
     sleep_level: int
     offload_model: bool
     offload_optimizer: bool
-    vllm_budget: str            # "process" (vLLM V0: util caps the whole process) or "instance" (V1: vLLM's own)
     gpu: Gpu | None
     server_util: float
     server_tp: int
@@ -207,7 +206,6 @@ def inputs_from_spec(spec: JobSpec, gpu: str | None = None, arch: ModelArch | No
         vllm_max_num_seqs=r.vllm_max_num_seqs or t.per_device_train_batch_size * r.vllm_tensor_parallel_size * spg,
         sleep_level=r.sleep_level if vllm == "colocate" else 0, offload_model=r.offload_model and vllm == "colocate",
         offload_optimizer=r.offload_optimizer and vllm == "colocate",
-        vllm_budget="process" if parse_version(spec.swift_version) < (3, 6, 0) else "instance",
         gpu=find_gpu(gpu_name), server_util=own_gpu[0], server_tp=own_gpu[1], server_max_len=own_gpu[2])
 
 
@@ -313,6 +311,33 @@ def logits(i: Inputs) -> float:
     return i.micro_batch * per_seq * 4 + per_seq * 8
 
 
+def step_temporaries(i: Inputs, trainable: int) -> float:
+    """Memory the optimizer step allocates on top of the model states (bytes), while activations are freed.
+
+    Plain torch AdamW (foreach, the default on CUDA) works on whole tensor lists and "uses roughly sizeof(params)
+    more peak memory" (PyTorch torch.optim docs, 'Algorithms'): trainable × grad bytes. DeepSpeed ZeRO-1/2 casts
+    each rank's gradient partition to fp32 before the step (stage_1_and_2.py: single_grad_partition):
+    4 B × trainable ÷ world. ZeRO-3 does the same per sub-group (sub_group_size 1e9 elements).
+    """
+    grad_b = 4.0 if not i.full else i.param_bytes
+    if i.zero_stage == 0:
+        return trainable * grad_b
+    if i.offload_optimizer_ds:
+        return 0.0
+    if i.zero_stage == 3:
+        return min(1e9, trainable / i.world) * 4
+    return trainable * 4 / i.world
+
+
+def optimizer_step_phase(i: Inputs, trainable: int, training: list[Term]) -> Phase:
+    """The optimizer step: everything resident in training except activations and logits, plus the step's
+    temporaries. The training peak is the larger of this phase and the forward/backward one."""
+    dynamic = ("activations", "logits", "fragmentation")
+    kept = [t for t in training if t.name not in dynamic]
+    return Phase("optimizer step", kept + [Term("optimizer-step temporaries", step_temporaries(i, trainable) / GIB,
+                                                "foreach AdamW: one params-sized list; ZeRO: fp32 grad partition")])
+
+
 def reference_model(i: Inputs) -> float:
     """A frozen copy of the policy (full tuning with beta > 0); sharded like the weights under ZeRO-3.
     LoRA uses the base model with adapters disabled, beta = 0 loads none."""
@@ -367,19 +392,22 @@ def estimate(i: Inputs) -> MemoryReport:
             reserve = w + kv_want + VLLM_OVERHEAD_GIB * GIB
             notes.append("No GPU model chosen: vLLM counted at what it needs, not its reservation.")
         else:
-            budget = i.vllm_util * cap * GIB - (resident if i.vllm_budget == "process" else 0)
+            # vLLM's own share on top of what training holds: since vLLM 0.6.4 its memory profiling starts from a
+            # baseline snapshot (non_kv_cache_memory = its weights + peak activation increase + non-torch increase),
+            # so util × capacity is per instance. Calibration row swift-issue3426 (ms-swift 3.2, util 0.6 on 80 GB,
+            # ~70 GiB per card) agrees; the earlier whole-process budget gave 54 GiB.
+            budget = i.vllm_util * cap * GIB
             reserve = max(budget, need)
             if budget < need:
                 notes.append(f"vLLM cannot start: its budget ({budget / GIB:.1f} GiB"
-                             + (" = util × capacity − the policy already loaded" if i.vllm_budget == "process"
-                                else " = util × capacity") + f") is below its weights + one sequence of KV "
+                             " = util × capacity) is below its weights + one sequence of KV "
                              f"({need / GIB:.1f} GiB).")
             elif budget - w - VLLM_OVERHEAD_GIB * GIB < kv_want:
                 seqs = int((budget - w - VLLM_OVERHEAD_GIB * GIB) / (kv_want / i.vllm_max_num_seqs))
                 notes.append(f"vLLM's KV cache holds ~{seqs} of the {i.vllm_max_num_seqs} sequences a rollout "
                              "wants at once: generation runs in more waves (slower, not an error).")
-            if i.vllm_budget == "instance" and resident + i.vllm_util * cap * GIB > cap * GIB:
-                notes.append(f"vLLM (V1) checks at start that util × capacity ({i.vllm_util * cap:.1f} GiB) is "
+            if resident + i.vllm_util * cap * GIB > cap * GIB:
+                notes.append(f"vLLM checks at start that util × capacity ({i.vllm_util * cap:.1f} GiB) is "
                              f"free, but training already holds {resident / GIB:.1f} GiB.")
         awake = [Term("vLLM weights", w / GIB, "weights / TP"),
                  Term("vLLM KV cache + overhead", (reserve - w) / GIB,
@@ -393,6 +421,7 @@ def estimate(i: Inputs) -> MemoryReport:
         gen_kv = i.micro_batch * (i.prompt_len + i.completion_len) * i.arch.kv_bytes_per_token()
         rollout.append(Term("generate() KV cache", gen_kv / GIB, "transformers generation for the micro-batch"))
         phases.append(Phase("rollout", rollout))
+    phases.insert(1, optimizer_step_phase(i, ms["trainable"], training))
     roles = [RoleReport("trainer", i.gpu.name if i.gpu else None, cap, phases, notes)]
     if i.vllm == "server":
         w, kv = vllm_need(i.arch, i.param_bytes, i.server_tp, 1, i.server_max_len)  # at least one sequence
@@ -428,7 +457,7 @@ def _assumptions(i: Inputs) -> list[str]:
            f"ZeRO stage {i.zero_stage} over {i.world} GPUs" if i.zero_stage else "no DeepSpeed (plain DDP)"]
     if i.vllm == "colocate":
         out.append(f"vLLM colocate: {i.vllm_max_num_seqs} seqs × {i.vllm_max_len} tokens, TP {i.vllm_tp}, "
-                   f"{'V0 process' if i.vllm_budget == 'process' else 'V1 instance'} memory budget")
+                   "vLLM's budget = util × capacity on top of training")
     return out
 
 
