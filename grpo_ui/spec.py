@@ -237,7 +237,7 @@ class RolloutArgs(_Section):
     num_infer_workers: int | None = arg(
         None, "ms-swift 3.2–3.4: vLLM engines per node. Empty or the node's GPU count: vLLM shares the training "
         "GPUs; fewer: vLLM takes the node's last N GPUs and training the others (NPROC_PER_NODE = GPUs − N).",
-        group="rollout", ge=1, until="3.6")
+        group="rollout", ge=1, until="3.5")  # 3.5 only warns that it is deprecated; 3.6 removed it
     vllm_enable_prefix_caching: bool = arg(True, "vLLM prefix caching.", group="rollout")
     vllm_enable_lora: bool = arg(False, "Sync only LoRA deltas to vLLM.", group="rollout", since="3.10")
     vllm_enforce_eager: bool = arg(False, "Disable CUDA graphs in vLLM (saves memory, slower).", group="rollout")
@@ -376,7 +376,7 @@ class JobSpec(BaseModel):
         nodes, workers = self.trainer_nodes(), self.rollout.num_infer_workers
         if not (nodes and workers and self.rollout.use_vllm and self.rollout.vllm_mode != "server"):
             return 0
-        if parse_version(self.swift_version) >= (3, 6, 0):
+        if parse_version(self.swift_version) >= (3, 5, 0):
             return 0
         return workers if workers < len(nodes[0].gpus) else 0
 
