@@ -1,8 +1,9 @@
 """Accuracy of the memory estimate against published measurements (tests/data/memory_measurements.jsonl).
 
 For each kind and overall: rows, median and p90 absolute % error of our estimate and, in the same run, of two
-baselines: weights only (params × bytes) and DeepSpeed's model-states estimator (GPU bytes). Rows marked held_out were
-kept out of any tuning of grpo_ui/memory.py and are reported on their own. Target: ours median ≤ 10 %, p90 ≤ 25 %.
+baselines: weights only (params × bytes, ÷ TP for vLLM rows) and DeepSpeed's model-states estimator (GPU bytes,
+training rows only). Rows marked held_out were kept out of any tuning of grpo_ui/memory.py and are reported on their
+own. Target: ours median ≤ 10 %, p90 ≤ 25 %.
 """
 
 from collections import defaultdict
@@ -15,8 +16,8 @@ DATA = "tests/data/memory_measurements.jsonl"
 def line(label, results):
     cells = []
     for pick in (lambda r: r.ours, lambda r: r.weights_only, lambda r: r.deepspeed):
-        med, p90 = summary([r.error(pick(r)) for r in results])
-        cells.append(f"{med:6.1f} {p90:6.1f}")
+        stats = summary([r.error(pick(r)) for r in results if pick(r) is not None])
+        cells.append(f"{stats[0]:6.1f} {stats[1]:6.1f}" if stats else f"{'n/a':>13}")
     return f"{label:<22} {len(results):>3}   " + "   ".join(cells)
 
 
