@@ -133,6 +133,9 @@ def test_field_report_004_working_config_fits_with_vllm_on_the_spare_gpu():
     assert [r.role for r in report.roles] == ["trainer", "rollout"]
     assert term(report, "training", "vLLM") == 0  # no vLLM memory on the training GPUs
     assert term(report, "rollout", "vLLM", role=1) == pytest.approx(0.9 * 22.49, rel=0.01)
+    # with the lengths of the original issue (ms-swift#3361: max_length 2048, completion 1024) it still runs
+    longer = with_changes(good, {"train.max_length": 2048, "train.max_completion_length": 1024})
+    assert estimate_spec(longer).verdict in ("fits", "tight")
     # from 3.5 on ms-swift ignores num_infer_workers: the same job puts vLLM on all four training GPUs
     assert with_changes(good, {"swift_version": "3.5"}).spare_rollout_gpus() == 0
 
