@@ -4,7 +4,9 @@ Pure functions, no I/O. GiB = 2**30 bytes. Each term's docstring or comment give
 - model states: ZeRO paper (Rajbhandari et al. 2020) §3 and DeepSpeed's estimate_zero{2,3}_model_states_mem_needs;
 - activations: Korthikanti et al. 2022 ("Reducing Activation Recomputation") adapted to gated MLPs and flash attention;
 - vLLM: its gpu_memory_utilization budget (vLLM docs, "engine arguments") and the KV-cache size per token;
-- GRPO specifics (reference model, logits of completions, sleep levels): ms-swift GRPO docs and rollout_mixin.py.
+- GRPO specifics (reference model, logits of completions, sleep levels): ms-swift GRPO docs and rollout_mixin.py;
+- optimizer step: PyTorch's foreach AdamW and DeepSpeed's fp32 gradient partition (see step_temporaries).
+Checked against published measurements: bench/memory_accuracy.py, tests/data/memory_measurements.jsonl.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ class Term:
 
 @dataclass
 class Phase:
-    name: str  # "training" or "rollout"
+    name: str  # "training" (forward/backward), "optimizer step" or "rollout"
     terms: list[Term]
 
     @property
@@ -319,11 +321,10 @@ def step_temporaries(i: Inputs, trainable: int) -> float:
     each rank's gradient partition to fp32 before the step (stage_1_and_2.py: single_grad_partition):
     4 B × trainable ÷ world. ZeRO-3 does the same per sub-group (sub_group_size 1e9 elements).
     """
-    grad_b = 4.0 if not i.full else i.param_bytes
     if i.zero_stage == 0:
-        return trainable * grad_b
+        return trainable * (i.param_bytes if i.full else 4.0)  # LoRA adapters are fp32
     if i.offload_optimizer_ds:
-        return 0.0
+        return 0.0  # the step runs on the CPU
     if i.zero_stage == 3:
         return min(1e9, trainable / i.world) * 4
     return trainable * 4 / i.world
@@ -392,10 +393,10 @@ def estimate(i: Inputs) -> MemoryReport:
             reserve = w + kv_want + VLLM_OVERHEAD_GIB * GIB
             notes.append("No GPU model chosen: vLLM counted at what it needs, not its reservation.")
         else:
-            # vLLM's own share on top of what training holds: since vLLM 0.6.4 its memory profiling starts from a
-            # baseline snapshot (non_kv_cache_memory = its weights + peak activation increase + non-torch increase),
-            # so util × capacity is per instance. Calibration row swift-issue3426 (ms-swift 3.2, util 0.6 on 80 GB,
-            # ~70 GiB per card) agrees; the earlier whole-process budget gave 54 GiB.
+            # vLLM's own share on top of what training holds: its memory profiling counts only what the instance
+            # adds to a baseline snapshot (vllm-project/vllm#10511, v0.6.5+; it logs "the current vLLM instance can
+            # use total_gpu_memory x gpu_memory_utilization"). Calibration row swift-issue3426 (ms-swift 3.2, util
+            # 0.6 on 80 GB, ~70 GiB per card) agrees; a whole-process budget gave 54 GiB.
             budget = i.vllm_util * cap * GIB
             reserve = max(budget, need)
             if budget < need:
