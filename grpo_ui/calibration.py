@@ -25,7 +25,8 @@ from grpo_ui.memory import (
 )
 from grpo_ui.spec import JobSpec, RolloutArgs, ServerArgs, TrainArgs, with_changes
 
-REQUIRED = ("id", "kind", "workload", "source", "config", "gpu", "measured_gib", "measures", "compare", "held_out")
+REQUIRED = ("id", "kind", "workload", "source", "config", "gpu", "measured_gib", "measures", "compare", "notes",
+            "held_out")
 WORKLOADS = ("grpo", "sft", "vllm")
 LAYOUT_KEYS = {"nodes", "gpus_per_node", "swift_version", "seq_len"}
 COMPARE = ("peak", "torch")  # peak: everything on the GPU (nvidia-smi); torch: what torch's allocator reserved
@@ -52,7 +53,8 @@ def problems(row: dict) -> list[str]:
     """What makes a row unusable (missing fields, config keys no JobSpec field takes); empty if well-formed."""
     out = [f"missing {k}" for k in REQUIRED if k not in row]
     cfg = row.get("config", {})
-    unknown = set(cfg) - LAYOUT_KEYS - set(TrainArgs.model_fields) - set(RolloutArgs.model_fields)
+    fields = set(TrainArgs.model_fields) | set(RolloutArgs.model_fields) | set(ServerArgs.model_fields)
+    unknown = set(cfg) - LAYOUT_KEYS - fields
     out += [f"config key {k} is not a JobSpec field" for k in sorted(unknown)]
     if row.get("workload") == "sft" and "seq_len" not in cfg:
         out.append("an sft row needs config.seq_len")
