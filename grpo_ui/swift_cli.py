@@ -335,9 +335,22 @@ def import_scripts(texts: list[tuple[str, str]], version: str = "4.6",
     findings += _node_disagreements(trainers)
     if "num_infer_workers" in {n for n, _ in first.flags} and "vllm_mode" not in data["rollout"]:
         data["rollout"]["vllm_mode"] = "colocate"
+    _import_spare_vllm_gpus(first, data, version)
     if not data["rollout"].setdefault("use_vllm", False):  # ms-swift's default when the script does not say
         data["rollout"].setdefault("vllm_mode", None)
     return validate_spec(data, texts[0][0]), findings
+
+
+def _import_spare_vllm_gpus(first: ParsedScript, data: dict, version: str) -> None:
+    """ms-swift 3.2–3.4 put vLLM on the last num_infer_workers GPUs (default 1) when NPROC_PER_NODE + workers is the
+    GPU count: record that layout, so the spec trains on NPROC_PER_NODE GPUs and keeps the rest for vLLM."""
+    rollout, gpus = data["rollout"], data["cluster"]["nodes"][0]["gpus"]
+    nproc = int(first.env.get("NPROC_PER_NODE", "0") or 0)
+    if dialect_of(version) != "3.2-3.4" or not rollout.get("use_vllm") or rollout.get("vllm_mode") == "server":
+        return
+    workers = rollout.get("num_infer_workers") or 1
+    if 0 < nproc < len(gpus) and nproc + workers == len(gpus):
+        rollout["num_infer_workers"] = workers
 
 
 def _import_flag(name, values, table, data, extra, findings, version, source):
@@ -346,7 +359,7 @@ def _import_flag(name, values, table, data, extra, findings, version, source):
             findings.append(finding("IMPORT-NOT-GRPO", "error", "spec", f"{source}: --rlhf_type {' '.join(values)} "
                                     "is not GRPO.", "Import a GRPO launch script (--rlhf_type grpo)."))
         return
-    if name in REMOVED:
+    if name in REMOVED and parse_version(version) >= parse_version(REMOVED[name][0]):
         since, instead = REMOVED[name]
         findings.append(finding("IMPORT-REMOVED-FLAG", "warning", "spec", f"{source}: --{name} "
                                 f"{' '.join(values)} was removed in ms-swift {since}.", instead[0].upper() + instead[1:] + "."))

@@ -18,6 +18,7 @@ from grpo_ui.memory import (
     model_states,
 )
 from grpo_ui.spec import JobSpec, load_spec, with_changes
+from grpo_ui.swift_cli import import_scripts
 
 BASE = {"train.model": "Qwen/Qwen2.5-7B-Instruct", "train.dataset": ["d"], "train.reward_funcs": ["accuracy"],
         "cluster.nodes": [{"host": "a", "gpus": list(range(8)), "gpu_model": "A100 80GB"}]}
@@ -161,3 +162,21 @@ def test_estimate_is_within_target_of_published_measurements():
     assert median <= 10 and p90 <= 25, (median, p90)
     assert median < summary([r.error(r.weights_only) for r in results])[0]
     assert median < summary([r.error(r.deepspeed) for r in results if r.deepspeed is not None])[0]
+
+
+REPORT_004_SCRIPT = """# field report 004's working launch, ms-swift 3.2 (vLLM on the GPU that NPROC_PER_NODE leaves free)
+CUDA_VISIBLE_DEVICES=0,1,2,3 NPROC_PER_NODE=3 swift rlhf --rlhf_type grpo --model Qwen/Qwen2-7B-Instruct \\
+  --train_type lora --lora_rank 16 --lora_alpha 32 --deepspeed zero3 --use_vllm true \\
+  --vllm_gpu_memory_utilization 0.9 --per_device_train_batch_size 7 --gradient_accumulation_steps 8 \\
+  --num_generations 21 --reward_funcs accuracy --dataset d
+"""
+
+
+def test_field_report_004_script_imports_to_the_spare_gpu_layout():
+    spec, _ = import_scripts([("run.sh", REPORT_004_SCRIPT)], "3.2")
+    assert spec.rollout.num_infer_workers == 1 and spec.nproc_per_node() == 3
+    assert estimate_spec(with_changes(spec, {"cluster.nodes[0].gpu_model": "A10"})).verdict in ("fits", "tight")
+    # the same script for 4.6 cannot express the layout: the removed flag is named, vLLM shares the GPUs
+    explicit = REPORT_004_SCRIPT.replace("--dataset d", "--dataset d --num_infer_workers 1")
+    new, findings = import_scripts([("run.sh", explicit)], "4.6")
+    assert new.spare_rollout_gpus() == 0 and any(f.id == "IMPORT-REMOVED-FLAG" for f in findings)
