@@ -4,7 +4,9 @@ Pure functions, no I/O. GiB = 2**30 bytes. Each term's docstring or comment give
 - model states: ZeRO paper (Rajbhandari et al. 2020) §3 and DeepSpeed's estimate_zero{2,3}_model_states_mem_needs;
 - activations: Korthikanti et al. 2022 ("Reducing Activation Recomputation") adapted to gated MLPs and flash attention;
 - vLLM: its gpu_memory_utilization budget (vLLM docs, "engine arguments") and the KV-cache size per token;
-- GRPO specifics (reference model, logits of completions, sleep levels): ms-swift GRPO docs and rollout_mixin.py.
+- GRPO specifics (reference model, logits of completions, sleep levels): ms-swift GRPO docs and rollout_mixin.py;
+- optimizer step: PyTorch's foreach AdamW and DeepSpeed's fp32 gradient partition (see step_temporaries).
+Checked against published measurements: bench/memory_accuracy.py, tests/data/memory_measurements.jsonl.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from grpo_ui.catalog import Gpu, ModelArch, find_gpu, find_model, from_hf_config
-from grpo_ui.spec import JobSpec, parse_version
+from grpo_ui.spec import JobSpec
 
 GIB = 2 ** 30
 CUDA_CONTEXT_GIB = 0.5      # CUDA context + kernels per process (typ. 0.3–0.6 GiB with lazy module loading)
@@ -32,7 +34,7 @@ class Term:
 
 @dataclass
 class Phase:
-    name: str  # "training" or "rollout"
+    name: str  # "training" (forward/backward), "optimizer step" or "rollout"
     terms: list[Term]
 
     @property
@@ -116,6 +118,7 @@ class Inputs:
 
     arch: ModelArch
     param_bytes: float          # bytes per base weight (2 bf16/fp16, 4 fp32, ~0.56 4-bit, ~1.06 8-bit)
+    compute_bytes: float        # bytes per weight of the compute dtype (what quantization leaves unquantized)
     full: bool                  # full tuning (else LoRA-style adapters)
     lora_rank: int
     lora_targets: tuple[str, ...]
@@ -139,7 +142,6 @@ class Inputs:
     sleep_level: int
     offload_model: bool
     offload_optimizer: bool
-    vllm_budget: str            # "process" (vLLM V0: util caps the whole process) or "instance" (V1: vLLM's own)
     gpu: Gpu | None
     server_util: float
     server_tp: int
@@ -177,20 +179,24 @@ def find_arch(model: str) -> ModelArch:
 def inputs_from_spec(spec: JobSpec, gpu: str | None = None, arch: ModelArch | None = None) -> Inputs:
     t, r, s = spec.train, spec.rollout, spec.server
     arch = arch or find_arch(t.model)
-    dtype = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, None: 2.0}[t.torch_dtype]
-    if t.quant_bits:
-        dtype = {4: 0.5625, 8: 1.0625}[t.quant_bits]  # packed weights + per-group scales (bitsandbytes)
+    compute = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, None: 2.0}[t.torch_dtype]
+    dtype = {4: 0.5625, 8: 1.0625}[t.quant_bits] if t.quant_bits else compute  # packed weights + group scales
     stage, off_opt, off_par = _zero(t.deepspeed)
     nodes = spec.trainer_nodes()
     gpu_name = gpu or (nodes[0].gpu_model if nodes else None)
-    vllm = "none" if not r.use_vllm else ("server" if r.vllm_mode == "server" else "colocate")
+    spare = spec.spare_rollout_gpus() > 0  # ms-swift 3.2–3.4: vLLM alone on the node's last GPU(s)
+    vllm = "none" if not r.use_vllm else ("server" if r.vllm_mode == "server" or spare else "colocate")
     prompt = t.max_length or 1024
     max_len = r.vllm_max_model_len or prompt + t.max_completion_length
+    # the GPU vLLM has to itself: a swift rollout server's settings, or the trainer's vLLM flags on a spare GPU
+    own_gpu = (r.vllm_gpu_memory_utilization, 1, max_len) if spare else (
+        s.vllm_gpu_memory_utilization, s.vllm_tensor_parallel_size, s.vllm_max_model_len or prompt + t.max_completion_length)
     spg = t.steps_per_generation or t.gradient_accumulation_steps or 1
     targets = tuple(LORA_LINEARS) if "all-linear" in t.target_modules else tuple(
         m for m in t.target_modules if m in LORA_LINEARS)
     return Inputs(
-        arch=arch, param_bytes=dtype, full=t.tuner_type == "full", lora_rank=t.lora_rank, lora_targets=targets,
+        arch=arch, param_bytes=dtype, compute_bytes=compute, full=t.tuner_type == "full", lora_rank=t.lora_rank,
+        lora_targets=targets,
         zero_stage=stage, offload_optimizer_ds=off_opt, offload_param_ds=off_par,
         world=max(spec.world_size(), 1), nproc=max(spec.nproc_per_node(), 1),
         micro_batch=t.per_device_train_batch_size, prompt_len=prompt, completion_len=t.max_completion_length,
@@ -202,9 +208,7 @@ def inputs_from_spec(spec: JobSpec, gpu: str | None = None, arch: ModelArch | No
         vllm_max_num_seqs=r.vllm_max_num_seqs or t.per_device_train_batch_size * r.vllm_tensor_parallel_size * spg,
         sleep_level=r.sleep_level if vllm == "colocate" else 0, offload_model=r.offload_model and vllm == "colocate",
         offload_optimizer=r.offload_optimizer and vllm == "colocate",
-        vllm_budget="process" if parse_version(spec.swift_version) < (3, 6, 0) else "instance",
-        gpu=find_gpu(gpu_name), server_util=s.vllm_gpu_memory_utilization, server_tp=s.vllm_tensor_parallel_size,
-        server_max_len=s.vllm_max_model_len or prompt + t.max_completion_length)
+        gpu=find_gpu(gpu_name), server_util=own_gpu[0], server_tp=own_gpu[1], server_max_len=own_gpu[2])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -221,6 +225,17 @@ def lora_params(i: Inputs) -> int:
     return per_layer * i.arch.num_hidden_layers
 
 
+def base_weight_bytes(i: Inputs) -> float:
+    """Bytes of the base model's weights. Quantization (QLoRA) packs only the decoder's linear layers: bitsandbytes
+    replaces nn.Linear modules and keeps lm_head in the compute dtype (transformers' get_keys_to_not_convert), GPTQ
+    checkpoints quantize the decoder linears; embeddings, lm_head and a vision tower stay at compute_bytes."""
+    p = i.arch.total_params()
+    if i.param_bytes == i.compute_bytes:
+        return p * i.param_bytes
+    layers = i.arch.num_hidden_layers * i.arch.layer_params()
+    return layers * i.param_bytes + (p - layers) * i.compute_bytes
+
+
 def model_states(i: Inputs) -> dict[str, float]:
     """Weights, gradients and optimizer states per GPU (bytes), following ZeRO's partitioning.
 
@@ -232,7 +247,7 @@ def model_states(i: Inputs) -> dict[str, float]:
     """
     p = i.arch.total_params()
     w = i.world
-    weights = p * i.param_bytes
+    weights = base_weight_bytes(i)
     if i.zero_stage == 3:
         weights = 0.0 if i.offload_param_ds else weights / w
     if i.full:
@@ -298,12 +313,38 @@ def logits(i: Inputs) -> float:
     return i.micro_batch * per_seq * 4 + per_seq * 8
 
 
+def step_temporaries(i: Inputs, trainable: int) -> float:
+    """Memory the optimizer step allocates on top of the model states (bytes), while activations are freed.
+
+    Plain torch AdamW (foreach, the default on CUDA) works on whole tensor lists and "uses roughly sizeof(params)
+    more peak memory" (PyTorch torch.optim docs, 'Algorithms'): trainable × grad bytes. DeepSpeed ZeRO-1/2 casts
+    each rank's gradient partition to fp32 before the step (stage_1_and_2.py: single_grad_partition):
+    4 B × trainable ÷ world. ZeRO-3 does the same per sub-group (sub_group_size 1e9 elements).
+    """
+    if i.zero_stage == 0:
+        return trainable * (i.param_bytes if i.full else 4.0)  # LoRA adapters are fp32
+    if i.offload_optimizer_ds:
+        return 0.0  # the step runs on the CPU
+    if i.zero_stage == 3:
+        return min(1e9, trainable / i.world) * 4
+    return trainable * 4 / i.world
+
+
+def optimizer_step_phase(i: Inputs, trainable: int, training: list[Term]) -> Phase:
+    """The optimizer step: everything resident in training except activations and logits, plus the step's
+    temporaries. The training peak is the larger of this phase and the forward/backward one."""
+    dynamic = ("activations", "logits", "fragmentation")
+    kept = [t for t in training if t.name not in dynamic]
+    return Phase("optimizer step", kept + [Term("optimizer-step temporaries", step_temporaries(i, trainable) / GIB,
+                                                "foreach AdamW: one params-sized list; ZeRO: fp32 grad partition")])
+
+
 def reference_model(i: Inputs) -> float:
     """A frozen copy of the policy (full tuning with beta > 0); sharded like the weights under ZeRO-3.
     LoRA uses the base model with adapters disabled, beta = 0 loads none."""
     if not i.ref_model:
         return 0.0
-    w = i.arch.total_params() * i.param_bytes
+    w = base_weight_bytes(i)
     return 0.0 if (i.zero_stage == 3 and i.offload_param_ds) else w / (i.world if i.zero_stage == 3 else 1)
 
 
@@ -352,19 +393,22 @@ def estimate(i: Inputs) -> MemoryReport:
             reserve = w + kv_want + VLLM_OVERHEAD_GIB * GIB
             notes.append("No GPU model chosen: vLLM counted at what it needs, not its reservation.")
         else:
-            budget = i.vllm_util * cap * GIB - (resident if i.vllm_budget == "process" else 0)
+            # vLLM's own share on top of what training holds: its memory profiling counts only what the instance
+            # adds to a baseline snapshot (vllm-project/vllm#10511, v0.6.5+; it logs "the current vLLM instance can
+            # use total_gpu_memory x gpu_memory_utilization"). Calibration row swift-issue3426 (ms-swift 3.2, util
+            # 0.6 on 80 GB, ~70 GiB per card) agrees; a whole-process budget gave 54 GiB.
+            budget = i.vllm_util * cap * GIB
             reserve = max(budget, need)
             if budget < need:
                 notes.append(f"vLLM cannot start: its budget ({budget / GIB:.1f} GiB"
-                             + (" = util × capacity − the policy already loaded" if i.vllm_budget == "process"
-                                else " = util × capacity") + f") is below its weights + one sequence of KV "
+                             " = util × capacity) is below its weights + one sequence of KV "
                              f"({need / GIB:.1f} GiB).")
             elif budget - w - VLLM_OVERHEAD_GIB * GIB < kv_want:
                 seqs = int((budget - w - VLLM_OVERHEAD_GIB * GIB) / (kv_want / i.vllm_max_num_seqs))
                 notes.append(f"vLLM's KV cache holds ~{seqs} of the {i.vllm_max_num_seqs} sequences a rollout "
                              "wants at once: generation runs in more waves (slower, not an error).")
-            if i.vllm_budget == "instance" and resident + i.vllm_util * cap * GIB > cap * GIB:
-                notes.append(f"vLLM (V1) checks at start that util × capacity ({i.vllm_util * cap:.1f} GiB) is "
+            if resident + i.vllm_util * cap * GIB > cap * GIB:
+                notes.append(f"vLLM checks at start that util × capacity ({i.vllm_util * cap:.1f} GiB) is "
                              f"free, but training already holds {resident / GIB:.1f} GiB.")
         awake = [Term("vLLM weights", w / GIB, "weights / TP"),
                  Term("vLLM KV cache + overhead", (reserve - w) / GIB,
@@ -378,6 +422,7 @@ def estimate(i: Inputs) -> MemoryReport:
         gen_kv = i.micro_batch * (i.prompt_len + i.completion_len) * i.arch.kv_bytes_per_token()
         rollout.append(Term("generate() KV cache", gen_kv / GIB, "transformers generation for the micro-batch"))
         phases.append(Phase("rollout", rollout))
+    phases.insert(1, optimizer_step_phase(i, ms["trainable"], training))
     roles = [RoleReport("trainer", i.gpu.name if i.gpu else None, cap, phases, notes)]
     if i.vllm == "server":
         w, kv = vllm_need(i.arch, i.param_bytes, i.server_tp, 1, i.server_max_len)  # at least one sequence
@@ -413,7 +458,7 @@ def _assumptions(i: Inputs) -> list[str]:
            f"ZeRO stage {i.zero_stage} over {i.world} GPUs" if i.zero_stage else "no DeepSpeed (plain DDP)"]
     if i.vllm == "colocate":
         out.append(f"vLLM colocate: {i.vllm_max_num_seqs} seqs × {i.vllm_max_len} tokens, TP {i.vllm_tp}, "
-                   f"{'V0 process' if i.vllm_budget == 'process' else 'V1 instance'} memory budget")
+                   "vLLM's budget = util × capacity on top of training")
     return out
 
 

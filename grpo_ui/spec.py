@@ -238,6 +238,10 @@ class RolloutArgs(_Section):
     vllm_tensor_parallel_size: int = arg(1, "vLLM tensor parallel size (colocate).", group="rollout", ge=1,
                                          since="3.4", old_name="tensor_parallel_size", renamed_in="3.5")
     vllm_max_num_seqs: int | None = arg(None, "vLLM concurrent sequences (colocate).", group="rollout", ge=1)
+    num_infer_workers: int | None = arg(
+        None, "ms-swift 3.2–3.4: vLLM engines per node. Empty or the node's GPU count: vLLM shares the training "
+        "GPUs; fewer: vLLM takes the node's last N GPUs and training the others (NPROC_PER_NODE = GPUs − N).",
+        group="rollout", ge=1, until="3.5")  # 3.5 only warns that it is deprecated; 3.6 removed it
     vllm_enable_prefix_caching: bool = arg(True, "vLLM prefix caching.", group="rollout")
     vllm_enable_lora: bool = arg(False, "Sync only LoRA deltas to vLLM.", group="rollout", since="3.10")
     vllm_enforce_eager: bool = arg(False, "Disable CUDA graphs in vLLM (saves memory, slower).", group="rollout")
@@ -369,9 +373,21 @@ class JobSpec(BaseModel):
     def rollout_nodes(self) -> list[Node]:
         return [n for n in self.cluster.nodes if n.role == "rollout"]
 
+    def spare_rollout_gpus(self) -> int:
+        """GPUs per trainer node that ms-swift 3.2–3.4 gives to vLLM alone (num_infer_workers below the GPU count:
+        vLLM on the last ones, v3.2.1 grpo_trainer.py; docs: 'nproc_per_node is one less than the number of GPUs,
+        with vLLM by default deployed on the last card'); 0 when vLLM shares the training GPUs."""
+        nodes, workers = self.trainer_nodes(), self.rollout.num_infer_workers
+        if not (nodes and workers and self.rollout.use_vllm and self.rollout.vllm_mode != "server"):
+            return 0
+        if parse_version(self.swift_version) >= (3, 5, 0):
+            return 0
+        return workers if workers < len(nodes[0].gpus) else 0
+
     def nproc_per_node(self) -> int:
+        """Training processes per node (NPROC_PER_NODE): the node's GPUs less any given to vLLM alone."""
         nodes = self.trainer_nodes()
-        return len(nodes[0].gpus) if nodes else 0
+        return len(nodes[0].gpus) - self.spare_rollout_gpus() if nodes else 0
 
     def world_size(self) -> int:
         return len(self.trainer_nodes()) * self.nproc_per_node()

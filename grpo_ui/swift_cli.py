@@ -26,7 +26,7 @@ LAUNCH_ENV = ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NPROC_PER_NO
 SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
 COLOCATE_ONLY = {"vllm_gpu_memory_utilization", "vllm_max_model_len", "vllm_tensor_parallel_size", "vllm_max_num_seqs",
                  "vllm_enable_prefix_caching", "vllm_enforce_eager", "sleep_level", "offload_model",
-                 "offload_optimizer"}
+                 "offload_optimizer", "num_infer_workers"}
 SERVER_ONLY = {"vllm_server_host", "vllm_server_port", "vllm_server_group_port", "vllm_server_timeout",
                "async_generate"}
 # Flags ms-swift removed, with what replaces them (reference §2 'history').
@@ -131,7 +131,7 @@ def train_command(spec: JobSpec, version: str | None = None) -> Command:
                                         "Use one rollout server, or ms-swift ≥ 3.7 for several."))
                 hosts, ports = hosts[:1], ports[:1]
             argv += ["--vllm_server_host", *hosts, "--vllm_server_port", *map(str, ports)]
-    if dialect == "3.2-3.4" and r.use_vllm and r.vllm_mode != "server":
+    if dialect == "3.2-3.4" and r.use_vllm and r.vllm_mode != "server" and r.num_infer_workers is None:
         argv += ["--num_infer_workers", str(spec.nproc_per_node())]
     argv += spec.extra_args
     return Command(argv, dict(spec.env), findings)
@@ -336,9 +336,22 @@ def import_scripts(texts: list[tuple[str, str]], version: str = "4.6",
     findings += _node_disagreements(trainers)
     if "num_infer_workers" in {n for n, _ in first.flags} and "vllm_mode" not in data["rollout"]:
         data["rollout"]["vllm_mode"] = "colocate"
+    _import_spare_vllm_gpus(first, data, version)
     if not data["rollout"].setdefault("use_vllm", False):  # ms-swift's default when the script does not say
         data["rollout"].setdefault("vllm_mode", None)
     return validate_spec(data, texts[0][0]), findings
+
+
+def _import_spare_vllm_gpus(first: ParsedScript, data: dict, version: str) -> None:
+    """ms-swift 3.2–3.4 put vLLM on the last num_infer_workers GPUs (default 1) when NPROC_PER_NODE + workers is the
+    GPU count: record that layout, so the spec trains on NPROC_PER_NODE GPUs and keeps the rest for vLLM."""
+    rollout, gpus = data["rollout"], data["cluster"]["nodes"][0]["gpus"]
+    nproc = int(first.env.get("NPROC_PER_NODE", "0") or 0)
+    if dialect_of(version) != "3.2-3.4" or not rollout.get("use_vllm") or rollout.get("vllm_mode") == "server":
+        return
+    workers = rollout.get("num_infer_workers") or 1
+    if 0 < nproc < len(gpus) and nproc + workers == len(gpus):
+        rollout["num_infer_workers"] = workers
 
 
 def _import_flag(name, values, table, data, extra, findings, version, source):
@@ -347,7 +360,7 @@ def _import_flag(name, values, table, data, extra, findings, version, source):
             findings.append(finding("IMPORT-NOT-GRPO", "error", "spec", f"{source}: --rlhf_type {' '.join(values)} "
                                     "is not GRPO.", "Import a GRPO launch script (--rlhf_type grpo)."))
         return
-    if name in REMOVED:
+    if name in REMOVED and parse_version(version) >= parse_version(REMOVED[name][0]):
         since, instead = REMOVED[name]
         findings.append(finding("IMPORT-REMOVED-FLAG", "warning", "spec", f"{source}: --{name} "
                                 f"{' '.join(values)} was removed in ms-swift {since}.", instead[0].upper() + instead[1:] + "."))

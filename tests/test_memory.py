@@ -2,6 +2,8 @@
 
 import pytest
 
+from grpo_ui.calibration import evaluate, problems, summary
+from grpo_ui.calibration import load as load_calibration
 from grpo_ui.catalog import find_model
 from grpo_ui.fit import suggest
 from grpo_ui.memory import (
@@ -16,6 +18,7 @@ from grpo_ui.memory import (
     model_states,
 )
 from grpo_ui.spec import JobSpec, load_spec, with_changes
+from grpo_ui.swift_cli import import_scripts
 
 BASE = {"train.model": "Qwen/Qwen2.5-7B-Instruct", "train.dataset": ["d"], "train.reward_funcs": ["accuracy"],
         "cluster.nodes": [{"host": "a", "gpus": list(range(8)), "gpu_model": "A100 80GB"}]}
@@ -120,3 +123,60 @@ def test_deepspeed_zero3_estimator_formula():
     assert deepspeed_zero3_model_states(p, layer, 8, 2, True, True, True) == (int(p * 18 / 2 * 1.5), 4 * layer)
     assert deepspeed_zero3_model_states(p, layer, 8, 2, True, False, False) == (
         int(p * max(32, 8) * 1.5), int(4 * layer + int(2 * p / 16)))
+
+
+def test_field_report_004_working_config_fits_with_vllm_on_the_spare_gpu():
+    """ms-swift 3.2 with num_infer_workers 1 on 4 GPUs: 3 training processes, vLLM alone on the 4th GPU."""
+    good = load_spec("tests/fixtures/seeds/004_qwen2_7b_a10_working.yaml")
+    assert (good.nproc_per_node(), good.world_size(), good.spare_rollout_gpus()) == (3, 3, 1)
+    report = estimate_spec(good)
+    assert report.verdict in ("fits", "tight")
+    assert [r.role for r in report.roles] == ["trainer", "rollout"]
+    assert term(report, "training", "vLLM") == 0  # no vLLM memory on the training GPUs
+    assert term(report, "rollout", "vLLM", role=1) == pytest.approx(0.9 * 22.49, rel=0.01)
+    # with the lengths of the original issue (ms-swift#3361: max_length 2048, completion 1024) it still runs
+    longer = with_changes(good, {"train.max_length": 2048, "train.max_completion_length": 1024})
+    assert estimate_spec(longer).verdict in ("fits", "tight")
+    # from 3.5 on ms-swift ignores num_infer_workers: the same job puts vLLM on all four training GPUs
+    assert with_changes(good, {"swift_version": "3.5"}).spare_rollout_gpus() == 0
+
+
+CALIBRATION = load_calibration("tests/data/memory_measurements.jsonl")
+
+
+@pytest.mark.parametrize("row", CALIBRATION, ids=lambda r: r["id"])
+def test_calibration_row_is_well_formed_and_buildable(row):
+    assert problems(row) == []
+    assert row["source"].startswith("https://") and row["notes"]
+    result = evaluate(row)
+    assert result.ours > 0 and result.weights_only > 0
+    assert (result.deepspeed is None) == (row["workload"] == "vllm")
+
+
+def test_estimate_is_within_target_of_published_measurements():
+    """Median ≤ 10 % and p90 ≤ 25 % absolute error over the calibration set (bench/memory_accuracy.py prints it),
+    and better than both baselines."""
+    assert len(CALIBRATION) >= 40 and len({r["kind"] for r in CALIBRATION}) >= 4
+    results = [evaluate(r) for r in CALIBRATION]
+    median, p90 = summary([r.error(r.ours) for r in results])
+    assert median <= 10 and p90 <= 25, (median, p90)
+    assert median < summary([r.error(r.weights_only) for r in results])[0]
+    assert median < summary([r.error(r.deepspeed) for r in results if r.deepspeed is not None])[0]
+
+
+REPORT_004_SCRIPT = """# field report 004's working launch, ms-swift 3.2 (vLLM on the GPU that NPROC_PER_NODE leaves free)
+CUDA_VISIBLE_DEVICES=0,1,2,3 NPROC_PER_NODE=3 swift rlhf --rlhf_type grpo --model Qwen/Qwen2-7B-Instruct \\
+  --train_type lora --lora_rank 16 --lora_alpha 32 --deepspeed zero3 --use_vllm true \\
+  --vllm_gpu_memory_utilization 0.9 --per_device_train_batch_size 7 --gradient_accumulation_steps 8 \\
+  --num_generations 21 --reward_funcs accuracy --dataset d
+"""
+
+
+def test_field_report_004_script_imports_to_the_spare_gpu_layout():
+    spec, _ = import_scripts([("run.sh", REPORT_004_SCRIPT)], "3.2")
+    assert spec.rollout.num_infer_workers == 1 and spec.nproc_per_node() == 3
+    assert estimate_spec(with_changes(spec, {"cluster.nodes[0].gpu_model": "A10"})).verdict in ("fits", "tight")
+    # the same script for 4.6 cannot express the layout: the removed flag is named, vLLM shares the GPUs
+    explicit = REPORT_004_SCRIPT.replace("--dataset d", "--dataset d --num_infer_workers 1")
+    new, findings = import_scripts([("run.sh", explicit)], "4.6")
+    assert new.spare_rollout_gpus() == 0 and any(f.id == "IMPORT-REMOVED-FLAG" for f in findings)

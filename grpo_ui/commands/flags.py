@@ -15,7 +15,9 @@ def flag_cell(decl, version: str) -> str:
     if not names:
         return "—"
     cell = " / ".join(f"`{n}`" for n in sorted(names))
-    return cell if all(decl.accepted_in(v) for v in (lo, hi)) else cell + f" (from {decl.since})"
+    if all(decl.accepted_in(v) for v in (lo, hi)):
+        return cell
+    return cell + (f" (until {decl.until})" if decl.accepted_in(lo) else f" (from {decl.since})")
 
 
 def markdown_table() -> str:
