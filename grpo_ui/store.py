@@ -23,6 +23,8 @@ CREATE TABLE IF NOT EXISTS nodes (
 CREATE TABLE IF NOT EXISTS log_offsets (
     job_id TEXT NOT NULL, node_index INTEGER NOT NULL, path TEXT NOT NULL, offset INTEGER NOT NULL,
     PRIMARY KEY (job_id, node_index, path));
+CREATE TABLE IF NOT EXISTS job_meta (
+    job_id TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (job_id, key));
 CREATE TABLE IF NOT EXISTS log_lines (
     job_id TEXT NOT NULL, node_index INTEGER NOT NULL, seq INTEGER NOT NULL, text TEXT NOT NULL, ts REAL NOT NULL,
     PRIMARY KEY (job_id, node_index, seq));
@@ -114,6 +116,15 @@ class Store:
         with self.conn() as c:
             c.execute("INSERT OR REPLACE INTO log_offsets VALUES (?, ?, ?, ?)", (job_id, node_index, path, offset))
 
+    def meta(self, job_id: str, key: str) -> str | None:
+        """A fact learnt about a job while watching it (e.g. where rank 0 writes logging.jsonl)."""
+        row = self.conn().execute("SELECT value FROM job_meta WHERE job_id = ? AND key = ?", (job_id, key)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, job_id: str, key: str, value: str) -> None:
+        with self.conn() as c:
+            c.execute("INSERT OR REPLACE INTO job_meta VALUES (?, ?, ?)", (job_id, key, value))
+
     def add_log_lines(self, job_id: str, node_index: int, lines: list[str], keep: int = 5000) -> None:
         """Append lines to the node's window, keeping the last ``keep`` (the full log stays on the node)."""
         if not lines:
@@ -137,11 +148,15 @@ class Store:
         rows = self.conn().execute(sql + " ORDER BY seq DESC LIMIT ?", (*args, last)).fetchall()
         return [tuple(r) for r in reversed(rows)]
 
-    def add_metrics(self, job_id: str, step: int, values: dict[str, float], ts: float | None = None) -> None:
+    def add_metrics(self, job_id: str, step: int, values: dict[str, float], ts: float | None = None) -> bool:
+        """Store one logged step; a step stored before (from stdout, then from logging.jsonl) gets the new values
+        and keeps its first time. True when the step is new."""
         ts = ts or time.time()
         with self.conn() as c:
-            c.executemany("INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?, ?)",
-                          [(job_id, step, k, v, ts) for k, v in values.items()])
+            known = c.execute("SELECT 1 FROM metrics WHERE job_id = ? AND step = ? LIMIT 1", (job_id, step)).fetchone()
+            c.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?, ?) ON CONFLICT (job_id, step, key) DO UPDATE "
+                          "SET value = excluded.value", [(job_id, step, k, v, ts) for k, v in values.items()])
+        return known is None
 
     def metrics(self, job_id: str) -> dict[str, list[tuple[int, float]]]:
         out: dict[str, list[tuple[int, float]]] = {}

@@ -4,6 +4,7 @@ nvidia-smi channel over real SSH (the GPU output itself is built from nvidia-smi
 
 import ast
 import json
+import os
 import time
 from pathlib import Path
 
@@ -20,8 +21,13 @@ from grpo_ui.monitor.metrics import (
     parse_jsonl_line,
     parse_stdout_line,
 )
+from grpo_ui.monitor.watch import Watcher
+from grpo_ui.remote.launcher import Launcher
 from grpo_ui.remote.runner import LocalRunner, SshRunner
 from grpo_ui.remote.ssh import Pool
+from grpo_ui.spec import validate_spec
+from grpo_ui.store import Store
+from tests.hosts import stop_active_jobs
 
 DATA = Path(__file__).parent / "data"
 STDOUT = (DATA / "captured/swift46_tiny_grpo_stdout.log").read_text()
@@ -261,3 +267,91 @@ def test_real_completions_rows_parse():
     assert all(isinstance(r["completion"], str) and r["Format"] == 0.0 and r["solution"] for r in rows)
     assert parse_completion_line('{"loss": 1}') == [] and parse_completion_line("not json") == []
     assert completions_file("/r/out/v0-1/logging.jsonl") == "/r/out/v0-1/completions.jsonl"
+
+
+# watcher -------------------------------------------------------------------------------------------------------
+# A job launched over real SSH onto a namespace host; its `swift` is a sleeper, and what ms-swift would print and
+# write there is the real captured 4.6 output, appended by the test (test hosts share this file system).
+
+@pytest.fixture
+def sleeper_job(ssh_env, tmp_path):
+    env = tmp_path / "env"
+    (env / "bin").mkdir(parents=True)
+    (env / "bin/swift").write_text("#!/bin/bash\nexec sleep 300\n")
+    (env / "bin/swift").chmod(0o755)
+    (h,) = ssh_env.add(1)
+    spec = validate_spec({
+        "name": "watch", "train": {"model": "Qwen/Qwen2.5-0.5B", "dataset": ["d.jsonl"], "reward_funcs": ["format"],
+                                   "num_generations": 2, "per_device_train_batch_size": 2, "output_dir": "out"},
+        "rollout": {"use_vllm": False, "vllm_mode": None},
+        "cluster": {"nodes": [{"host": h.name, "address": h.addr, "gpus": [0], "python_env": str(env)}],
+                    "run_root": str(tmp_path / "runs")}})
+    launcher = Launcher(Store(tmp_path / "db.sqlite"))
+    job = launcher.launch(spec, "watch-1")
+    yield launcher, job, tmp_path / "runs" / job
+    launcher.pool.close()
+    stop_active_jobs(tmp_path / "db.sqlite")
+
+
+STDOUT_LINES = STDOUT.rstrip("\n").split("\n")  # as written: tqdm's \r stays inside its line
+
+
+def swift_prints(run_dir: Path, lines: list[str]) -> None:
+    with open(run_dir / "node_0.log", "a") as f:
+        f.writelines(line + "\n" for line in lines)
+
+
+def swift_logs(run: Path, lines: list[str]) -> None:
+    run.mkdir(parents=True, exist_ok=True)
+    with open(run / "logging.jsonl", "a") as f:
+        f.writelines(line + "\n" for line in lines)
+
+
+def at_step(line: str, step: int) -> str:
+    return line.replace('"global_step/max_steps": "3/3"', f'"global_step/max_steps": "{step}/9"')
+
+
+def test_metrics_continue_after_the_logging_path_leaves_the_window(sleeper_job):
+    launcher, job, rd = sleeper_job
+    run = rd / "out/v0-20261122-114336"
+    swift_prints(rd, [line.replace("/tmp/tinyruns/out", str(rd / "out")) for line in STDOUT_LINES])
+    swift_logs(run, JSONL[:3])
+    watcher = Watcher(launcher)
+    assert watcher.poll(job)["new_steps"] == 3
+    swift_prints(rd, [f"[INFO:swift] rollout {k}" for k in range(5200)])
+    assert watcher.poll(job)["new_steps"] == 0
+    assert not launcher.store.log_lines(job, 0, 1, contains="The logging file will be saved in")  # scrolled out
+    swift_logs(run, [at_step(JSONL[2], 4)])
+    assert watcher.poll(job)["new_steps"] == 1
+    assert [s for s, _ in launcher.store.metrics(job)["reward"]] == [1, 2, 3, 4]
+
+
+def test_without_log_anchors_the_newest_run_dir_since_launch_is_found(sleeper_job):
+    """LOG_LEVEL=WARNING hides ms-swift's INFO lines (output_dir, logging file): the run dir is then listed."""
+    launcher, job, rd = sleeper_job
+    old = rd / "out/v0-20261121-090000"
+    swift_logs(old, [at_step(JSONL[0], 7)])
+    os.utime(old / "logging.jsonl", (time.time() - 86400, time.time() - 86400))  # an earlier run, same output_dir
+    swift_prints(rd, [line for line in STDOUT_LINES if "[INFO:swift]" not in line and "{'" not in line])
+    watcher = Watcher(launcher)
+    assert watcher.poll(job)["new_steps"] == 0
+    swift_logs(rd / "out/v1-20261122-114336", JSONL[:2])
+    assert watcher.poll(job)["new_steps"] == 2
+    assert launcher.store.meta(job, "logging_jsonl") == str(rd / "out/v1-20261122-114336/logging.jsonl")
+    assert sorted({s for rows in launcher.store.metrics(job).values() for s, _ in rows}) == [1, 2]
+
+
+def test_stdout_dicts_stand_in_until_logging_jsonl_appears_without_double_counting(sleeper_job):
+    launcher, job, rd = sleeper_job
+    lines = [line.replace("/tmp/tinyruns/out", str(rd / "out")) for line in STDOUT_LINES]
+    second_step = [k for k, line in enumerate(lines) if "{'loss'" in line][1]
+    swift_prints(rd, lines[:second_step + 1])  # steps 1 and 2 printed; no logging.jsonl to read yet
+    watcher = Watcher(launcher)
+    assert watcher.poll(job)["new_steps"] == 2
+    assert launcher.store.metrics(job)["seconds_per_step"][0] == (1, 0.1622)  # stdout's 4 significant digits
+    swift_logs(rd / "out/v0-20261122-114336", JSONL[:3])
+    swift_prints(rd, lines[second_step + 1:])
+    assert watcher.poll(job)["new_steps"] == 1  # step 3; steps 1 and 2 are overwritten, not added
+    m = launcher.store.metrics(job)
+    assert [s for s, _ in m["reward"]] == [1, 2, 3]
+    assert m["seconds_per_step"][0] == (1, 0.162195)  # logging.jsonl's value replaced stdout's
