@@ -221,10 +221,62 @@ def test_hang_with_the_nccl_spin_signature_names_the_quiet_node():
     assert "HANG" not in ids(**{**kw, "last_step_at": now - 60, "last_output_at": {"node 0 (a)": now - 5}})
 
 
-def test_gpu_duty_cycle():
+SMI_BUSY, SMI_IDLE = ((DATA / "nvidia-smi" / f).read_text().splitlines() for f in ("busy.csv", "idle.csv"))
+
+
+def gpu_series(busy, now, seconds=300, host="h0"):
+    """1 Hz samples of 8 GPUs over the last ``seconds``: at second t GPU g shows a tick of busy.csv when
+    busy(t, g), else of idle.csv (nvidia-smi's documented format, no GPU here)."""
+    out = []
+    for t in range(seconds):
+        for g in range(8):
+            rows = SMI_BUSY if busy(t, g) else SMI_IDLE
+            out.append(parse_smi_line(rows[(t % 3) * 8 + g], host, now - seconds + t))
+    return out
+
+
+def underused(**kw):
+    return next((a for a in diagnose(Snapshot(**kw)) if a.id == "GPU-UNDERUSED"), None)
+
+
+def test_gpu_underused_catches_colocate_oscillation_with_numbers_and_levers():
     now = time.time()
-    assert "GPU-UNDERUSED" in ids(gpu=gpu_rows("idle.csv", now), now=now)
-    assert "GPU-UNDERUSED" not in ids(gpu=gpu_rows("busy.csv", now), now=now)
+    alert = underused(gpu=gpu_series(lambda t, g: (t // 20) % 2 == 0, now), now=now,
+                      settings={"sleep_level": 1, "offload_model": True, "vllm_gpu_memory_utilization": 0.5,
+                                "steps_per_generation": None, "async_generate": False})
+    assert alert and "alternating busy and idle" in alert.title and "8 of 8 GPUs" in alert.explanation
+    # 8 busy and 7 idle stretches of 20 s: 159 of 299 s busy
+    assert "h0 GPU 0: busy 53% of the last 5 min, 14 busy↔idle switches; median busy stretch 20 s, idle stretch " \
+           "20 s" in alert.evidence
+    for lever in ("sleep_level 1", "offload_model True", "vllm_gpu_memory_utilization (now 0.5)",
+                  "steps_per_generation", "async_generate"):
+        assert lever in alert.fix, lever
+
+
+def test_gpu_underused_names_data_loading_and_server_mode_levers():
+    now = time.time()
+    stall = gpu_series(lambda t, g: t % 11 < 8, now)  # 8 s of work, 3 s waiting for the next batch
+    alert = underused(gpu=stall, now=now, server_mode=True, settings={"dataloader_num_workers": 1,
+                                                                      "async_generate": False})
+    assert alert and "idle stretch 3 s" in alert.evidence
+    assert "raise dataloader_num_workers (now 1)" in alert.fix and "async_generate true (now False)" in alert.fix
+
+
+def test_gpu_underused_counts_only_the_gpus_that_wait():
+    now = time.time()
+    alert = underused(gpu=gpu_series(lambda t, g: g < 4 or (t // 30) % 2 == 0, now), now=now)
+    assert "4 of 8 GPUs" in alert.explanation and "h0 GPU 4" in alert.evidence and "h0 GPU 3" not in alert.evidence
+
+
+def test_gpu_underused_silent_on_steady_work_and_a_start_up_stretch():
+    now = time.time()
+    assert underused(gpu=gpu_series(lambda t, g: True, now), now=now) is None
+    start_up = gpu_series(lambda t, g: t >= 150, now)  # loading the model, then training
+    assert underused(gpu=start_up, now=now, started_at=now - 300) is None
+    assert underused(gpu=start_up, now=now, started_at=now - 3600) is not None  # the same gap mid-run is not
+    assert underused(gpu=gpu_series(lambda t, g: t >= 200, now), now=now, started_at=now - 300) is None
+    assert underused(gpu=gpu_series(lambda t, g: False, now), now=now) is not None
+    assert underused(gpu=gpu_series(lambda t, g: False, now), now=now, job_state="succeeded") is None
 
 
 # GPU telemetry -------------------------------------------------------------------------------------------------
@@ -355,3 +407,11 @@ def test_stdout_dicts_stand_in_until_logging_jsonl_appears_without_double_counti
     m = launcher.store.metrics(job)
     assert [s for s, _ in m["reward"]] == [1, 2, 3]
     assert m["seconds_per_step"][0] == (1, 0.162195)  # logging.jsonl's value replaced stdout's
+
+
+def test_watcher_alerts_on_stored_gpu_samples_with_the_jobs_settings(sleeper_job):
+    launcher, job, _ = sleeper_job
+    launcher.store.add_gpu_samples(job, gpu_series(lambda t, g: (t // 20) % 2 == 0, time.time()))
+    alert = next(a for a in Watcher(launcher).poll(job)["alerts"] if a["id"] == "GPU-UNDERUSED")
+    assert "sleep_level 0, offload_model False" in alert["fix"] and "(now 0.9)" in alert["fix"]
+    assert launcher.store.alerts(job)[0]["evidence"] == alert["evidence"]

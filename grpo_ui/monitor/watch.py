@@ -23,6 +23,14 @@ from grpo_ui.render import shell_path
 from grpo_ui.spec import JobSpec, spec_from_yaml
 
 LOGGING_PATH = "logging_jsonl"  # job_meta key: where rank 0 writes logging.jsonl, once known
+ROLLOUT_LEVERS = ("async_generate", "sleep_level", "offload_model", "offload_optimizer", "vllm_gpu_memory_utilization",
+                  "move_model_batches")
+TRAIN_LEVERS = ("deepspeed", "dataloader_num_workers", "steps_per_generation")
+
+
+def _settings(spec: JobSpec) -> dict:
+    """The settings the doctor's fixes refer to, with the job's values."""
+    return {**{k: getattr(spec.rollout, k) for k in ROLLOUT_LEVERS}, **{k: getattr(spec.train, k) for k in TRAIN_LEVERS}}
 
 
 class Watcher:
@@ -131,7 +139,8 @@ class Watcher:
         snap = Snapshot(metrics=metrics, logs=logs, beta=0.04 if spec.train.beta is None else spec.train.beta,
                         now=now, last_step_at=step_rows[0], last_output_at=last_out, started_at=job["started"],
                         gpu=self.store.gpu_samples(job_id, now - 600), job_state=job["state"],
-                        job_error=job["error"], server_mode=spec.rollout.vllm_mode == "server")
+                        job_error=job["error"], server_mode=spec.rollout.vllm_mode == "server",
+                        settings=_settings(spec))
         alerts = diagnose(snap)
         for a in alerts:
             self.store.upsert_alert(job_id, a.id, a.severity, a.title + ": " + a.explanation, a.evidence, a.fix)
