@@ -5,6 +5,8 @@ nvidia-smi channel over real SSH (the GPU output itself is built from nvidia-smi
 import ast
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -195,6 +197,47 @@ def test_log_signatures_name_the_first_node(alert, line):
     alerts = [a for a in diagnose(Snapshot(logs=logs)) if a.id == alert]
     assert alerts and "first on node 1 (b)" in alerts[0].explanation and line in alerts[0].evidence
     assert alert not in ids(logs=HEALTHY_LOG)
+
+
+def real_traceback(depth: int) -> list[str]:
+    """What Python prints for an exception raised ``depth`` distinct frames deep, then re-raised from."""
+    code = "\n".join(f"def f{k}():\n    f{k + 1}()" for k in range(depth))
+    code += f"\ndef f{depth}():\n    raise ValueError('boom')\ntry:\n    f0()\nexcept ValueError as e:\n" \
+            "    raise RuntimeError('reward function failed') from e\n"
+    err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stderr
+    return err.rstrip("\n").split("\n")
+
+
+def traceback_alert(logs):
+    return next(a for a in diagnose(Snapshot(logs=logs)) if a.id == "TRACEBACK")
+
+
+def test_traceback_evidence_is_the_whole_traceback_through_the_exception():
+    tb = real_traceback(3)
+    glued = "Train:   0%|          | 0/122 [00:00<?, ?it/s]" + tb[0]  # tqdm's bar on the same line
+    alert = traceback_alert({"node 0 (a)": ["[INFO:swift] start", glued, *tb[1:], "[INFO:swift] later line"]})
+    assert alert.evidence.split("\n") == tb  # both chained tracebacks, nothing before or after
+    assert tb[-1] == "RuntimeError: reward function failed" and "ValueError: boom" in alert.evidence
+
+
+def test_a_long_traceback_keeps_its_head_and_its_exception_line():
+    tb = real_traceback(80)
+    lines = traceback_alert({"node 0 (a)": tb}).evidence.split("\n")
+    assert len(tb) > 80 and len(lines) == 60
+    assert lines[:20] == tb[:20] and lines[-39:] == tb[-39:] and f"{len(tb) - 59} lines left out" in lines[20]
+
+
+def test_traceback_names_the_rank_and_leaves_other_ranks_lines_out():
+    tb = real_traceback(2)
+    mixed = []
+    for k, line in enumerate(tb):
+        mixed += [f"[rank1]: {line}", f"[rank0]: [INFO:swift] rank 0 still busy {k}"]
+    alert = traceback_alert({"node 0 (a)": ["fine"], "node 1 (b)": ["fine", *mixed]})
+    assert "first on node 1 (b), rank 1." in alert.explanation
+    assert alert.evidence.split("\n") == [f"[rank1]: {line}" for line in tb]
+    summary = ["Root Cause (first observed failure):", "[0]:", "  time      : 2026-11-22_12:00:00",
+               "  host      : node-b", "  rank      : 9 (local_rank: 1)", "  exitcode  : 1 (pid: 4242)"]
+    assert "first on node 1 (b), rank 9." in traceback_alert({"node 1 (b)": tb + summary}).explanation
 
 
 def test_failed_node_is_reported_with_its_log():

@@ -137,15 +137,56 @@ LOG_SIGNS = [
 ]
 
 
+TB_START = "Traceback (most recent call last):"
+TB_CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
+RANK_PREFIX = re.compile(r"^\[(?:rank|default)(\d+)\]:\s?")  # torchrun's per-rank line prefix
+ROOT_CAUSE_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank")  # torchrun's failure summary
+MAX_TB_LINES = 60
+
+
+def traceback_at(lines: list[str], i: int) -> tuple[list[str], str | None]:
+    """The traceback that starts at ``lines[i]``, through its exception line (chained exceptions followed), and
+    the rank that printed it when torchrun prefixed its lines; other ranks' interleaved lines are left out."""
+    m = RANK_PREFIX.match(lines[i])
+    prefix, rank = (m[0], m[1]) if m else ("", None)
+    out = [prefix + lines[i][lines[i].index(TB_START):]]  # without a tqdm bar glued in front
+    own = [line[len(prefix):] for line in lines[i + 1:] if line.startswith(prefix)]
+    for k, body in enumerate(own):
+        out.append(prefix + body)
+        if not body.strip() or body[0] in " \t" or body.startswith((TB_START, *TB_CHAIN)):
+            continue  # a frame, its code and carets, or the hand-over to a chained exception
+        after = next((b for b in own[k + 1:] if b.strip()), "")
+        if not after.startswith(TB_CHAIN):
+            break  # the exception line
+    return _bounded(out), rank
+
+
+def _bounded(lines: list[str]) -> list[str]:
+    """At most MAX_TB_LINES: the head (where it started) and the tail (the exception)."""
+    if len(lines) <= MAX_TB_LINES:
+        return lines
+    head, tail = MAX_TB_LINES // 3, MAX_TB_LINES - MAX_TB_LINES // 3 - 1
+    return lines[:head] + [f"… {len(lines) - head - tail} lines left out …"] + lines[-tail:]
+
+
+def _failed_rank(lines: list[str]) -> str | None:
+    return next((m[1] for line in lines if (m := ROOT_CAUSE_RANK.match(line))), None)
+
+
 @rule
 def log_signatures(s):
     for aid, sev, rx, title, expl, fix in LOG_SIGNS:
         hits = [(node, i, line) for node, lines in s.logs.items() for i, line in enumerate(lines) if rx.search(line)]
         if hits:
             node, i, line = hits[0]
-            context = s.logs[node][i:i + 8] if aid == "TRACEBACK" else [line]
+            where = node
+            context = [line]
+            if aid == "TRACEBACK":
+                context, rank = traceback_at(s.logs[node], i)
+                rank = rank or _failed_rank(s.logs[node])
+                where += f", rank {rank}" if rank else ""
             nodes = sorted({h[0] for h in hits})
-            yield Alert(aid, sev, title, expl + f" Seen on {', '.join(nodes)}; first on {node}.",
+            yield Alert(aid, sev, title, expl + f" Seen on {', '.join(nodes)}; first on {where}.",
                         "\n".join(context), fix)
 
 
