@@ -37,6 +37,10 @@ CREATE TABLE IF NOT EXISTS gpu_samples (
     job_id TEXT, host TEXT NOT NULL, gpu_index INTEGER NOT NULL, ts REAL NOT NULL, util REAL, mem_used REAL,
     mem_total REAL, power REAL, power_limit REAL, temp REAL, sm_clock REAL);
 CREATE INDEX IF NOT EXISTS gpu_samples_job ON gpu_samples (job_id, ts);
+CREATE TABLE IF NOT EXISTS gpu_processes (
+    job_id TEXT, host TEXT NOT NULL, gpu_index INTEGER, gpu_uuid TEXT, pid INTEGER NOT NULL, used_mib REAL,
+    ts REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS gpu_processes_job ON gpu_processes (job_id, host);
 CREATE TABLE IF NOT EXISTS alerts (
     job_id TEXT NOT NULL, alert_id TEXT NOT NULL, severity TEXT NOT NULL, message TEXT NOT NULL, evidence TEXT,
     fix TEXT, first_seen REAL NOT NULL, last_seen REAL NOT NULL, PRIMARY KEY (job_id, alert_id));
@@ -188,6 +192,19 @@ class Store:
     def gpu_samples(self, job_id: str, since: float = 0.0) -> list[dict]:
         return [dict(r) for r in self.conn().execute(
             "SELECT * FROM gpu_samples WHERE job_id = ? AND ts >= ? ORDER BY ts", (job_id, since))]
+
+    def set_gpu_processes(self, job_id: str | None, snapshot: dict) -> None:
+        """The processes holding GPU memory on one host now (a snapshot from monitor.gpu), replacing the last."""
+        with self.conn() as c:
+            c.execute("DELETE FROM gpu_processes WHERE job_id IS ? AND host = ?", (job_id, snapshot["host"]))
+            c.executemany("INSERT INTO gpu_processes VALUES (?, ?, ?, ?, ?, ?, ?)",
+                          [(job_id, snapshot["host"], p["gpu_index"], p["gpu_uuid"], p["pid"], p["used_mib"],
+                            snapshot["ts"]) for p in snapshot["processes"]])
+
+    def gpu_processes(self, job_id: str) -> list[dict]:
+        return [dict(r) for r in self.conn().execute(
+            "SELECT host, gpu_index, gpu_uuid, pid, used_mib, ts FROM gpu_processes WHERE job_id = ? "
+            "ORDER BY host, gpu_index, used_mib DESC", (job_id,))]
 
     def upsert_alert(self, job_id: str, alert_id: str, severity: str, message: str, evidence: str, fix: str) -> None:
         now = time.time()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from grpo_ui.monitor.doctor import Snapshot, diagnose
-from grpo_ui.monitor.gpu import SmiChannel, parse_smi_line
+from grpo_ui.monitor.gpu import APPS, TICK, AppsReader, SmiChannel, parse_smi_line
 from grpo_ui.monitor.logs import LogTail, LogWindow, fold_cr
 from grpo_ui.monitor.metrics import (
     completions_file,
@@ -353,6 +353,56 @@ def test_smi_channel_over_ssh_restarts_after_a_drop(ssh_env, tmp_path):
     pool.close()
     assert len(samples) >= 16 and channel.restarts >= 1
     assert {s["gpu_index"] for s in samples} == set(range(8)) and all(s["host"] == h.name for s in samples)
+
+
+def test_apps_reader_maps_uuids_to_indexes_and_reports_each_listing():
+    read = AppsReader("h0")
+    lines = (DATA / "nvidia-smi/gpu_uuid.csv").read_text().splitlines()
+    lines += (DATA / "nvidia-smi/compute_apps.csv").read_text().splitlines() + [TICK, TICK]
+    snaps = [s for s in map(read, lines) if s is not None]
+    assert [len(s["processes"]) for s in snaps] == [9, 0]  # the second listing is empty: the processes ended
+    on_3 = sorted((p["pid"], p["used_mib"]) for p in snaps[0]["processes"] if p["gpu_index"] == 3)
+    assert on_3 == [(28817, 20480.0), (41233, 61210.0)]
+    assert sorted(p["gpu_index"] for p in snaps[0]["processes"]) == [0, 1, 2, 3, 3, 4, 5, 6, 7]
+    assert read("GPU-x, 12, [N/A]") is None and read(TICK)["processes"][0]["used_mib"] is None
+
+
+def test_process_channel_over_ssh_stores_who_holds_which_gpu(ssh_env, tmp_path):
+    (h,) = ssh_env.add(1)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # the stand-in answers both documented queries; every third process listing fails, as a dropped channel would
+    (bin_dir / "nvidia-smi").write_text(f"""#!/bin/bash
+case "$*" in
+  *--query-gpu=index,uuid*) cat {DATA / "nvidia-smi/gpu_uuid.csv"} ;;
+  *--query-compute-apps=gpu_uuid,pid,used_memory*)
+    n=$(cat {tmp_path}/calls 2>/dev/null || echo 0); echo $((n + 1)) > {tmp_path}/calls
+    [ $((n % 3)) -eq 2 ] && exit 9
+    cat {DATA / "nvidia-smi/compute_apps.csv"} ;;
+  *) exit 2 ;;
+esac
+""")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    store, pool = Store(tmp_path / "db.sqlite"), Pool()
+
+    def open_stream(cmd):
+        _, out, _ = pool.get(h.name).client.exec_command(f"export PATH={bin_dir}:$PATH; {cmd}", timeout=10)
+        return iter(out.readline, "")
+
+    snaps = []
+    channel = SmiChannel(h.name, open_stream, lambda s: (snaps.append(s), store.set_gpu_processes("j", s)),
+                         interval_ms=100, query=APPS).start()
+    deadline = time.time() + 20
+    while len(snaps) < 3 and time.time() < deadline:
+        time.sleep(0.2)
+    channel.stop()
+    pool.close()
+    assert len(snaps) >= 3 and channel.restarts >= 1
+    rows = store.gpu_processes("j")
+    assert len(rows) == 9 and {r["host"] for r in rows} == {h.name}
+    assert [(r["pid"], r["used_mib"]) for r in rows if r["gpu_index"] == 3] == [(41233, 61210.0), (28817, 20480.0)]
+    store.set_gpu_processes("j", {"host": h.name, "ts": time.time(), "processes": []})
+    assert store.gpu_processes("j") == []
 
 
 def test_real_completions_rows_parse():
