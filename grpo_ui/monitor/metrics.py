@@ -7,7 +7,6 @@ train_speed(iter/s)), ``step`` / ``max_steps`` from ``global_step/max_steps``, t
 from __future__ import annotations
 
 import ast
-import functools
 import json
 import re
 
@@ -19,7 +18,6 @@ LOGGING_FILE = re.compile(r"The logging file will be saved in: (\S+logging\.json
 _DURATION = re.compile(r"(?:(\d+)d)?\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*(?:(\d+)s)?")
 
 
-@functools.lru_cache(maxsize=4096)
 def duration_s(text: str) -> float | None:
     """'1d 2h 3m 4s' / '3m 4s' / '4s' → seconds."""
     m = _DURATION.fullmatch(text.strip())
@@ -63,7 +61,7 @@ def _optional(alias: str, schema: dict) -> dict:
 
 # One Rust pass per logging.jsonl line: JSON parsing, the float check of every metric and the renaming of swift's tail
 # keys; the few string keys left are finished in _finish. Lines the schema rejects (the end-of-run summary with
-# nested dicts, nulls) take the general path through normalize, which gives the same result for the numbers.
+# nested dicts, nulls, numbers written as strings) take the general path through normalize, with the same result.
 _LINE = SchemaValidator(cs.typed_dict_schema({
     "seconds_per_step": _optional("train_speed(s/it)", cs.float_schema()),
     "iter_per_s": _optional("train_speed(iter/s)", cs.float_schema()),
@@ -71,21 +69,43 @@ _LINE = SchemaValidator(cs.typed_dict_schema({
     "elapsed_time": _optional("elapsed_time", cs.str_schema()),
     "remaining_time": _optional("remaining_time", cs.str_schema()),
     "percentage": _optional("percentage", cs.str_schema()),
-}, extra_behavior="allow", extras_schema=cs.float_schema()))
+}, extra_behavior="allow", extras_schema=cs.float_schema(strict=True), config={"cache_strings": "keys"}))
+
+
+def _cached(fn, size: int = 4096):
+    """``fn`` memoised in a plain dict (cheaper per hit than lru_cache; cleared when full)."""
+    memo: dict = {}
+
+    def get(text: str):
+        if (hit := memo.get(text)) is None:
+            if len(memo) >= size:
+                memo.clear()
+            hit = memo[text] = (fn(text),)
+        return hit[0]
+    return get
+
+
+def _progress(text: str) -> tuple[int, float]:
+    a, _, b = text.partition("/")
+    return int(a), float(b)
+
+
+_progress_of, _seconds_of = _cached(_progress), _cached(duration_s)
 
 
 def _finish(out: dict) -> tuple[int | None, dict[str, float]]:
     step = None
     if (progress := out.pop("progress", None)) is not None:
-        a, _, b = progress.partition("/")
-        step, out["max_steps"] = int(a), float(b)
-    for key in ("elapsed_time", "remaining_time"):
-        if (text := out.pop(key, None)) is not None and (sec := duration_s(text)) is not None:
-            out[key + "_s"] = sec
-    if (speed := out.pop("iter_per_s", None)) is not None:
+        step, out["max_steps"] = _progress_of(progress)
+    if (text := out.pop("elapsed_time", None)) is not None and (sec := _seconds_of(text)) is not None:
+        out["elapsed_time_s"] = sec
+    if (text := out.pop("remaining_time", None)) is not None and (sec := _seconds_of(text)) is not None:
+        out["remaining_time_s"] = sec
+    if "iter_per_s" in out:
+        speed = out.pop("iter_per_s")
         out["seconds_per_step"] = 1.0 / speed if speed else float("inf")
-    if (pct := out.pop("percentage", None)) is not None:
-        out["percentage"] = float(pct.rstrip("%"))
+    if "percentage" in out:
+        out["percentage"] = float(out["percentage"].rstrip("%"))
     return (None if "train_runtime" in out else step), out
 
 
