@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from grpo_ui.monitor.doctor import Snapshot, diagnose
+from grpo_ui.monitor.doctor import DUTY_WINDOW_S, Snapshot, diagnose
 from grpo_ui.monitor.gpu import TICK, AppsReader, parse_smi_line
 from grpo_ui.monitor.logs import LogTail
 from grpo_ui.monitor.metrics import parse_jsonl_line, parse_stdout_line
@@ -83,7 +83,7 @@ def main(log_mib: int = int(os.environ.get("BENCH_LOG_MIB", "1024"))):
 
 def telemetry(hosts: int = 8, ticks: int = 300) -> None:
     """5 minutes of 8 hosts × 8 GPUs at 1 Hz as the Monitor page handles them: each line parsed and written to
-    SQLite as it arrives, a process listing per host every 5 s, and a doctor pass every 3 s over the last 10 min."""
+    SQLite as it arrives, a process listing per host every 5 s, and a doctor pass every 3 s over the last 5 min."""
     rows = (DATA / "nvidia-smi/busy.csv").read_text().splitlines()
     listing = (DATA / "nvidia-smi/compute_apps.csv").read_text().splitlines() + [TICK]
     with tempfile.TemporaryDirectory() as d:
@@ -105,7 +105,7 @@ def telemetry(hosts: int = 8, ticks: int = 300) -> None:
         cpu0 = cpu_s()
         passes = 5
         for _ in range(passes):
-            diagnose(Snapshot(now=now, gpu=store.gpu_samples("job", now - 600), started_at=now - 3600))
+            diagnose(Snapshot(now=now, gpu=store.gpu_samples("job", now - DUTY_WINDOW_S), first_step_at=now - 3600))
         doctor = (cpu_s() - cpu0) / passes / 3  # one pass every 3 s
     print(f"GPU telemetry, {hosts} hosts × 8 GPUs at 1 Hz: {ingest * 100:.2f} % of one core to parse and store "
           f"samples and process listings, {doctor * 100:.2f} % for the doctor's duty-cycle pass every 3 s; total "

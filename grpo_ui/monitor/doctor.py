@@ -28,6 +28,7 @@ class Snapshot:
     beta: float = 0.04
     now: float = 0.0
     last_step_at: float | None = None       # when the latest step was logged
+    first_step_at: float | None = None      # when the first step was logged
     last_output_at: dict[str, float] = field(default_factory=dict)  # node label → last new log line
     started_at: float | None = None
     gpu: list[dict] = field(default_factory=list)  # samples: host, gpu_index, ts, util, mem_used, power, power_limit
@@ -247,14 +248,15 @@ class Activity:
     idle_s: list[float]
 
 
-def activity(rows: list[dict], started_at: float | None, now: float) -> Activity | None:
-    """Duty cycle of one GPU's samples (sorted by time) over the last DUTY_WINDOW_S; a leading idle stretch that
-    begins with the job (model loading) is left out. None when there is too little left to judge."""
-    rows = [r for r in rows if r.get("util") is not None]
-    if rows and started_at and rows[0]["ts"] <= started_at + 60:
-        first_busy = next((k for k, r in enumerate(rows) if r["util"] >= BUSY), len(rows))
+def activity(rows: list[dict], first_step_at: float | None, now: float) -> Activity | None:
+    """Duty cycle of one GPU's samples (sorted by time) over the last DUTY_WINDOW_S. An idle stretch that opens the
+    window and ends before any step was logged is start-up (loading the model) and left out. None when there is
+    too little left to judge."""
+    rows = [r for r in rows if r["ts"] >= now - DUTY_WINDOW_S and r.get("util") is not None]
+    first_busy = next((k for k, r in enumerate(rows) if r["util"] >= BUSY), len(rows))
+    started = first_step_at is not None and (first_busy == len(rows) or first_step_at < rows[first_busy]["ts"])
+    if first_busy and not started:
         rows = rows[first_busy:]
-    rows = [r for r in rows if r["ts"] >= now - DUTY_WINDOW_S]
     if len(rows) < 2 or rows[-1]["ts"] - rows[0]["ts"] < MIN_SPAN_S:
         return None
     stretches: list[list] = []  # [busy?, seconds]
@@ -312,7 +314,7 @@ def gpu_duty_cycle(s):
     per_gpu: dict[tuple, list[dict]] = {}
     for g in sorted(s.gpu, key=lambda g: g["ts"]):
         per_gpu.setdefault((g["host"], g["gpu_index"]), []).append(g)
-    found = [a for rows in per_gpu.values() if (a := activity(rows, s.started_at, s.now)) and _underused(a)]
+    found = [a for rows in per_gpu.values() if (a := activity(rows, s.first_step_at, s.now)) and _underused(a)]
     if not found:
         return
     found.sort(key=lambda a: a.duty)

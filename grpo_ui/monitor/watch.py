@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from grpo_ui.monitor.doctor import Snapshot, diagnose
+from grpo_ui.monitor.doctor import DUTY_WINDOW_S, Snapshot, diagnose
 from grpo_ui.monitor.logs import LogTail
 from grpo_ui.monitor.metrics import (
     completions_file,
@@ -135,10 +135,12 @@ class Watcher:
             if rows:
                 last_out[label] = rows[-1][2]
         metrics = self.store.metrics(job_id)
-        step_rows = self.store.conn().execute("SELECT MAX(ts) FROM metrics WHERE job_id = ?", (job_id,)).fetchone()
+        first, last = self.store.conn().execute("SELECT MIN(ts), MAX(ts) FROM metrics WHERE job_id = ?",
+                                                (job_id,)).fetchone()
         snap = Snapshot(metrics=metrics, logs=logs, beta=0.04 if spec.train.beta is None else spec.train.beta,
-                        now=now, last_step_at=step_rows[0], last_output_at=last_out, started_at=job["started"],
-                        gpu=self.store.gpu_samples(job_id, now - 600), job_state=job["state"],
+                        now=now, last_step_at=last, first_step_at=first, last_output_at=last_out,
+                        started_at=job["started"], gpu=self.store.gpu_samples(job_id, now - DUTY_WINDOW_S),
+                        job_state=job["state"],
                         job_error=job["error"], server_mode=spec.rollout.vllm_mode == "server",
                         settings=_settings(spec))
         alerts = diagnose(snap)
