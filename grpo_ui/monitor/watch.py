@@ -92,7 +92,7 @@ class Watcher:
         tail = LogTail(runner.read, path, self.store.offset(job_id, n["node_index"], path))
         try:
             rows = [r for r in map(parse, tail.poll()) if r]
-        except SshError:
+        except (SshError, OSError):  # unreadable (permissions, a path that is a directory): try again next pass
             return []
         self.store.set_offset(job_id, n["node_index"], path, tail.offset)
         return rows
