@@ -91,7 +91,8 @@ def telemetry(hosts: int = 8, ticks: int = 300) -> None:
         now = time.time()
         readers = [AppsReader(f"h{h}") for h in range(hosts)]
         for read in readers:  # the uuid → index map, once per channel
-            [read(line) for line in (DATA / "nvidia-smi/gpu_uuid.csv").read_text().splitlines()]
+            for line in (DATA / "nvidia-smi/gpu_uuid.csv").read_text().splitlines():
+                read(line)
         cpu0 = cpu_s()
         for t in range(ticks):
             for h in range(hosts):

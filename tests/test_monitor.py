@@ -1,6 +1,7 @@
 """Monitoring on real data: tails that survive cut connections, ms-swift 3.x/4.x metric lines (4.x captured from a
-real run), the doctor's rules (each fires on a stream with its problem and stays silent on a healthy one), and the
-nvidia-smi channel over real SSH (the GPU output itself is built from nvidia-smi's documented format: no GPU here)."""
+real run), the doctor's rules (each fires on a stream with its problem and stays silent on a healthy one), the
+watcher on a job launched over real SSH to a namespace host, and the nvidia-smi channels over real SSH. The GPU is the
+one stand-in: its output is built from nvidia-smi's documented format (no GPU here)."""
 
 import ast
 import json
