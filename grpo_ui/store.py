@@ -23,6 +23,8 @@ CREATE TABLE IF NOT EXISTS nodes (
 CREATE TABLE IF NOT EXISTS log_offsets (
     job_id TEXT NOT NULL, node_index INTEGER NOT NULL, path TEXT NOT NULL, offset INTEGER NOT NULL,
     PRIMARY KEY (job_id, node_index, path));
+CREATE TABLE IF NOT EXISTS job_meta (
+    job_id TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (job_id, key));
 CREATE TABLE IF NOT EXISTS log_lines (
     job_id TEXT NOT NULL, node_index INTEGER NOT NULL, seq INTEGER NOT NULL, text TEXT NOT NULL, ts REAL NOT NULL,
     PRIMARY KEY (job_id, node_index, seq));
@@ -35,6 +37,10 @@ CREATE TABLE IF NOT EXISTS gpu_samples (
     job_id TEXT, host TEXT NOT NULL, gpu_index INTEGER NOT NULL, ts REAL NOT NULL, util REAL, mem_used REAL,
     mem_total REAL, power REAL, power_limit REAL, temp REAL, sm_clock REAL);
 CREATE INDEX IF NOT EXISTS gpu_samples_job ON gpu_samples (job_id, ts);
+CREATE TABLE IF NOT EXISTS gpu_processes (
+    job_id TEXT, host TEXT NOT NULL, gpu_index INTEGER, gpu_uuid TEXT, pid INTEGER NOT NULL, used_mib REAL,
+    ts REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS gpu_processes_job ON gpu_processes (job_id, host);
 CREATE TABLE IF NOT EXISTS alerts (
     job_id TEXT NOT NULL, alert_id TEXT NOT NULL, severity TEXT NOT NULL, message TEXT NOT NULL, evidence TEXT,
     fix TEXT, first_seen REAL NOT NULL, last_seen REAL NOT NULL, PRIMARY KEY (job_id, alert_id));
@@ -114,6 +120,15 @@ class Store:
         with self.conn() as c:
             c.execute("INSERT OR REPLACE INTO log_offsets VALUES (?, ?, ?, ?)", (job_id, node_index, path, offset))
 
+    def meta(self, job_id: str, key: str) -> str | None:
+        """A fact learnt about a job while watching it (e.g. where rank 0 writes logging.jsonl)."""
+        row = self.conn().execute("SELECT value FROM job_meta WHERE job_id = ? AND key = ?", (job_id, key)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, job_id: str, key: str, value: str) -> None:
+        with self.conn() as c:
+            c.execute("INSERT OR REPLACE INTO job_meta VALUES (?, ?, ?)", (job_id, key, value))
+
     def add_log_lines(self, job_id: str, node_index: int, lines: list[str], keep: int = 5000) -> None:
         """Append lines to the node's window, keeping the last ``keep`` (the full log stays on the node)."""
         if not lines:
@@ -137,11 +152,15 @@ class Store:
         rows = self.conn().execute(sql + " ORDER BY seq DESC LIMIT ?", (*args, last)).fetchall()
         return [tuple(r) for r in reversed(rows)]
 
-    def add_metrics(self, job_id: str, step: int, values: dict[str, float], ts: float | None = None) -> None:
+    def add_metrics(self, job_id: str, step: int, values: dict[str, float], ts: float | None = None) -> bool:
+        """Store one logged step; a step stored before (from stdout, then from logging.jsonl) gets the new values
+        and keeps its first time. True when the step is new."""
         ts = ts or time.time()
         with self.conn() as c:
-            c.executemany("INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?, ?)",
-                          [(job_id, step, k, v, ts) for k, v in values.items()])
+            known = c.execute("SELECT 1 FROM metrics WHERE job_id = ? AND step = ? LIMIT 1", (job_id, step)).fetchone()
+            c.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?, ?) ON CONFLICT (job_id, step, key) DO UPDATE "
+                          "SET value = excluded.value", [(job_id, step, k, v, ts) for k, v in values.items()])
+        return known is None
 
     def metrics(self, job_id: str) -> dict[str, list[tuple[int, float]]]:
         out: dict[str, list[tuple[int, float]]] = {}
@@ -173,6 +192,19 @@ class Store:
     def gpu_samples(self, job_id: str, since: float = 0.0) -> list[dict]:
         return [dict(r) for r in self.conn().execute(
             "SELECT * FROM gpu_samples WHERE job_id = ? AND ts >= ? ORDER BY ts", (job_id, since))]
+
+    def set_gpu_processes(self, job_id: str | None, snapshot: dict) -> None:
+        """The processes holding GPU memory on one host now (a snapshot from monitor.gpu), replacing the last."""
+        with self.conn() as c:
+            c.execute("DELETE FROM gpu_processes WHERE job_id IS ? AND host = ?", (job_id, snapshot["host"]))
+            c.executemany("INSERT INTO gpu_processes VALUES (?, ?, ?, ?, ?, ?, ?)",
+                          [(job_id, snapshot["host"], p["gpu_index"], p["gpu_uuid"], p["pid"], p["used_mib"],
+                            snapshot["ts"]) for p in snapshot["processes"]])
+
+    def gpu_processes(self, job_id: str) -> list[dict]:
+        return [dict(r) for r in self.conn().execute(
+            "SELECT host, gpu_index, gpu_uuid, pid, used_mib, ts FROM gpu_processes WHERE job_id = ? "
+            "ORDER BY host, gpu_index, used_mib DESC", (job_id,))]
 
     def upsert_alert(self, job_id: str, alert_id: str, severity: str, message: str, evidence: str, fix: str) -> None:
         now = time.time()

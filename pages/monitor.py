@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
-from grpo_ui.monitor.gpu import SmiChannel, nvml_samples
+from grpo_ui.monitor.gpu import APPS, SmiChannel, nvml_processes, nvml_samples
 from grpo_ui.monitor.logs import ERROR_PATTERN
 from grpo_ui.monitor.watch import Watcher
 from grpo_ui.remote.launcher import Launcher, LaunchError
@@ -32,8 +32,8 @@ def launcher() -> Launcher:
 
 @st.cache_resource
 def gpu_channels(job_id: str) -> list[SmiChannel]:
-    """One nvidia-smi channel per remote node of the job, writing samples to SQLite (hosts without GPUs just
-    retry with back-off)."""
+    """Two nvidia-smi channels per remote node of the job, GPU samples and the processes holding GPU memory, writing
+    to SQLite (hosts without GPUs just retry with back-off)."""
     lz = launcher()
     spec = spec_from_yaml(lz.store.job(job_id)["spec_yaml"])
     channels = []
@@ -48,7 +48,17 @@ def gpu_channels(job_id: str) -> list[SmiChannel]:
 
         channels.append(SmiChannel(node.host, open_stream,
                                    lambda sample: lz.store.add_gpu_samples(job_id, [sample])).start())
+        channels.append(SmiChannel(node.host, open_stream, lambda snap: lz.store.set_gpu_processes(job_id, snap),
+                                   interval_ms=5000, query=APPS).start())
     return channels
+
+
+def process_rows(job_id: str) -> list[dict]:
+    """Which process of which node holds how much memory on each GPU (the latest listing per host)."""
+    label = {n["host"]: f"node {n['node_index']} · {n['host']}" for n in lz.store.nodes(job_id)}
+    return [{"node": label.get(r["host"], r["host"]), "GPU": r["gpu_index"], "pid": r["pid"],
+             "GPU memory (MiB)": r["used_mib"], "listed": time.strftime("%H:%M:%S", time.localtime(r["ts"]))}
+            for r in lz.store.gpu_processes(job_id)]
 
 
 def metric_figure(metrics: dict) -> go.Figure:
@@ -101,6 +111,8 @@ def live():
     if job["state"] in ("starting", "running"):
         gpu_channels(job_id)
         lz.store.add_gpu_samples(job_id, nvml_samples())
+        if (snap := nvml_processes()) is not None:
+            lz.store.set_gpu_processes(job_id, snap)
     metrics = lz.store.metrics(job_id)
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("State", job["state"])
@@ -143,6 +155,10 @@ def live():
         st.plotly_chart(gpu_figure(samples, step_times), width="stretch", key="gpu_chart")
     else:
         st.caption("No GPU samples (no NVIDIA GPU reported by the nodes).")
+    procs = process_rows(job_id)
+    if procs:
+        st.caption("GPU memory by process (latest listing per node)")
+        st.dataframe(procs, hide_index=True, width="stretch", key="gpu_processes")
 
 
 live()

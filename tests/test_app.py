@@ -93,9 +93,15 @@ def test_every_page_renders_with_a_job_in_the_store(tmp_path, monkeypatch):
     store.add_metrics("job-a", 2, {"reward": 0.7, "kl": 0.01, "max_steps": 2})
     store.add_log_lines("job-a", 0, ["Train: 50%", "Traceback (most recent call last):", "ValueError: x"])
     store.upsert_alert("job-a", "NO-LEARNING-SIGNAL", "error", "No learning signal: x", "reward_std [0]", "fix it")
+    store.set_gpu_processes("job-a", {"host": "localhost", "ts": 1.0, "processes": [
+        {"gpu_index": 0, "gpu_uuid": "GPU-a", "pid": 4242, "used_mib": 61234.0}]})
     for page, expect in (("cluster", "Preflight"), ("launch", "Launch"), ("monitor", "Alerts (1)"),
                          ("history", "Compare two runs")):
         at = AppTest.from_file(str(Path(APP).parent / "pages" / f"{page}.py"), default_timeout=60).run()
         assert not at.exception, (page, at.exception)
         texts = [h.value for h in at.subheader] + [t.value for t in at.title] + [b.label for b in at.button]
         assert any(expect in t for t in texts), (page, texts)
+        if page == "monitor":  # which process of which node holds how much on each GPU
+            procs = next(d.value for d in at.dataframe if "pid" in d.value.columns)
+            assert procs.to_dict("records")[0] | {"listed": None} == {
+                "node": "node 0 · localhost", "GPU": 0, "pid": 4242, "GPU memory (MiB)": 61234.0, "listed": None}

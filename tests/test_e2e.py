@@ -35,9 +35,10 @@ def cli(ssh_env, tmp_path):
     stop_active_jobs(tmp_path / "db.sqlite")
 
 
-def job_yaml(tmp_path, hosts, max_steps, **train):
+def job_yaml(tmp_path, hosts, max_steps, env=None, **train):
     data = tiny_spec_data(max_steps=max_steps)
     data["train"].update(output_dir=str(tmp_path / "out"), **train)
+    data["env"].update(env or {})
     data["cluster"] = {"run_root": str(tmp_path / "runs"), "master_addr": hosts[0].addr, "nodes": [
         {"host": h.name, "address": h.addr, "gpus": [0], "python_env": data["cluster"]["nodes"][0]["python_env"]}
         for h in hosts]}
@@ -71,6 +72,25 @@ def test_scenario1_one_host_validate_render_preflight_launch_watch_succeed(cli, 
     sampled = Store(tmp_path / "db.sqlite").completions("e2e-one")
     assert sampled and all("completion" in row and "step" in row for row in sampled)
     print(f"scenario 1 took {time.time() - start:.0f} s")
+
+
+def test_metrics_found_by_listing_the_output_dir_when_swift_logs_only_warnings(cli, ssh_env, tmp_path):
+    """LOG_LEVEL=WARNING hides ms-swift's `output_dir:` and `logging file` lines: the watcher lists the output dir
+    on the node for the run dir written since the launch (an older run sits in the same output dir)."""
+    (h,) = ssh_env.add(1)
+    old = tmp_path / "out/v0-20261121-090000"
+    old.mkdir(parents=True)
+    (old / "logging.jsonl").write_text('{"reward": 9.0, "global_step/max_steps": "7/9"}\n')
+    os.utime(old / "logging.jsonl", (time.time() - 86400, time.time() - 86400))
+    spec = job_yaml(tmp_path, [h], max_steps=2, env={"LOG_LEVEL": "WARNING"})
+    launch = cli("launch", str(spec), "--job-id", "e2e-quiet", "--wait", timeout=600)
+    assert launch.returncode == 0, launch.stdout[-3000:] + launch.stderr[-3000:]
+    store = Store(tmp_path / "db.sqlite")
+    for hidden in ("output_dir: ", "The logging file will be saved in"):
+        assert not store.log_lines("e2e-quiet", 0, 1, contains=hidden)
+    found = Path(store.meta("e2e-quiet", "logging_jsonl"))
+    assert found.parent.parent == tmp_path / "out" and found.parent.name.startswith("v1-") and found.exists()
+    assert sorted({s for rows in store.metrics("e2e-quiet").values() for s, _ in rows}) == [1, 2]
 
 
 def test_scenario2_two_hosts_rendezvous_then_stop_mid_run(cli, ssh_env, tmp_path):

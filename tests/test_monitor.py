@@ -1,14 +1,20 @@
 """Monitoring on real data: tails that survive cut connections, ms-swift 3.x/4.x metric lines (4.x captured from a
-real run), the doctor's rules (each fires on a stream with its problem and stays silent on a healthy one), and the
-nvidia-smi channel over real SSH (the GPU output itself is built from nvidia-smi's documented format: no GPU here)."""
+real run), the doctor's rules (each fires on a stream with its problem and stays silent on a healthy one), the
+watcher on a job launched over real SSH to a namespace host, and the nvidia-smi channels over real SSH. The GPU is the
+one stand-in: its output is built from nvidia-smi's documented format (no GPU here)."""
 
+import ast
+import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from grpo_ui.monitor.doctor import Snapshot, diagnose
-from grpo_ui.monitor.gpu import SmiChannel, parse_smi_line
+from grpo_ui.monitor.gpu import APPS, TICK, AppsReader, SmiChannel, parse_smi_line
 from grpo_ui.monitor.logs import LogTail, LogWindow, fold_cr
 from grpo_ui.monitor.metrics import (
     completions_file,
@@ -18,8 +24,13 @@ from grpo_ui.monitor.metrics import (
     parse_jsonl_line,
     parse_stdout_line,
 )
+from grpo_ui.monitor.watch import Watcher
+from grpo_ui.remote.launcher import Launcher
 from grpo_ui.remote.runner import LocalRunner, SshRunner
 from grpo_ui.remote.ssh import Pool
+from grpo_ui.spec import validate_spec
+from grpo_ui.store import Store
+from tests.hosts import stop_active_jobs
 
 DATA = Path(__file__).parent / "data"
 STDOUT = (DATA / "captured/swift46_tiny_grpo_stdout.log").read_text()
@@ -104,6 +115,39 @@ def test_3x_and_4x_lines_normalise_to_the_same_names():
     assert normalize({"train_runtime": "0.3215"}) == (None, {"train_runtime": 0.3215})
 
 
+def test_fast_jsonl_path_agrees_with_the_general_one():
+    """parse_jsonl_line's schema pass must give what normalize gives on the decoded dict, for real 4.x lines, a 3.x
+    line written as JSON, and lines the schema rejects (summary with nested dicts, nulls, strings)."""
+    v3_json = json.dumps(ast.literal_eval(V3_LINE))
+    odd = ['{"loss": null, "kl": "0.5", "global_step/max_steps": "4/9", "train_runtime": 3}',
+           '{"model_parameter_info": {"a": 1}, "global_step": 3, "memory": "12 GiB", "flag": true}',
+           '{"reward": 1, "percentage": "50%", "train_speed(iter/s)": 0}']
+    for line in JSONL + [v3_json] + odd:
+        assert parse_jsonl_line(line) == normalize(json.loads(line)), line
+    step, m = parse_jsonl_line(v3_json)
+    assert step == 56 and m["seconds_per_step"] == pytest.approx(1 / 0.009156) and m["percentage"] == 2.45
+    assert parse_jsonl_line("[1, 2]") is None and parse_jsonl_line("not json") is None
+    assert parse_jsonl_line(JSONL[0].encode()) == parse_jsonl_line(JSONL[0])
+
+
+def best_rate(fn, lines, repeat=5):
+    """Lines per CPU-second of this process, best of ``repeat`` (other work on a shared machine does not count)."""
+    best = 0.0
+    for _ in range(repeat):
+        start = time.process_time()
+        for line in lines:
+            fn(line)
+        best = max(best, len(lines) / (time.process_time() - start))
+    return best
+
+
+def test_metric_parsing_is_faster_than_bare_json_loads():
+    """Parsing and normalising must beat decoding alone with json.loads, measured in the same run (the absolute rate,
+    ≥ 200k lines/s, is printed by bench/monitor.py; this machine is shared, so the test compares)."""
+    lines = JSONL[:3] * 5000
+    assert best_rate(parse_jsonl_line, lines) > 1.2 * best_rate(json.loads, lines)
+
+
 # doctor --------------------------------------------------------------------------------------------------------
 
 def series(rows):
@@ -157,6 +201,47 @@ def test_log_signatures_name_the_first_node(alert, line):
     assert alert not in ids(logs=HEALTHY_LOG)
 
 
+def real_traceback(depth: int) -> list[str]:
+    """What Python prints for an exception raised ``depth`` distinct frames deep, then re-raised from."""
+    code = "\n".join(f"def f{k}():\n    f{k + 1}()" for k in range(depth))
+    code += f"\ndef f{depth}():\n    raise ValueError('boom')\ntry:\n    f0()\nexcept ValueError as e:\n" \
+            "    raise RuntimeError('reward function failed') from e\n"
+    err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stderr
+    return err.rstrip("\n").split("\n")
+
+
+def traceback_alert(logs):
+    return next(a for a in diagnose(Snapshot(logs=logs)) if a.id == "TRACEBACK")
+
+
+def test_traceback_evidence_is_the_whole_traceback_through_the_exception():
+    tb = real_traceback(3)
+    glued = "Train:   0%|          | 0/122 [00:00<?, ?it/s]" + tb[0]  # tqdm's bar on the same line
+    alert = traceback_alert({"node 0 (a)": ["[INFO:swift] start", glued, *tb[1:], "[INFO:swift] later line"]})
+    assert alert.evidence.split("\n") == tb  # both chained tracebacks, nothing before or after
+    assert tb[-1] == "RuntimeError: reward function failed" and "ValueError: boom" in alert.evidence
+
+
+def test_a_long_traceback_keeps_its_head_and_its_exception_line():
+    tb = real_traceback(80)
+    lines = traceback_alert({"node 0 (a)": tb}).evidence.split("\n")
+    assert len(tb) > 80 and len(lines) == 60
+    assert lines[:20] == tb[:20] and lines[-39:] == tb[-39:] and f"{len(tb) - 59} lines left out" in lines[20]
+
+
+def test_traceback_names_the_rank_and_leaves_other_ranks_lines_out():
+    tb = real_traceback(2)
+    mixed = []
+    for k, line in enumerate(tb):
+        mixed += [f"[rank1]: {line}", f"[rank0]: [INFO:swift] rank 0 still busy {k}"]
+    alert = traceback_alert({"node 0 (a)": ["fine"], "node 1 (b)": ["fine", *mixed]})
+    assert "first on node 1 (b), rank 1." in alert.explanation
+    assert alert.evidence.split("\n") == [f"[rank1]: {line}" for line in tb]
+    summary = ["Root Cause (first observed failure):", "[0]:", "  time      : 2026-11-22_12:00:00",
+               "  host      : node-b", "  rank      : 9 (local_rank: 1)", "  exitcode  : 1 (pid: 4242)"]
+    assert "first on node 1 (b), rank 9." in traceback_alert({"node 1 (b)": tb + summary}).explanation
+
+
 def test_failed_node_is_reported_with_its_log():
     err = "node 1 (h1, rank 1) failed first: exit code 137\nKilled"
     alert = next(a for a in diagnose(Snapshot(job_state="failed", job_error=err)) if a.id == "NODE-FAILED")
@@ -181,13 +266,66 @@ def test_hang_with_the_nccl_spin_signature_names_the_quiet_node():
     assert "HANG" not in ids(**{**kw, "last_step_at": now - 60, "last_output_at": {"node 0 (a)": now - 5}})
 
 
-def test_gpu_duty_cycle():
+SMI_BUSY, SMI_IDLE = ((DATA / "nvidia-smi" / f).read_text().splitlines() for f in ("busy.csv", "idle.csv"))
+
+
+def gpu_series(busy, now, seconds=300, host="h0"):
+    """1 Hz samples of 8 GPUs over the last ``seconds``: at second t GPU g shows a tick of busy.csv when
+    busy(t, g), else of idle.csv (nvidia-smi's documented format, no GPU here)."""
+    out = []
+    for t in range(seconds):
+        for g in range(8):
+            rows = SMI_BUSY if busy(t, g) else SMI_IDLE
+            out.append(parse_smi_line(rows[(t % 3) * 8 + g], host, now - seconds + t))
+    return out
+
+
+def underused(**kw):
+    return next((a for a in diagnose(Snapshot(**kw)) if a.id == "GPU-UNDERUSED"), None)
+
+
+def test_gpu_underused_catches_colocate_oscillation_with_numbers_and_levers():
     now = time.time()
-    assert "GPU-UNDERUSED" in ids(gpu=gpu_rows("idle.csv", now), now=now)
-    assert "GPU-UNDERUSED" not in ids(gpu=gpu_rows("busy.csv", now), now=now)
+    alert = underused(gpu=gpu_series(lambda t, g: (t // 20) % 2 == 0, now), now=now,
+                      settings={"sleep_level": 1, "offload_model": True, "vllm_gpu_memory_utilization": 0.5,
+                                "steps_per_generation": None, "async_generate": False})
+    assert alert and "alternating busy and idle" in alert.title and "8 of 8 GPUs" in alert.explanation
+    # 8 busy and 7 idle stretches of 20 s: 159 of 299 s busy
+    assert "h0 GPU 0: busy 53% of the last 5 min, 14 busy↔idle switches; median busy stretch 20 s, idle stretch " \
+           "20 s" in alert.evidence
+    for lever in ("sleep_level 1", "offload_model True", "vllm_gpu_memory_utilization (now 0.5)",
+                  "steps_per_generation", "async_generate"):
+        assert lever in alert.fix, lever
 
 
-# GPU telemetry -------------------------------------------------------------------------------------------------
+def test_gpu_underused_names_data_loading_and_server_mode_levers():
+    now = time.time()
+    stall = gpu_series(lambda t, g: t % 11 < 8, now)  # 8 s of work, 3 s waiting for the next batch
+    alert = underused(gpu=stall, now=now, server_mode=True, settings={"dataloader_num_workers": 1,
+                                                                      "async_generate": False})
+    assert alert and "idle stretch 3 s" in alert.evidence
+    assert "raise dataloader_num_workers (now 1)" in alert.fix and "async_generate true (now False)" in alert.fix
+
+
+def test_gpu_underused_counts_only_the_gpus_that_wait():
+    now = time.time()
+    alert = underused(gpu=gpu_series(lambda t, g: g < 4 or (t // 30) % 2 == 0, now), now=now)
+    assert "4 of 8 GPUs" in alert.explanation and "h0 GPU 4" in alert.evidence and "h0 GPU 3" not in alert.evidence
+
+
+def test_gpu_underused_silent_on_steady_work_and_a_start_up_stretch():
+    now = time.time()
+    steps_long_ago = now - 3600
+    assert underused(gpu=gpu_series(lambda t, g: True, now), now=now, first_step_at=steps_long_ago) is None
+    start_up = gpu_series(lambda t, g: t >= 150, now)  # loading the model, then training
+    assert underused(gpu=start_up, now=now) is None
+    assert underused(gpu=start_up, now=now, first_step_at=now - 60) is None  # first step logged after the GPUs began
+    assert underused(gpu=start_up, now=now, first_step_at=steps_long_ago) is not None  # the same gap mid-run
+    assert underused(gpu=gpu_series(lambda t, g: False, now), now=now) is None  # nothing logged yet: still starting
+    assert underused(gpu=gpu_series(lambda t, g: False, now), now=now, first_step_at=steps_long_ago) is not None
+    assert underused(gpu=gpu_series(lambda t, g: t < 200, now), now=now, first_step_at=steps_long_ago,
+                     job_state="succeeded") is None
+
 
 def test_parse_documented_smi_csv():
     s = parse_smi_line((DATA / "nvidia-smi/busy.csv").read_text().splitlines()[3], "h0", 1.0)
@@ -220,6 +358,56 @@ def test_smi_channel_over_ssh_restarts_after_a_drop(ssh_env, tmp_path):
     assert {s["gpu_index"] for s in samples} == set(range(8)) and all(s["host"] == h.name for s in samples)
 
 
+def test_apps_reader_maps_uuids_to_indexes_and_reports_each_listing():
+    read = AppsReader("h0")
+    lines = (DATA / "nvidia-smi/gpu_uuid.csv").read_text().splitlines()
+    lines += (DATA / "nvidia-smi/compute_apps.csv").read_text().splitlines() + [TICK, TICK]
+    snaps = [s for s in map(read, lines) if s is not None]
+    assert [len(s["processes"]) for s in snaps] == [9, 0]  # the second listing is empty: the processes ended
+    on_3 = sorted((p["pid"], p["used_mib"]) for p in snaps[0]["processes"] if p["gpu_index"] == 3)
+    assert on_3 == [(28817, 20480.0), (41233, 61210.0)]
+    assert sorted(p["gpu_index"] for p in snaps[0]["processes"]) == [0, 1, 2, 3, 3, 4, 5, 6, 7]
+    assert read("GPU-x, 12, [N/A]") is None and read(TICK)["processes"][0]["used_mib"] is None
+
+
+def test_process_channel_over_ssh_stores_who_holds_which_gpu(ssh_env, tmp_path):
+    (h,) = ssh_env.add(1)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # the stand-in answers both documented queries; every third process listing fails, as a dropped channel would
+    (bin_dir / "nvidia-smi").write_text(f"""#!/bin/bash
+case "$*" in
+  *--query-gpu=index,uuid*) cat {DATA / "nvidia-smi/gpu_uuid.csv"} ;;
+  *--query-compute-apps=gpu_uuid,pid,used_memory*)
+    n=$(cat {tmp_path}/calls 2>/dev/null || echo 0); echo $((n + 1)) > {tmp_path}/calls
+    [ $((n % 3)) -eq 2 ] && exit 9
+    cat {DATA / "nvidia-smi/compute_apps.csv"} ;;
+  *) exit 2 ;;
+esac
+""")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    store, pool = Store(tmp_path / "db.sqlite"), Pool()
+
+    def open_stream(cmd):
+        _, out, _ = pool.get(h.name).client.exec_command(f"export PATH={bin_dir}:$PATH; {cmd}", timeout=10)
+        return iter(out.readline, "")
+
+    snaps = []
+    channel = SmiChannel(h.name, open_stream, lambda s: (snaps.append(s), store.set_gpu_processes("j", s)),
+                         interval_ms=100, query=APPS).start()
+    deadline = time.time() + 20
+    while len(snaps) < 3 and time.time() < deadline:
+        time.sleep(0.2)
+    channel.stop()
+    pool.close()
+    assert len(snaps) >= 3 and channel.restarts >= 1
+    rows = store.gpu_processes("j")
+    assert len(rows) == 9 and {r["host"] for r in rows} == {h.name}
+    assert [(r["pid"], r["used_mib"]) for r in rows if r["gpu_index"] == 3] == [(41233, 61210.0), (28817, 20480.0)]
+    store.set_gpu_processes("j", {"host": h.name, "ts": time.time(), "processes": []})
+    assert store.gpu_processes("j") == []
+
+
 def test_real_completions_rows_parse():
     rows = [row for line in (DATA / "captured/swift46_tiny_grpo_completions.jsonl").read_text().splitlines()
             for row in parse_completion_line(line)]
@@ -227,3 +415,99 @@ def test_real_completions_rows_parse():
     assert all(isinstance(r["completion"], str) and r["Format"] == 0.0 and r["solution"] for r in rows)
     assert parse_completion_line('{"loss": 1}') == [] and parse_completion_line("not json") == []
     assert completions_file("/r/out/v0-1/logging.jsonl") == "/r/out/v0-1/completions.jsonl"
+
+
+# watcher -------------------------------------------------------------------------------------------------------
+# A job launched over real SSH onto a namespace host; its `swift` is a sleeper, and what ms-swift would print and
+# write there is the real captured 4.6 output, appended by the test (test hosts share this file system).
+
+@pytest.fixture
+def sleeper_job(ssh_env, tmp_path):
+    env = tmp_path / "env"
+    (env / "bin").mkdir(parents=True)
+    (env / "bin/swift").write_text("#!/bin/bash\nexec sleep 300\n")
+    (env / "bin/swift").chmod(0o755)
+    (h,) = ssh_env.add(1)
+    spec = validate_spec({
+        "name": "watch", "train": {"model": "Qwen/Qwen2.5-0.5B", "dataset": ["d.jsonl"], "reward_funcs": ["format"],
+                                   "num_generations": 2, "per_device_train_batch_size": 2, "output_dir": "out"},
+        "rollout": {"use_vllm": False, "vllm_mode": None},
+        "cluster": {"nodes": [{"host": h.name, "address": h.addr, "gpus": [0], "python_env": str(env)}],
+                    "run_root": str(tmp_path / "runs")}})
+    launcher = Launcher(Store(tmp_path / "db.sqlite"))
+    job = launcher.launch(spec, "watch-1")
+    yield launcher, job, tmp_path / "runs" / job
+    launcher.pool.close()
+    stop_active_jobs(tmp_path / "db.sqlite")
+
+
+STDOUT_LINES = STDOUT.rstrip("\n").split("\n")  # as written: tqdm's \r stays inside its line
+
+
+def swift_prints(run_dir: Path, lines: list[str]) -> None:
+    with open(run_dir / "node_0.log", "a") as f:
+        f.writelines(line + "\n" for line in lines)
+
+
+def swift_logs(run: Path, lines: list[str]) -> None:
+    run.mkdir(parents=True, exist_ok=True)
+    with open(run / "logging.jsonl", "a") as f:
+        f.writelines(line + "\n" for line in lines)
+
+
+def at_step(line: str, step: int) -> str:
+    return line.replace('"global_step/max_steps": "3/3"', f'"global_step/max_steps": "{step}/9"')
+
+
+def test_metrics_continue_after_the_logging_path_leaves_the_window(sleeper_job):
+    launcher, job, rd = sleeper_job
+    run = rd / "out/v0-20261122-114336"
+    swift_prints(rd, [line.replace("/tmp/tinyruns/out", str(rd / "out")) for line in STDOUT_LINES])
+    swift_logs(run, JSONL[:3])
+    watcher = Watcher(launcher)
+    assert watcher.poll(job)["new_steps"] == 3
+    swift_prints(rd, [f"[INFO:swift] rollout {k}" for k in range(5200)])
+    assert watcher.poll(job)["new_steps"] == 0
+    assert not launcher.store.log_lines(job, 0, 1, contains="The logging file will be saved in")  # scrolled out
+    swift_logs(run, [at_step(JSONL[2], 4)])
+    assert watcher.poll(job)["new_steps"] == 1
+    assert [s for s, _ in launcher.store.metrics(job)["reward"]] == [1, 2, 3, 4]
+
+
+def test_without_log_anchors_the_newest_run_dir_since_launch_is_found(sleeper_job):
+    """LOG_LEVEL=WARNING hides ms-swift's INFO lines (output_dir, logging file): the run dir is then listed."""
+    launcher, job, rd = sleeper_job
+    old = rd / "out/v0-20261121-090000"
+    swift_logs(old, [at_step(JSONL[0], 7)])
+    os.utime(old / "logging.jsonl", (time.time() - 86400, time.time() - 86400))  # an earlier run, same output_dir
+    swift_prints(rd, [line for line in STDOUT_LINES if "[INFO:swift]" not in line and "{'" not in line])
+    watcher = Watcher(launcher)
+    assert watcher.poll(job)["new_steps"] == 0
+    swift_logs(rd / "out/v1-20261122-114336", JSONL[:2])
+    assert watcher.poll(job)["new_steps"] == 2
+    assert launcher.store.meta(job, "logging_jsonl") == str(rd / "out/v1-20261122-114336/logging.jsonl")
+    assert sorted({s for rows in launcher.store.metrics(job).values() for s, _ in rows}) == [1, 2]
+
+
+def test_stdout_dicts_stand_in_until_logging_jsonl_appears_without_double_counting(sleeper_job):
+    launcher, job, rd = sleeper_job
+    lines = [line.replace("/tmp/tinyruns/out", str(rd / "out")) for line in STDOUT_LINES]
+    second_step = [k for k, line in enumerate(lines) if "{'loss'" in line][1]
+    swift_prints(rd, lines[:second_step + 1])  # steps 1 and 2 printed; no logging.jsonl to read yet
+    watcher = Watcher(launcher)
+    assert watcher.poll(job)["new_steps"] == 2
+    assert launcher.store.metrics(job)["seconds_per_step"][0] == (1, 0.1622)  # stdout's 4 significant digits
+    swift_logs(rd / "out/v0-20261122-114336", JSONL[:3])
+    swift_prints(rd, lines[second_step + 1:])
+    assert watcher.poll(job)["new_steps"] == 1  # step 3; steps 1 and 2 are overwritten, not added
+    m = launcher.store.metrics(job)
+    assert [s for s, _ in m["reward"]] == [1, 2, 3]
+    assert m["seconds_per_step"][0] == (1, 0.162195)  # logging.jsonl's value replaced stdout's
+
+
+def test_watcher_alerts_on_stored_gpu_samples_with_the_jobs_settings(sleeper_job):
+    launcher, job, _ = sleeper_job
+    launcher.store.add_gpu_samples(job, gpu_series(lambda t, g: (t // 20) % 2 == 0, time.time()))
+    alert = next(a for a in Watcher(launcher).poll(job)["alerts"] if a["id"] == "GPU-UNDERUSED")
+    assert "sleep_level 0, offload_model False" in alert["fix"] and "(now 0.9)" in alert["fix"]
+    assert launcher.store.alerts(job)[0]["evidence"] == alert["evidence"]

@@ -3,6 +3,7 @@ the evidence (numbers, log lines) and a fix."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -27,12 +28,14 @@ class Snapshot:
     beta: float = 0.04
     now: float = 0.0
     last_step_at: float | None = None       # when the latest step was logged
+    first_step_at: float | None = None      # when the first step was logged
     last_output_at: dict[str, float] = field(default_factory=dict)  # node label → last new log line
     started_at: float | None = None
     gpu: list[dict] = field(default_factory=list)  # samples: host, gpu_index, ts, util, mem_used, power, power_limit
     job_state: str = "running"
     job_error: str | None = None
     server_mode: bool = False
+    settings: dict = field(default_factory=dict)  # the job's rollout/offload/data settings, for the fixes
 
 
 RULES = []
@@ -135,15 +138,56 @@ LOG_SIGNS = [
 ]
 
 
+TB_START = "Traceback (most recent call last):"
+TB_CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
+RANK_PREFIX = re.compile(r"^\[(?:rank|default)(\d+)\]:\s?")  # torchrun's per-rank line prefix
+ROOT_CAUSE_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank")  # torchrun's failure summary
+MAX_TB_LINES = 60
+
+
+def traceback_at(lines: list[str], i: int) -> tuple[list[str], str | None]:
+    """The traceback that starts at ``lines[i]``, through its exception line (chained exceptions followed), and
+    the rank that printed it when torchrun prefixed its lines; other ranks' interleaved lines are left out."""
+    m = RANK_PREFIX.match(lines[i])
+    prefix, rank = (m[0], m[1]) if m else ("", None)
+    out = [prefix + lines[i][lines[i].index(TB_START):]]  # without a tqdm bar glued in front
+    own = [line[len(prefix):] for line in lines[i + 1:] if line.startswith(prefix)]
+    for k, body in enumerate(own):
+        out.append(prefix + body)
+        if not body.strip() or body[0] in " \t" or body.startswith((TB_START, *TB_CHAIN)):
+            continue  # a frame, its code and carets, or the hand-over to a chained exception
+        after = next((b for b in own[k + 1:] if b.strip()), "")
+        if not after.startswith(TB_CHAIN):
+            break  # the exception line
+    return _bounded(out), rank
+
+
+def _bounded(lines: list[str]) -> list[str]:
+    """At most MAX_TB_LINES: the head (where it started) and the tail (the exception)."""
+    if len(lines) <= MAX_TB_LINES:
+        return lines
+    head, tail = MAX_TB_LINES // 3, MAX_TB_LINES - MAX_TB_LINES // 3 - 1
+    return lines[:head] + [f"… {len(lines) - head - tail} lines left out …"] + lines[-tail:]
+
+
+def _failed_rank(lines: list[str]) -> str | None:
+    return next((m[1] for line in lines if (m := ROOT_CAUSE_RANK.match(line))), None)
+
+
 @rule
 def log_signatures(s):
     for aid, sev, rx, title, expl, fix in LOG_SIGNS:
         hits = [(node, i, line) for node, lines in s.logs.items() for i, line in enumerate(lines) if rx.search(line)]
         if hits:
             node, i, line = hits[0]
-            context = s.logs[node][i:i + 8] if aid == "TRACEBACK" else [line]
+            where = node
+            context = [line]
+            if aid == "TRACEBACK":
+                context, rank = traceback_at(s.logs[node], i)
+                rank = rank or _failed_rank(s.logs[node])
+                where += f", rank {rank}" if rank else ""
             nodes = sorted({h[0] for h in hits})
-            yield Alert(aid, sev, title, expl + f" Seen on {', '.join(nodes)}; first on {node}.",
+            yield Alert(aid, sev, title, expl + f" Seen on {', '.join(nodes)}; first on {where}.",
                         "\n".join(context), fix)
 
 
@@ -185,19 +229,104 @@ def hang(s):
                     "wake that never returned, or mismatched node settings. Stop the job to free the GPUs.")
 
 
+BUSY, IDLE = 40.0, 10.0   # utilisation %: a GPU turns busy at ≥ BUSY and idle below IDLE (hysteresis between)
+DUTY_WINDOW_S = 300.0
+MIN_SPAN_S = 120.0        # less evidence than this after start-up says nothing
+MAX_GAP_S = 10.0          # a longer gap between samples (channel reconnecting) counts as this long
+
+
+@dataclass
+class Activity:
+    """One GPU over the window: the share of time busy, how often it switched busy ↔ idle, its stretch lengths."""
+
+    host: str
+    gpu: int
+    span: float
+    duty: float
+    switches: int
+    busy_s: list[float]
+    idle_s: list[float]
+
+
+def activity(rows: list[dict], first_step_at: float | None, now: float) -> Activity | None:
+    """Duty cycle of one GPU's samples (sorted by time) over the last DUTY_WINDOW_S. An idle stretch that opens the
+    window and ends before any step was logged is start-up (loading the model) and left out. None when there is
+    too little left to judge."""
+    rows = [r for r in rows if r["ts"] >= now - DUTY_WINDOW_S and r.get("util") is not None]
+    first_busy = next((k for k, r in enumerate(rows) if r["util"] >= BUSY), len(rows))
+    started = first_step_at is not None and (first_busy == len(rows) or first_step_at < rows[first_busy]["ts"])
+    if first_busy and not started:
+        rows = rows[first_busy:]
+    if len(rows) < 2 or rows[-1]["ts"] - rows[0]["ts"] < MIN_SPAN_S:
+        return None
+    stretches: list[list] = []  # [busy?, seconds]
+    busy = rows[0]["util"] >= BUSY
+    for a, b in itertools.pairwise(rows):
+        busy = a["util"] >= BUSY or (busy and a["util"] >= IDLE)
+        dt = min(b["ts"] - a["ts"], MAX_GAP_S)
+        if stretches and stretches[-1][0] == busy:
+            stretches[-1][1] += dt
+        else:
+            stretches.append([busy, dt])
+    span = sum(t for _, t in stretches)
+    return Activity(rows[0]["host"], rows[0]["gpu_index"], span, sum(t for b, t in stretches if b) / span,
+                    len(stretches) - 1, [t for b, t in stretches if b], [t for b, t in stretches if not b])
+
+
+def _underused(a: Activity) -> bool:
+    return a.duty < 0.6 or (a.switches >= 4 and a.duty < 0.85)
+
+
+def _median(values: list[float]) -> str:
+    return f"{statistics.median(values):.0f} s" if values else "—"
+
+
+def _levers(s: Snapshot, idle: list[float]) -> str:
+    """The settings that trade GPU time for memory or overlap, with the job's current values."""
+    cfg = s.settings
+    out = []
+    if idle and statistics.median(idle) < 10:
+        out.append(f"Short, frequent gaps point at input: raise dataloader_num_workers (now "
+                   f"{cfg.get('dataloader_num_workers')}).")
+    if s.server_mode:
+        out.append(f"Server mode: async_generate true (now {cfg.get('async_generate')}) trains on one batch while "
+                   "the rollout servers generate the next; if the trainers wait on generation, add rollout GPUs or "
+                   "vllm_data_parallel_size.")
+    else:
+        out.append(f"Colocate mode: the same GPUs generate, then train. sleep_level {cfg.get('sleep_level')}, "
+                   f"offload_model {cfg.get('offload_model')} and offload_optimizer {cfg.get('offload_optimizer')} "
+                   "free memory between the phases at the price of a wake-up and host↔GPU copies on every step: "
+                   "turn them off where the memory estimate allows. A higher vllm_gpu_memory_utilization (now "
+                   f"{cfg.get('vllm_gpu_memory_utilization')}) gives larger, faster generation batches; "
+                   f"steps_per_generation > 1 (now {cfg.get('steps_per_generation')}) reuses one rollout for several "
+                   "optimiser steps; server mode with async_generate overlaps generation and training on separate "
+                   "GPUs.")
+    if cfg.get("deepspeed") and "offload" in str(cfg["deepspeed"]):
+        out.append(f"deepspeed {cfg['deepspeed']} streams weights or optimizer states over PCIe: plain zero3 if it "
+                   "fits.")
+    return " ".join(out)
+
+
 @rule
 def gpu_duty_cycle(s):
-    recent = [g for g in s.gpu if s.now and g["ts"] >= s.now - 300]
-    if s.job_state != "running" or len(recent) < 60:
+    if s.job_state != "running" or not s.now:
         return
-    utils = [g["util"] for g in recent]
-    mean, spread = statistics.mean(utils), statistics.pstdev(utils)
-    idle = sum(u < 10 for u in utils) / len(utils)
-    if mean < 40 or idle > 0.4:
-        yield Alert("GPU-UNDERUSED", "warning", "GPUs are idle much of the time",
-                    "The GPUs wait on something else (host offload, data loading, weight sync, rollout) for a large "
-                    "share of the last minutes (field report 002).",
-                    f"last 5 min: mean utilisation {mean:.0f}%, spread {spread:.0f} points, {idle:.0%} of samples "
-                    "under 10%",
-                    "Turn off offload_model/offload_optimizer and zero3_offload on models that fit, drop "
-                    "move_model_batches, raise dataloader_num_workers and vllm_gpu_memory_utilization.")
+    per_gpu: dict[tuple, list[dict]] = {}
+    for g in sorted(s.gpu, key=lambda g: g["ts"]):
+        per_gpu.setdefault((g["host"], g["gpu_index"]), []).append(g)
+    found = [a for rows in per_gpu.values() if (a := activity(rows, s.first_step_at, s.now)) and _underused(a)]
+    if not found:
+        return
+    found.sort(key=lambda a: a.duty)
+    idle = [t for a in found for t in a.idle_s]
+    lines = [f"{a.host} GPU {a.gpu}: busy {a.duty:.0%} of the last {a.span / 60:.0f} min, {a.switches} busy↔idle "
+             f"switches; median busy stretch {_median(a.busy_s)}, idle stretch {_median(a.idle_s)}" for a in found[:8]]
+    if len(found) > 8:
+        lines.append(f"… and {len(found) - 8} more GPUs alike")
+    oscillating = sum(a.switches >= 4 for a in found)
+    yield Alert("GPU-UNDERUSED", "warning", "GPUs are idle much of the time"
+                + (", alternating busy and idle" if oscillating else ""),
+                f"{len(found)} of {len(per_gpu)} GPUs were busy (utilisation ≥ {BUSY:.0f} %) less than they could "
+                "be: they wait on something else (rollout ↔ training hand-over, weight sync, host offload, data "
+                "loading) for a large share of the last minutes (field report 002).",
+                "\n".join(lines), _levers(s, idle))

@@ -10,6 +10,9 @@ import ast
 import json
 import re
 
+from pydantic_core import SchemaValidator
+from pydantic_core import core_schema as cs
+
 OUTPUT_DIR = re.compile(r"\[INFO:swift\] output_dir: (\S+)")
 LOGGING_FILE = re.compile(r"The logging file will be saved in: (\S+logging\.jsonl)")
 _DURATION = re.compile(r"(?:(\d+)d)?\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*(?:(\d+)s)?")
@@ -52,7 +55,67 @@ def normalize(raw: dict) -> tuple[int | None, dict[str, float]]:
     return (None if summary else step), out
 
 
-def parse_jsonl_line(line: str) -> tuple[int | None, dict[str, float]] | None:
+def _optional(alias: str, schema: dict) -> dict:
+    return cs.typed_dict_field(schema, required=False, validation_alias=alias)
+
+
+# One Rust pass per logging.jsonl line: JSON parsing, the float check of every metric and the renaming of swift's tail
+# keys; the few string keys left are finished in _finish. Lines the schema rejects (the end-of-run summary with
+# nested dicts, nulls, numbers written as strings) take the general path through normalize, with the same result.
+_LINE = SchemaValidator(cs.typed_dict_schema({
+    "seconds_per_step": _optional("train_speed(s/it)", cs.float_schema()),
+    "iter_per_s": _optional("train_speed(iter/s)", cs.float_schema()),
+    "progress": _optional("global_step/max_steps", cs.str_schema()),
+    "elapsed_time": _optional("elapsed_time", cs.str_schema()),
+    "remaining_time": _optional("remaining_time", cs.str_schema()),
+    "percentage": _optional("percentage", cs.str_schema()),
+}, extra_behavior="allow", extras_schema=cs.float_schema(strict=True), config={"cache_strings": "keys"}))
+
+
+def _cached(fn, size: int = 4096):
+    """``fn`` memoised in a plain dict (cheaper per hit than lru_cache; cleared when full)."""
+    memo: dict = {}
+
+    def get(text: str):
+        if (hit := memo.get(text)) is None:
+            if len(memo) >= size:
+                memo.clear()
+            hit = memo[text] = (fn(text),)
+        return hit[0]
+    return get
+
+
+def _progress(text: str) -> tuple[int, float]:
+    a, _, b = text.partition("/")
+    return int(a), float(b)
+
+
+_progress_of, _seconds_of = _cached(_progress), _cached(duration_s)
+
+
+def _finish(out: dict) -> tuple[int | None, dict[str, float]]:
+    step = None
+    if (progress := out.pop("progress", None)) is not None:
+        step, out["max_steps"] = _progress_of(progress)
+    if (text := out.pop("elapsed_time", None)) is not None and (sec := _seconds_of(text)) is not None:
+        out["elapsed_time_s"] = sec
+    if (text := out.pop("remaining_time", None)) is not None and (sec := _seconds_of(text)) is not None:
+        out["remaining_time_s"] = sec
+    if "iter_per_s" in out:
+        speed = out.pop("iter_per_s")
+        out["seconds_per_step"] = 1.0 / speed if speed else float("inf")
+    if "percentage" in out:
+        out["percentage"] = float(out["percentage"].rstrip("%"))
+    return (None if "train_runtime" in out else step), out
+
+
+def parse_jsonl_line(line: str | bytes) -> tuple[int | None, dict[str, float]] | None:
+    """One logging.jsonl line → (step, metrics) as ``normalize`` gives them; None for a line that is not a JSON
+    object."""
+    try:
+        return _finish(_LINE.validate_json(line))
+    except ValueError:  # a ValidationError, or a tail value of an unexpected shape
+        pass
     try:
         raw = json.loads(line)
     except json.JSONDecodeError:

@@ -8,12 +8,29 @@ from __future__ import annotations
 
 import time
 
-from grpo_ui.monitor.doctor import Snapshot, diagnose
+from grpo_ui.monitor.doctor import DUTY_WINDOW_S, Snapshot, diagnose
 from grpo_ui.monitor.logs import LogTail
-from grpo_ui.monitor.metrics import completions_file, logging_file, parse_completion_line, parse_jsonl_line
+from grpo_ui.monitor.metrics import (
+    completions_file,
+    logging_file,
+    parse_completion_line,
+    parse_jsonl_line,
+    parse_stdout_line,
+)
 from grpo_ui.remote.launcher import Launcher
 from grpo_ui.remote.ssh import SshError
-from grpo_ui.spec import spec_from_yaml
+from grpo_ui.render import shell_path
+from grpo_ui.spec import JobSpec, spec_from_yaml
+
+LOGGING_PATH = "logging_jsonl"  # job_meta key: where rank 0 writes logging.jsonl, once known
+ROLLOUT_LEVERS = ("async_generate", "sleep_level", "offload_model", "offload_optimizer", "vllm_gpu_memory_utilization",
+                  "move_model_batches")
+TRAIN_LEVERS = ("deepspeed", "dataloader_num_workers", "steps_per_generation")
+
+
+def _settings(spec: JobSpec) -> dict:
+    """The settings the doctor's fixes refer to, with the job's values."""
+    return {**{k: getattr(spec.rollout, k) for k in ROLLOUT_LEVERS}, **{k: getattr(spec.train, k) for k in TRAIN_LEVERS}}
 
 
 class Watcher:
@@ -39,44 +56,74 @@ class Watcher:
         for n in nodes:
             try:
                 runner = self.launcher.runner(spec, n["node_index"])
-                new_lines += self._tail(job_id, n, runner)
+                lines = self._tail(job_id, n, runner)
+                new_lines += len(lines)
                 if n["node_rank"] == 0:
-                    new_steps += self._metrics(job_id, n, runner)
+                    new_steps += self._metrics(job_id, spec, n, runner, lines)
             except SshError as e:
                 errors.append(str(e))
         alerts = self._diagnose(job_id, spec, self.store.job(job_id), nodes)
         return {"state": state, "new_lines": new_lines, "new_steps": new_steps, "alerts": alerts, "errors": errors}
 
-    def _tail(self, job_id: str, n: dict, runner) -> int:
+    def _tail(self, job_id: str, n: dict, runner) -> list[str]:
         path = f"{n['run_dir']}/{n['script'].removesuffix('.sh')}.log"
         tail = LogTail(runner.read, path, self.store.offset(job_id, n["node_index"], path))
         lines = tail.poll()
         self.store.add_log_lines(job_id, n["node_index"], lines)
         self.store.set_offset(job_id, n["node_index"], path, tail.offset)
-        return len(lines)
+        return lines
 
-    def _metrics(self, job_id: str, n: dict, runner) -> int:
-        found = self.store.log_lines(job_id, n["node_index"], 1, contains="The logging file will be saved in") or \
-            self.store.log_lines(job_id, n["node_index"], 1, contains="] output_dir: ")
-        path = logging_file([found[0][1]]) if found else None
-        if not path:
-            return 0
-        if not path.startswith("/"):
-            path = f"{n['run_dir']}/{path}"
+    def _metrics(self, job_id: str, spec: JobSpec, n: dict, runner, new_lines: list[str]) -> int:
+        """New steps from rank 0's logging.jsonl; while there is none (yet), from the dicts it prints on stdout. A
+        step first taken from stdout is overwritten, not repeated, when logging.jsonl brings it."""
+        path = self.store.meta(job_id, LOGGING_PATH) or self._find_logging_path(job_id, spec, n, runner, new_lines)
+        rows = self._tail_rows(job_id, n, runner, path, parse_jsonl_line) if path else []
+        if not path or self.store.offset(job_id, n["node_index"], path) == 0:
+            rows = [p for p in map(parse_stdout_line, new_lines) if p]  # no logging.jsonl to read (yet)
+        new_steps = sum(self.store.add_metrics(job_id, step, values) for step, values in rows if step is not None)
+        if path:
+            comp = completions_file(path)
+            self.store.add_completions(job_id, [r for rs in self._tail_rows(job_id, n, runner, comp,
+                                                                            parse_completion_line) for r in rs])
+        return new_steps
+
+    def _tail_rows(self, job_id: str, n: dict, runner, path: str, parse) -> list:
+        """Parsed new lines of a file next to the job (logging.jsonl, completions.jsonl); [] when it cannot be read."""
         tail = LogTail(runner.read, path, self.store.offset(job_id, n["node_index"], path))
-        steps = 0
-        for line in tail.poll():
-            parsed = parse_jsonl_line(line)
-            if parsed and parsed[0] is not None:
-                self.store.add_metrics(job_id, parsed[0], parsed[1])
-                steps += 1
+        try:
+            rows = [r for r in map(parse, tail.poll()) if r]
+        except (SshError, OSError):  # unreadable (permissions, a path that is a directory): try again next pass
+            return []
         self.store.set_offset(job_id, n["node_index"], path, tail.offset)
-        comp = completions_file(path)
-        ctail = LogTail(runner.read, comp, self.store.offset(job_id, n["node_index"], comp))
-        rows = [row for line in ctail.poll() for row in parse_completion_line(line)]
-        self.store.add_completions(job_id, rows)
-        self.store.set_offset(job_id, n["node_index"], comp, ctail.offset)
-        return steps
+        return rows
+
+    def _find_logging_path(self, job_id: str, spec: JobSpec, n: dict, runner, new_lines: list[str]) -> str | None:
+        """From rank 0's log lines (new ones, then the stored window), else the newest versioned run dir written
+        since the job started; remembered once found, as those log lines later leave the window."""
+        found = logging_file(new_lines) or logging_file(
+            [t for _, t, _ in self.store.log_lines(job_id, n["node_index"], 1, contains="The logging file will be")
+             + self.store.log_lines(job_id, n["node_index"], 1, contains="] output_dir: ")])
+        workdir = spec.cluster.nodes[n["node_index"]].workdir or spec.cluster.workdir or n["run_dir"]
+        if found and not found.startswith(("/", "~/")):
+            found = f"{workdir}/{found}"
+        found = found or self._newest_run_dir(spec, n, runner, workdir)
+        if found:
+            self.store.set_meta(job_id, LOGGING_PATH, found)
+        return found
+
+    @staticmethod
+    def _newest_run_dir(spec: JobSpec, n: dict, runner, workdir: str) -> str | None:
+        """``<output_dir>/vN-YYYYMMDD-HHMMSS/logging.jsonl`` (or ``<output_dir>/logging.jsonl`` without versions)
+        modified after the node script was written, the newest one: a listing on the node, by its own clock."""
+        out = spec.train.output_dir or "output"
+        script = f"{n['run_dir']}/{n['script']}"
+        res = runner.run(f"cd {shell_path(workdir)} && find {shell_path(out)} -maxdepth 2 -name logging.jsonl "
+                         f"-newer {shell_path(script)} -printf '%T@ %p\\n' 2>/dev/null", timeout=20)
+        stamped = [line.split(" ", 1) for line in res.out.splitlines() if " " in line]
+        if not stamped:
+            return None
+        path = max(stamped, key=lambda x: float(x[0]))[1]
+        return path if path.startswith("/") else f"{workdir}/{path}"
 
     def _diagnose(self, job_id: str, spec, job: dict, nodes: list[dict]) -> list[dict]:
         now = time.time()
@@ -88,11 +135,14 @@ class Watcher:
             if rows:
                 last_out[label] = rows[-1][2]
         metrics = self.store.metrics(job_id)
-        step_rows = self.store.conn().execute("SELECT MAX(ts) FROM metrics WHERE job_id = ?", (job_id,)).fetchone()
+        first, last = self.store.conn().execute("SELECT MIN(ts), MAX(ts) FROM metrics WHERE job_id = ?",
+                                                (job_id,)).fetchone()
         snap = Snapshot(metrics=metrics, logs=logs, beta=0.04 if spec.train.beta is None else spec.train.beta,
-                        now=now, last_step_at=step_rows[0], last_output_at=last_out, started_at=job["started"],
-                        gpu=self.store.gpu_samples(job_id, now - 600), job_state=job["state"],
-                        job_error=job["error"], server_mode=spec.rollout.vllm_mode == "server")
+                        now=now, last_step_at=last, first_step_at=first, last_output_at=last_out,
+                        started_at=job["started"], gpu=self.store.gpu_samples(job_id, now - DUTY_WINDOW_S),
+                        job_state=job["state"],
+                        job_error=job["error"], server_mode=spec.rollout.vllm_mode == "server",
+                        settings=_settings(spec))
         alerts = diagnose(snap)
         for a in alerts:
             self.store.upsert_alert(job_id, a.id, a.severity, a.title + ": " + a.explanation, a.evidence, a.fix)
