@@ -6,6 +6,7 @@ SQLite, so a restarted app continues where the last pass stopped.
 
 from __future__ import annotations
 
+import posixpath
 import time
 
 from grpo_ui.monitor.doctor import DUTY_WINDOW_S, Snapshot, diagnose
@@ -19,7 +20,7 @@ from grpo_ui.monitor.metrics import (
 )
 from grpo_ui.remote.launcher import Launcher
 from grpo_ui.remote.ssh import SshError
-from grpo_ui.render import shell_path
+from grpo_ui.render import q, shell_path
 from grpo_ui.spec import JobSpec, spec_from_yaml
 
 LOGGING_PATH = "logging_jsonl"  # job_meta key: where rank 0 writes logging.jsonl, once known
@@ -116,14 +117,15 @@ class Watcher:
         """``<output_dir>/vN-YYYYMMDD-HHMMSS/logging.jsonl`` (or ``<output_dir>/logging.jsonl`` without versions)
         modified after the node script was written, the newest one: a listing on the node, by its own clock."""
         out = spec.train.output_dir or "output"
+        out = out if out.startswith("/") else "./" + out  # swift's own argument: relative to the workdir
         script = f"{n['run_dir']}/{n['script']}"
-        res = runner.run(f"cd {shell_path(workdir)} && find {shell_path(out)} -maxdepth 2 -name logging.jsonl "
+        res = runner.run(f"cd {shell_path(workdir)} && find {q(out)} -maxdepth 2 -name logging.jsonl "
                          f"-newer {shell_path(script)} -printf '%T@ %p\\n' 2>/dev/null", timeout=20)
         stamped = [line.split(" ", 1) for line in res.out.splitlines() if " " in line]
         if not stamped:
             return None
         path = max(stamped, key=lambda x: float(x[0]))[1]
-        return path if path.startswith("/") else f"{workdir}/{path}"
+        return path if path.startswith("/") else posixpath.normpath(f"{workdir}/{path}")
 
     def _diagnose(self, job_id: str, spec, job: dict, nodes: list[dict]) -> list[dict]:
         now = time.time()
