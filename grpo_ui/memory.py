@@ -146,6 +146,7 @@ class Inputs:
     server_util: float
     server_tp: int
     server_max_len: int
+    zero3_prefetch: float = 0.0  # stage3_prefetch_bucket_size (elements): ms-swift GRPO sets 0, HF 'auto' is 0.9·h²
 
 
 def _zero(deepspeed: str | None) -> tuple[int, bool, bool]:
@@ -265,18 +266,42 @@ def model_states(i: Inputs) -> dict[str, float]:
 
 
 def zero_buffers(i: Inputs, trainable: int) -> float:
-    """DeepSpeed communication buffers (bytes).
+    """Communication buffers (bytes): DeepSpeed's per stage, or DDP's gradient buckets without DeepSpeed.
 
     ZeRO-1/2: reduce + allgather buckets of 2e8 elements each in bf16 (ms-swift zero2.json), doubled by
-    overlap_comm, capped by the trainable parameter count. ZeRO-3: the gathered parameters of the layer in flight and
-    the next (GRPO sets the prefetch bucket to 0) plus a reduce bucket of hidden² elements (ms-swift 'auto').
+    overlap_comm, capped by the trainable parameter count. ZeRO-3: see zero3_buffers. Plain DDP on more than one GPU:
+    the Reducer copies every trainable gradient into flat bucket tensors (torch reducer.cpp initialize_buckets) that
+    do not alias .grad unless gradient_as_bucket_view (off in HF Trainer): trainable × grad bytes.
     """
     if i.zero_stage in (1, 2):
         return 3 * min(2e8, trainable) * 2
     if i.zero_stage == 3:
-        layer = i.arch.layer_params()
-        return 2 * layer * i.param_bytes + min(i.arch.hidden_size ** 2, trainable) * 4
+        return zero3_buffers(i)
+    if i.world > 1:
+        return trainable * (i.param_bytes if i.full else 4.0)  # LoRA adapters and their grads are fp32
     return 0.0
+
+
+def zero3_buffers(i: Inputs) -> float:
+    """ZeRO-3 memory beyond the partitions at the logits peak (bytes, compute dtype), from DeepSpeed's stage 3:
+
+    - gathered parameters: the lm_head (V·h) is all-gathered for its forward and, its next use being its own backward,
+      kept until then (partitioned_param_coordinator.py __params_to_release: parameters reused within
+      stage3_max_reuse_distance, 1e9 in ms-swift's zero3.json, are not released); a layer recomputed for backward is
+      kept the same way, so max(V·h, one layer);
+    - prefetch (fetch_sub_module): whole parameters of the next modules in the trace until stage3_prefetch_bucket_size
+      elements, capped by stage3_max_live_parameters (1e9), the last one overshooting by at most one linear weight;
+    - reduce bucket (stage3.py __init__, contiguous_gradients): torch.empty(reduce_bucket_size) = h² ('auto',
+      transformers trainer_config_finalize);
+    - full tuning: a gradient larger than the bucket is reduced from its own full-size tensor
+      (__add_grad_to_ipg_bucket), the lm_head's V·h at the logits peak.
+    """
+    a = i.arch
+    lm_head = a.vocab_size * a.hidden_size
+    largest_linear = max(fan_in * fan_out for fan_in, fan_out in a.linear_shapes().values())
+    prefetch = min(i.zero3_prefetch, 1e9) + largest_linear if i.zero3_prefetch else 0.0
+    elements = max(lm_head, a.layer_params()) + prefetch + a.hidden_size ** 2 + (lm_head if i.full else 0)
+    return elements * i.compute_bytes
 
 
 def activations(i: Inputs) -> float:
@@ -313,21 +338,33 @@ def logits(i: Inputs) -> float:
     return i.micro_batch * per_seq * 4 + per_seq * 8
 
 
+def largest_trainable_tensor(i: Inputs) -> int:
+    """Elements of the largest trainable parameter: the embedding or lm_head (V·h) or a linear weight for full
+    tuning, the largest LoRA matrix (r × the wider side of its linear) otherwise."""
+    shapes = i.arch.linear_shapes()
+    if i.full:
+        return max(i.arch.vocab_size * i.arch.hidden_size, *(a * b for a, b in shapes.values()))
+    return max(i.lora_rank * max(shapes[name]) for name in i.lora_targets) if i.lora_targets else 0
+
+
 def step_temporaries(i: Inputs, trainable: int) -> float:
     """Memory the optimizer step allocates on top of the model states (bytes), while activations are freed.
 
     Plain torch AdamW (foreach, the default on CUDA) works on whole tensor lists and "uses roughly sizeof(params)
-    more peak memory" (PyTorch torch.optim docs, 'Algorithms'): trainable × grad bytes. DeepSpeed ZeRO-1/2 casts
-    each rank's gradient partition to fp32 before the step (stage_1_and_2.py: single_grad_partition):
-    4 B × trainable ÷ world. ZeRO-3 does the same per sub-group (sub_group_size 1e9 elements).
+    more peak memory" (PyTorch torch.optim docs, 'Algorithms'): trainable × grad bytes. DeepSpeed ZeRO-1/2
+    (stage_1_and_2.py step) builds the fp32 gradient of its partition as flatten(averaged_gradients).to(fp32): a bf16
+    flat copy (2 B) and its fp32 cast (4 B) exist together while the bf16 gradients are still held, so 6 B ×
+    trainable ÷ world; ZeRO-3 does the same per sub-group (_prepare_fp32_grad_for_sub_group, sub_group_size 1e9
+    elements). Before that, the gradient norm (get_grad_norm_direct) casts one gradient tensor at a time to fp64:
+    8 B × the largest trainable tensor (or the partition, if smaller); the larger of the two moments counts.
     """
     if i.zero_stage == 0:
         return trainable * (i.param_bytes if i.full else 4.0)  # LoRA adapters are fp32
     if i.offload_optimizer_ds:
         return 0.0  # the step runs on the CPU
-    if i.zero_stage == 3:
-        return min(1e9, trainable / i.world) * 4
-    return trainable * 4 / i.world
+    partition = trainable / i.world
+    flat = min(1e9, partition) if i.zero_stage == 3 else partition
+    return max(6 * flat, 8 * min(largest_trainable_tensor(i), partition))
 
 
 def optimizer_step_phase(i: Inputs, trainable: int, training: list[Term]) -> Phase:
