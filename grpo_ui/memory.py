@@ -243,8 +243,10 @@ def model_states(i: Inputs) -> dict[str, float]:
     Full tuning under DeepSpeed (mixed precision): 2 B weights + 2 B grads + 12 B fp32 master, momentum, variance
     = 16 B/param before sharding; stage 1 shards the 12 B, stage 2 also the grads, stage 3 also the weights.
     Without DeepSpeed, HF/ms-swift keep bf16 params with AdamW states in the param dtype: 2 + 2 + 4 B/param.
-    LoRA: the frozen base keeps only its weights (sharded by ZeRO-3); adapters are fp32 (PEFT casts them),
-    with fp32 grads and 8 B Adam states (+4 B master copy under DeepSpeed).
+    LoRA: the frozen base keeps only its weights (sharded by ZeRO-3). Without DeepSpeed the adapters are fp32 (PEFT
+    casts them) with fp32 grads and 8 B Adam states. DeepSpeed casts the whole module, adapters included, to the
+    compute dtype (engine.py _configure_distributed_model: module.bfloat16()/half()) and accumulates gradients in it
+    under ZeRO (engine.py get_data_types), the fp32 master copy living in the optimizer: 2 + 2 + 12 B per adapter.
     """
     p = i.arch.total_params()
     w = i.world
@@ -258,8 +260,9 @@ def model_states(i: Inputs) -> dict[str, float]:
             opt_b = 8.0
     else:
         trainable = lora_params(i)
-        weights += trainable * 4 / (w if i.zero_stage == 3 else 1)
-        grad_b, opt_b = 4.0, (12.0 if i.zero_stage else 8.0)
+        adapter_b = i.compute_bytes if i.zero_stage else 4.0
+        weights += trainable * adapter_b / (w if i.zero_stage == 3 else 1)
+        grad_b, opt_b = adapter_b, (12.0 if i.zero_stage else 8.0)
     grads = trainable * grad_b / (w if i.zero_stage >= 2 else 1)
     optim = 0.0 if i.offload_optimizer_ds else trainable * opt_b / (w if i.zero_stage >= 1 else 1)
     return {"weights": weights, "grads": grads, "optimizer": optim, "trainable": trainable}

@@ -61,6 +61,17 @@ def test_lora_adapter_count_matches_peft_arithmetic():
     assert lora_params(inputs_from_spec(spec(train__target_modules=["q_proj", "v_proj"]))) == 28 * 8 * (7168 + 4096)
 
 
+@pytest.mark.parametrize("stage,adapter_b,grads,optim", [
+    (None, 4, 4, 8),         # PEFT keeps adapters fp32; torch AdamW states in fp32
+    ("zero2", 2, 2 / 8, 12 / 8),  # DeepSpeed casts the module to bf16, grads in bf16, fp32 master + Adam sharded
+])
+def test_lora_adapter_bytes_follow_the_engine(stage, adapter_b, grads, optim):
+    ms = model_states(inputs_from_spec(spec(train__lora_rank=8, train__deepspeed=stage)))
+    n = 20_185_088
+    assert ms["weights"] == pytest.approx(2 * P7 + n * adapter_b)
+    assert ms["grads"] == pytest.approx(n * grads) and ms["optimizer"] == pytest.approx(n * optim)
+
+
 # Qwen2.5-7B: hidden 3584, vocab 152064 (untied lm_head), largest linear gate/up/down 3584 × 18944, 28 layers
 H7, VH7, LIN7 = 3584, 152064 * 3584, 3584 * 18944
 
