@@ -373,10 +373,23 @@ def step_temporaries(i: Inputs, trainable: int) -> float:
 def optimizer_step_phase(i: Inputs, trainable: int, training: list[Term]) -> Phase:
     """The optimizer step: everything resident in training except activations and logits, plus the step's
     temporaries. The training peak is the larger of this phase and the forward/backward one."""
-    dynamic = ("activations", "logits", "fragmentation")
+    dynamic = ("activations", "logits", "fragmentation", "autocast weight cache")
     kept = [t for t in training if t.name not in dynamic]
     return Phase("optimizer step", kept + [Term("optimizer-step temporaries", step_temporaries(i, trainable) / GIB,
                                                 "foreach AdamW: one params-sized list; ZeRO: fp32 grad partition")])
+
+
+def autocast_cache(i: Inputs, trainable: int) -> float:
+    """Low-precision copies of fp32 LoRA adapters that autocast keeps for the forward and backward (bytes).
+
+    Without DeepSpeed, HF Trainer runs the forward under torch.autocast and PEFT keeps adapters in fp32; autocast
+    caches the cast of every fp32 leaf tensor that requires grad (aten/src/ATen/autocast_mode.cpp, cached_cast) and
+    the matmuls save those copies for backward: trainable × compute bytes. DeepSpeed casts the module itself (no
+    autocast copies); full tuning in bf16 has nothing to cast.
+    """
+    if i.zero_stage or i.full or i.compute_bytes >= 4:
+        return 0.0
+    return trainable * i.compute_bytes
 
 
 def reference_model(i: Inputs) -> float:
@@ -415,6 +428,8 @@ def estimate(i: Inputs) -> MemoryReport:
                 Term("ZeRO buffers", buffers / GIB, "reduce/allgather buckets or ZeRO-3 live parameters"),
                 Term("activations", act / GIB, "micro-batch × (prompt + completion) tokens, per layer"),
                 Term("logits", lg / GIB, "completion tokens × vocab × 4 B + one sequence's fp32 log-softmax"),
+                Term("autocast weight cache", autocast_cache(i, ms["trainable"]) / GIB,
+                     "bf16 copies of fp32 LoRA adapters under autocast (no DeepSpeed)"),
                 Term("reference model", ref / GIB, "frozen policy copy when beta > 0 and full tuning"),
                 Term("fragmentation", FRAGMENTATION * dynamic / GIB, f"{FRAGMENTATION:.0%} of dynamic memory"),
                 *base]

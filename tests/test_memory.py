@@ -72,6 +72,13 @@ def test_lora_adapter_bytes_follow_the_engine(stage, adapter_b, grads, optim):
     assert ms["grads"] == pytest.approx(n * grads) and ms["optimizer"] == pytest.approx(n * optim)
 
 
+def test_autocast_caches_bf16_copies_of_fp32_adapters_only_without_deepspeed():
+    cache = lambda **kw: term(estimate_spec(spec(train__lora_rank=8, **kw)), "training", "autocast")  # noqa: E731
+    assert cache() == pytest.approx(20_185_088 * 2 / GIB)
+    assert cache(train__deepspeed="zero2") == 0 and cache(train__tuner_type="full") == 0
+    assert term(estimate_spec(spec(train__lora_rank=8)), "optimizer step", "autocast") == 0  # freed after backward
+
+
 # Qwen2.5-7B: hidden 3584, vocab 152064 (untied lm_head), largest linear gate/up/down 3584 × 18944, 28 layers
 H7, VH7, LIN7 = 3584, 152064 * 3584, 3584 * 18944
 
