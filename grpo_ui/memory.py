@@ -5,7 +5,9 @@ Pure functions, no I/O. GiB = 2**30 bytes. Each term's docstring or comment give
 - activations: Korthikanti et al. 2022 ("Reducing Activation Recomputation") adapted to gated MLPs and flash attention;
 - vLLM: its gpu_memory_utilization budget (vLLM docs, "engine arguments") and the KV-cache size per token;
 - GRPO specifics (reference model, logits of completions, sleep levels): ms-swift GRPO docs and rollout_mixin.py;
-- optimizer step: PyTorch's foreach AdamW and DeepSpeed's fp32 gradient partition (see step_temporaries).
+- optimizer step: PyTorch's foreach AdamW and DeepSpeed's fp32 gradient partition (see step_temporaries);
+- DeepSpeed/DDP buffers and dtypes: DeepSpeed's engine.py, stage_1_and_2.py, stage3.py and
+  partitioned_param_coordinator.py (v0.16), ms-swift's zero3.json, transformers' 'auto' fill-in, torch's DDP Reducer.
 Checked against published measurements: bench/memory_accuracy.py, tests/data/memory_measurements.jsonl.
 """
 
@@ -425,7 +427,8 @@ def estimate(i: Inputs) -> MemoryReport:
                 Term("gradients", ms["grads"] / GIB, "trainable × grad bytes (÷ world from ZeRO-2)"),
                 Term("optimizer states", ms["optimizer"] / GIB,
                      "AdamW: 12 B/param fp32 under DeepSpeed (÷ world from ZeRO-1), else 2 × param dtype"),
-                Term("ZeRO buffers", buffers / GIB, "reduce/allgather buckets or ZeRO-3 live parameters"),
+                Term("ZeRO/DDP buffers", buffers / GIB,
+                     "ZeRO-1/2 buckets, ZeRO-3 gathered lm_head/layer + prefetch + reduce bucket, or DDP buckets"),
                 Term("activations", act / GIB, "micro-batch × (prompt + completion) tokens, per layer"),
                 Term("logits", lg / GIB, "completion tokens × vocab × 4 B + one sequence's fp32 log-softmax"),
                 Term("autocast weight cache", autocast_cache(i, ms["trainable"]) / GIB,
