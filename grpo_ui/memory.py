@@ -292,8 +292,8 @@ def zero3_buffers(i: Inputs) -> float:
 
     - gathered parameters: the lm_head (V·h) is all-gathered for its forward and, its next use being its own backward,
       kept until then (partitioned_param_coordinator.py __params_to_release: parameters reused within
-      stage3_max_reuse_distance, 1e9 in ms-swift's zero3.json, are not released); a layer recomputed for backward is
-      kept the same way, so max(V·h, one layer);
+      stage3_max_reuse_distance, 1e9 in ms-swift's zero3.json, are not released); a decoder layer recomputed for
+      backward is kept the same way while within that distance, so at most max(V·h, one layer);
     - prefetch (fetch_sub_module): whole parameters of the next modules in the trace until stage3_prefetch_bucket_size
       elements, capped by stage3_max_live_parameters (1e9), the last one overshooting by at most one linear weight;
     - reduce bucket (stage3.py __init__, contiguous_gradients): torch.empty(reduce_bucket_size) = h² ('auto',
