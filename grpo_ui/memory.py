@@ -361,15 +361,17 @@ def step_temporaries(i: Inputs, trainable: int) -> float:
     flat copy (2 B) and its fp32 cast (4 B) exist together while the bf16 gradients are still held, so 6 B ×
     trainable ÷ world; ZeRO-3 does the same per sub-group (_prepare_fp32_grad_for_sub_group, sub_group_size 1e9
     elements). Before that, the gradient norm (get_grad_norm_direct) casts one gradient tensor at a time to fp64:
-    8 B × the largest trainable tensor (or the partition, if smaller); the larger of the two moments counts.
+    8 B × the largest trainable tensor (or the partition, if smaller; ZeRO-3: its 1/world slice); the larger of the
+    two moments counts.
     """
     if i.zero_stage == 0:
         return trainable * (i.param_bytes if i.full else 4.0)  # LoRA adapters are fp32
     if i.offload_optimizer_ds:
         return 0.0  # the step runs on the CPU
-    partition = trainable / i.world
-    flat = min(1e9, partition) if i.zero_stage == 3 else partition
-    return max(6 * flat, 8 * min(largest_trainable_tensor(i), partition))
+    partition, largest = trainable / i.world, largest_trainable_tensor(i)
+    if i.zero_stage == 3:  # every parameter's gradient is partitioned
+        return max(6 * min(1e9, partition), 8 * largest / i.world)
+    return max(6 * partition, 8 * min(largest, partition))
 
 
 def optimizer_step_phase(i: Inputs, trainable: int, training: list[Term]) -> Phase:

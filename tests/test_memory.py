@@ -112,6 +112,7 @@ def test_zero_step_temporaries_flat_bf16_copy_and_fp32_cast_or_fp64_norm():
     assert step_temporaries(replace(z2, world=64), P7) == pytest.approx(8 * P7 / 64)
     z3 = inputs_from_spec(spec(train__deepspeed="zero3", train__tuner_type="full"))
     assert step_temporaries(replace(z3, world=2), P7) == 6e9  # sub_group_size caps ZeRO-3's flat copy
+    assert step_temporaries(replace(z3, world=64), P7) == pytest.approx(6 * P7 / 64)  # fp64 slice: 8·V·h/64 smaller
 
 
 def test_reference_model_only_for_full_tuning_with_beta():
