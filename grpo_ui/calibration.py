@@ -93,9 +93,12 @@ def spec_of(row: dict) -> JobSpec:
 
 
 def inputs_of(row: dict) -> Inputs:
+    """A row's Inputs. SFT keeps the ZeRO-3 prefetch bucket at transformers' 'auto' (0.9·h²), which ms-swift's GRPO
+    config zeroes (GRPOConfig.__post_init__), and trains on the whole sequence."""
     i = inputs_from_spec(spec_of(row))
     if row["workload"] == "sft":
-        i = replace(i, prompt_len=0, completion_len=row["config"]["seq_len"], ref_model=False, vllm="none")
+        i = replace(i, prompt_len=0, completion_len=row["config"]["seq_len"], ref_model=False, vllm="none",
+                    zero3_prefetch=0.9 * i.arch.hidden_size ** 2)
     return i
 
 

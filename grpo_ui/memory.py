@@ -5,7 +5,9 @@ Pure functions, no I/O. GiB = 2**30 bytes. Each term's docstring or comment give
 - activations: Korthikanti et al. 2022 ("Reducing Activation Recomputation") adapted to gated MLPs and flash attention;
 - vLLM: its gpu_memory_utilization budget (vLLM docs, "engine arguments") and the KV-cache size per token;
 - GRPO specifics (reference model, logits of completions, sleep levels): ms-swift GRPO docs and rollout_mixin.py;
-- optimizer step: PyTorch's foreach AdamW and DeepSpeed's fp32 gradient partition (see step_temporaries).
+- optimizer step: PyTorch's foreach AdamW and DeepSpeed's fp32 gradient partition (see step_temporaries);
+- DeepSpeed/DDP buffers and dtypes: DeepSpeed's engine.py, stage_1_and_2.py, stage3.py and
+  partitioned_param_coordinator.py (v0.16), ms-swift's zero3.json, transformers' 'auto' fill-in, torch's DDP Reducer.
 Checked against published measurements: bench/memory_accuracy.py, tests/data/memory_measurements.jsonl.
 """
 
@@ -146,6 +148,7 @@ class Inputs:
     server_util: float
     server_tp: int
     server_max_len: int
+    zero3_prefetch: float = 0.0  # stage3_prefetch_bucket_size (elements): ms-swift GRPO sets 0, HF 'auto' is 0.9·h²
 
 
 def _zero(deepspeed: str | None) -> tuple[int, bool, bool]:
@@ -242,8 +245,10 @@ def model_states(i: Inputs) -> dict[str, float]:
     Full tuning under DeepSpeed (mixed precision): 2 B weights + 2 B grads + 12 B fp32 master, momentum, variance
     = 16 B/param before sharding; stage 1 shards the 12 B, stage 2 also the grads, stage 3 also the weights.
     Without DeepSpeed, HF/ms-swift keep bf16 params with AdamW states in the param dtype: 2 + 2 + 4 B/param.
-    LoRA: the frozen base keeps only its weights (sharded by ZeRO-3); adapters are fp32 (PEFT casts them),
-    with fp32 grads and 8 B Adam states (+4 B master copy under DeepSpeed).
+    LoRA: the frozen base keeps only its weights (sharded by ZeRO-3). Without DeepSpeed the adapters are fp32 (PEFT
+    casts them) with fp32 grads and 8 B Adam states. DeepSpeed casts the whole module, adapters included, to the
+    compute dtype (engine.py _configure_distributed_model: module.bfloat16()/half()) and accumulates gradients in it
+    under ZeRO (engine.py get_data_types), the fp32 master copy living in the optimizer: 2 + 2 + 12 B per adapter.
     """
     p = i.arch.total_params()
     w = i.world
@@ -257,26 +262,51 @@ def model_states(i: Inputs) -> dict[str, float]:
             opt_b = 8.0
     else:
         trainable = lora_params(i)
-        weights += trainable * 4 / (w if i.zero_stage == 3 else 1)
-        grad_b, opt_b = 4.0, (12.0 if i.zero_stage else 8.0)
+        adapter_b = i.compute_bytes if i.zero_stage else 4.0
+        weights += trainable * adapter_b / (w if i.zero_stage == 3 else 1)
+        grad_b, opt_b = adapter_b, (12.0 if i.zero_stage else 8.0)
     grads = trainable * grad_b / (w if i.zero_stage >= 2 else 1)
     optim = 0.0 if i.offload_optimizer_ds else trainable * opt_b / (w if i.zero_stage >= 1 else 1)
     return {"weights": weights, "grads": grads, "optimizer": optim, "trainable": trainable}
 
 
 def zero_buffers(i: Inputs, trainable: int) -> float:
-    """DeepSpeed communication buffers (bytes).
+    """Communication buffers (bytes): DeepSpeed's per stage, or DDP's gradient buckets without DeepSpeed.
 
     ZeRO-1/2: reduce + allgather buckets of 2e8 elements each in bf16 (ms-swift zero2.json), doubled by
-    overlap_comm, capped by the trainable parameter count. ZeRO-3: the gathered parameters of the layer in flight and
-    the next (GRPO sets the prefetch bucket to 0) plus a reduce bucket of hidden² elements (ms-swift 'auto').
+    overlap_comm, capped by the trainable parameter count. ZeRO-3: see zero3_buffers. Plain DDP on more than one GPU:
+    the Reducer copies every trainable gradient into flat bucket tensors (torch reducer.cpp initialize_buckets) that
+    do not alias .grad unless gradient_as_bucket_view (off in HF Trainer): trainable × grad bytes.
     """
     if i.zero_stage in (1, 2):
         return 3 * min(2e8, trainable) * 2
     if i.zero_stage == 3:
-        layer = i.arch.layer_params()
-        return 2 * layer * i.param_bytes + min(i.arch.hidden_size ** 2, trainable) * 4
+        return zero3_buffers(i)
+    if i.world > 1:
+        return trainable * (i.param_bytes if i.full else 4.0)  # LoRA adapters and their grads are fp32
     return 0.0
+
+
+def zero3_buffers(i: Inputs) -> float:
+    """ZeRO-3 memory beyond the partitions at the logits peak (bytes, compute dtype), from DeepSpeed's stage 3:
+
+    - gathered parameters: the lm_head (V·h) is all-gathered for its forward and, its next use being its own backward,
+      kept until then (partitioned_param_coordinator.py __params_to_release: parameters reused within
+      stage3_max_reuse_distance, 1e9 in ms-swift's zero3.json, are not released); a decoder layer recomputed for
+      backward is kept the same way while within that distance, so at most max(V·h, one layer);
+    - prefetch (fetch_sub_module): whole parameters of the next modules in the trace until stage3_prefetch_bucket_size
+      elements, capped by stage3_max_live_parameters (1e9), the last one overshooting by at most one linear weight;
+    - reduce bucket (stage3.py __init__, contiguous_gradients): torch.empty(reduce_bucket_size) = h² ('auto',
+      transformers trainer_config_finalize);
+    - full tuning: a gradient larger than the bucket is reduced from its own full-size tensor
+      (__add_grad_to_ipg_bucket), the lm_head's V·h at the logits peak.
+    """
+    a = i.arch
+    lm_head = a.vocab_size * a.hidden_size
+    largest_linear = max(fan_in * fan_out for fan_in, fan_out in a.linear_shapes().values())
+    prefetch = min(i.zero3_prefetch, 1e9) + largest_linear if i.zero3_prefetch else 0.0
+    elements = max(lm_head, a.layer_params()) + prefetch + a.hidden_size ** 2 + (lm_head if i.full else 0)
+    return elements * i.compute_bytes
 
 
 def activations(i: Inputs) -> float:
@@ -313,30 +343,57 @@ def logits(i: Inputs) -> float:
     return i.micro_batch * per_seq * 4 + per_seq * 8
 
 
+def largest_trainable_tensor(i: Inputs) -> int:
+    """Elements of the largest trainable parameter: the embedding or lm_head (V·h) or a linear weight for full
+    tuning, the largest LoRA matrix (r × the wider side of its linear) otherwise."""
+    shapes = i.arch.linear_shapes()
+    if i.full:
+        return max(i.arch.vocab_size * i.arch.hidden_size, *(a * b for a, b in shapes.values()))
+    return max(i.lora_rank * max(shapes[name]) for name in i.lora_targets) if i.lora_targets else 0
+
+
 def step_temporaries(i: Inputs, trainable: int) -> float:
     """Memory the optimizer step allocates on top of the model states (bytes), while activations are freed.
 
     Plain torch AdamW (foreach, the default on CUDA) works on whole tensor lists and "uses roughly sizeof(params)
-    more peak memory" (PyTorch torch.optim docs, 'Algorithms'): trainable × grad bytes. DeepSpeed ZeRO-1/2 casts
-    each rank's gradient partition to fp32 before the step (stage_1_and_2.py: single_grad_partition):
-    4 B × trainable ÷ world. ZeRO-3 does the same per sub-group (sub_group_size 1e9 elements).
+    more peak memory" (PyTorch torch.optim docs, 'Algorithms'): trainable × grad bytes. DeepSpeed ZeRO-1/2
+    (stage_1_and_2.py step) builds the fp32 gradient of its partition as flatten(averaged_gradients).to(fp32): a bf16
+    flat copy (2 B) and its fp32 cast (4 B) exist together while the bf16 gradients are still held, so 6 B ×
+    trainable ÷ world; ZeRO-3 does the same per sub-group (_prepare_fp32_grad_for_sub_group, sub_group_size 1e9
+    elements). Before that, the gradient norm (get_grad_norm_direct) casts one gradient tensor at a time to fp64:
+    8 B × the largest trainable tensor (or the partition, if smaller; ZeRO-3: its 1/world slice); the larger of the
+    two moments counts.
     """
     if i.zero_stage == 0:
         return trainable * (i.param_bytes if i.full else 4.0)  # LoRA adapters are fp32
     if i.offload_optimizer_ds:
         return 0.0  # the step runs on the CPU
-    if i.zero_stage == 3:
-        return min(1e9, trainable / i.world) * 4
-    return trainable * 4 / i.world
+    partition, largest = trainable / i.world, largest_trainable_tensor(i)
+    if i.zero_stage == 3:  # every parameter's gradient is partitioned
+        return max(6 * min(1e9, partition), 8 * largest / i.world)
+    return max(6 * partition, 8 * min(largest, partition))
 
 
 def optimizer_step_phase(i: Inputs, trainable: int, training: list[Term]) -> Phase:
     """The optimizer step: everything resident in training except activations and logits, plus the step's
     temporaries. The training peak is the larger of this phase and the forward/backward one."""
-    dynamic = ("activations", "logits", "fragmentation")
+    dynamic = ("activations", "logits", "fragmentation", "autocast weight cache")
     kept = [t for t in training if t.name not in dynamic]
     return Phase("optimizer step", kept + [Term("optimizer-step temporaries", step_temporaries(i, trainable) / GIB,
                                                 "foreach AdamW: one params-sized list; ZeRO: fp32 grad partition")])
+
+
+def autocast_cache(i: Inputs, trainable: int) -> float:
+    """Low-precision copies of fp32 LoRA adapters that autocast keeps for the forward and backward (bytes).
+
+    Without DeepSpeed, HF Trainer runs the forward under torch.autocast and PEFT keeps adapters in fp32; autocast
+    caches the cast of every fp32 leaf tensor that requires grad (aten/src/ATen/autocast_mode.cpp, cached_cast) and
+    the matmuls save those copies for backward: trainable × compute bytes. DeepSpeed casts the module itself (no
+    autocast copies); full tuning in bf16 has nothing to cast.
+    """
+    if i.zero_stage or i.full or i.compute_bytes >= 4:
+        return 0.0
+    return trainable * i.compute_bytes
 
 
 def reference_model(i: Inputs) -> float:
@@ -372,9 +429,12 @@ def estimate(i: Inputs) -> MemoryReport:
                 Term("gradients", ms["grads"] / GIB, "trainable × grad bytes (÷ world from ZeRO-2)"),
                 Term("optimizer states", ms["optimizer"] / GIB,
                      "AdamW: 12 B/param fp32 under DeepSpeed (÷ world from ZeRO-1), else 2 × param dtype"),
-                Term("ZeRO buffers", buffers / GIB, "reduce/allgather buckets or ZeRO-3 live parameters"),
+                Term("ZeRO/DDP buffers", buffers / GIB,
+                     "ZeRO-1/2 buckets, ZeRO-3 gathered lm_head/layer + prefetch + reduce bucket, or DDP buckets"),
                 Term("activations", act / GIB, "micro-batch × (prompt + completion) tokens, per layer"),
                 Term("logits", lg / GIB, "completion tokens × vocab × 4 B + one sequence's fp32 log-softmax"),
+                Term("autocast weight cache", autocast_cache(i, ms["trainable"]) / GIB,
+                     "bf16 copies of fp32 LoRA adapters under autocast (no DeepSpeed)"),
                 Term("reference model", ref / GIB, "frozen policy copy when beta > 0 and full tuning"),
                 Term("fragmentation", FRAGMENTATION * dynamic / GIB, f"{FRAGMENTATION:.0%} of dynamic memory"),
                 *base]

@@ -1,5 +1,7 @@
 """Memory estimate: each term's arithmetic, ZeRO partitioning, phases and sleep levels, field report 004, advice."""
 
+from dataclasses import replace
+
 import pytest
 
 from grpo_ui.calibration import evaluate, problems, summary
@@ -16,6 +18,8 @@ from grpo_ui.memory import (
     inputs_from_spec,
     lora_params,
     model_states,
+    step_temporaries,
+    zero_buffers,
 )
 from grpo_ui.spec import JobSpec, load_spec, with_changes
 from grpo_ui.swift_cli import import_scripts
@@ -55,6 +59,60 @@ def test_lora_adapter_count_matches_peft_arithmetic():
     per_layer = 8 * ((3584 + 3584) * 2 + (3584 + 512) * 2 + (3584 + 18944) * 3)
     assert lora_params(i) == per_layer * 28 == 20_185_088
     assert lora_params(inputs_from_spec(spec(train__target_modules=["q_proj", "v_proj"]))) == 28 * 8 * (7168 + 4096)
+
+
+@pytest.mark.parametrize("stage,adapter_b,grads,optim", [
+    (None, 4, 4, 8),         # PEFT keeps adapters fp32; torch AdamW states in fp32
+    ("zero2", 2, 2 / 8, 12 / 8),  # DeepSpeed casts the module to bf16, grads in bf16, fp32 master + Adam sharded
+])
+def test_lora_adapter_bytes_follow_the_engine(stage, adapter_b, grads, optim):
+    ms = model_states(inputs_from_spec(spec(train__lora_rank=8, train__deepspeed=stage)))
+    n = 20_185_088
+    assert ms["weights"] == pytest.approx(2 * P7 + n * adapter_b)
+    assert ms["grads"] == pytest.approx(n * grads) and ms["optimizer"] == pytest.approx(n * optim)
+
+
+def test_autocast_caches_bf16_copies_of_fp32_adapters_only_without_deepspeed():
+    cache = lambda **kw: term(estimate_spec(spec(train__lora_rank=8, **kw)), "training", "autocast")  # noqa: E731
+    assert cache() == pytest.approx(20_185_088 * 2 / GIB)
+    assert cache(train__deepspeed="zero2") == 0 and cache(train__tuner_type="full") == 0
+    assert term(estimate_spec(spec(train__lora_rank=8)), "optimizer step", "autocast") == 0  # freed after backward
+
+
+# Qwen2.5-7B: hidden 3584, vocab 152064 (untied lm_head), largest linear gate/up/down 3584 × 18944, 28 layers
+H7, VH7, LIN7 = 3584, 152064 * 3584, 3584 * 18944
+
+
+def test_zero3_buffers_follow_deepspeed_stage3():
+    """lm_head kept gathered from its forward to its backward + reduce bucket (h², 'auto') in bf16; the prefetch bucket
+    (0.9·h² under HF 'auto', 0 under ms-swift GRPO) adds whole parameters, overshooting by at most one linear."""
+    grpo = inputs_from_spec(spec(train__deepspeed="zero3"))
+    assert grpo.zero3_prefetch == 0 and zero_buffers(grpo, 0) == (VH7 + H7 ** 2) * 2
+    sft = replace(grpo, zero3_prefetch=0.9 * H7 ** 2)
+    assert zero_buffers(sft, 0) == pytest.approx((VH7 + H7 ** 2 + 0.9 * H7 ** 2 + LIN7) * 2)
+    full = inputs_from_spec(spec(train__deepspeed="zero3", train__tuner_type="full"))
+    assert zero_buffers(full, 0) == (2 * VH7 + H7 ** 2) * 2  # + the lm_head's own full-size gradient
+
+
+def test_ddp_buckets_hold_a_copy_of_the_trainable_gradients():
+    lora = inputs_from_spec(spec(train__lora_rank=8))
+    assert zero_buffers(lora, 20_185_088) == 20_185_088 * 4  # fp32 adapter gradients
+    one_gpu = inputs_from_spec(spec(train__lora_rank=8, **{"cluster__nodes": [
+        {"host": "a", "gpus": [0], "gpu_model": "A100 80GB"}]}))
+    assert zero_buffers(one_gpu, 20_185_088) == 0
+
+
+def test_zero_step_temporaries_flat_bf16_copy_and_fp32_cast_or_fp64_norm():
+    """stage_1_and_2.py step: flatten (2 B) + .to(fp32) (4 B) of the partition; get_grad_norm_direct: one tensor in
+    fp64 (8 B). 8 GPUs: the flat copy wins; 12 GPUs: the fp64 copy of the lm_head's gradient (V·h) wins; 64 GPUs: the
+    partition (smaller than V·h) bounds it."""
+    z2 = inputs_from_spec(spec(train__deepspeed="zero2", train__tuner_type="full"))
+    assert step_temporaries(z2, P7) == pytest.approx(6 * P7 / 8)
+    assert step_temporaries(replace(z2, world=12), P7) == 8 * VH7
+    assert step_temporaries(replace(z2, world=64), P7) == pytest.approx(8 * P7 / 64)
+    z3 = inputs_from_spec(spec(train__deepspeed="zero3", train__tuner_type="full"))
+    assert step_temporaries(replace(z3, world=2), P7) == 6e9  # sub_group_size caps ZeRO-3's flat copy
+    assert step_temporaries(replace(z3, world=64), P7) == pytest.approx(6 * P7 / 64)  # fp64 slice: 8·V·h/64 smaller
 
 
 def test_reference_model_only_for_full_tuning_with_beta():
