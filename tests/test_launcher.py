@@ -5,7 +5,9 @@ end-to-end tests); it prints its rank, runs for WORK_SECONDS and exits with WORK
 """
 
 import os
+import shutil
 import stat
+import subprocess
 import time
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from grpo_ui.remote.launcher import Launcher, LaunchError
 from grpo_ui.spec import validate_spec
 from grpo_ui.store import Store
 from tests.hosts import stop_active_jobs
+from tests.tiny_job import SWIFT_VENV
 
 WORKLOAD = """#!/bin/bash
 exec python3 -c 'import os, sys, time
@@ -202,3 +205,87 @@ def test_rollout_servers_start_first_and_must_be_healthy(launcher, ssh_env, env_
     with pytest.raises(LaunchError, match=f"{roll.name}: .*did not start|did not answer /health/"):
         launcher.launch(server_spec(trainer, roll, env_dir, tmp_path, broken=True, timeout=4), "srv-broken")
     assert launcher.store.job("srv-broken")["state"] == "failed" and not job_pids("srv-broken")
+
+
+ENV_I_WORKLOAD = """#!/bin/bash
+env -i /bin/bash -c 'echo $$ > "$0"; exec sleep 300' "$CHILD_PIDFILE" &
+exec python3 -c 'import time; time.sleep(300)'
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_stop_reaches_a_child_that_cleared_its_environment_through_the_process_group(launcher, ssh_env, env_dir,
+                                                                                      tmp_path):
+    (h,) = ssh_env.add(1)
+    (env_dir / "bin" / "swift").write_text(ENV_I_WORKLOAD)
+    pidfile = tmp_path / "child.pid"
+    spec = workload_spec([h], env_dir, tmp_path)
+    spec = validate_spec({**spec.model_dump(), "env": {"CHILD_PIDFILE": str(pidfile)}})
+    job = launcher.launch(spec, "wl-env-i")
+    assert wait_for(lambda: pidfile.exists() and pidfile.read_text().strip())
+    child = int(pidfile.read_text())
+    node = launcher.store.nodes(job)[0]
+    assert b"GRPO_UI_RUN" not in Path(f"/proc/{child}/environ").read_bytes()  # invisible to the token search
+    assert os.getpgid(child) == node["pgid"]
+    assert launcher.stop(job, grace=5) == {h.name: "stopped"}
+    assert wait_for(lambda: not alive(child), 5), "the env -i child survived the stop"
+    assert not job_pids(job)
+
+
+def test_a_recycled_process_group_is_never_signalled(launcher, ssh_env, env_dir, tmp_path):
+    """A stored pgid whose leader now has another start time (the pid was reused) is left alone."""
+    (h,) = ssh_env.add(1)
+    job = launcher.launch(workload_spec([h], env_dir, tmp_path, seconds=120), "wl-recycled")
+    stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)  # its own group, pgid == pid
+    try:
+        launcher.store.set_node(job, 0, pgid=stranger.pid, proc_start="1")
+        assert launcher.stop(job, grace=5) == {h.name: "stopped"}  # the job's own processes, by their token
+        assert not job_pids(job)
+        assert stranger.poll() is None, "a process group that is not the job's was signalled"
+    finally:
+        stranger.kill()
+
+
+@pytest.fixture
+def swift_env(tmp_path):
+    """A view of the ms-swift venv (its pyvenv.cfg and site-packages, so preflight finds ms-swift) whose bin/ has
+    the workload as `swift`."""
+    d = tmp_path / "swiftenv" / "bin"
+    d.mkdir(parents=True)
+    shutil.copy(SWIFT_VENV / "pyvenv.cfg", d.parent / "pyvenv.cfg")
+    (d.parent / "lib").symlink_to(SWIFT_VENV / "lib")
+    (d / "python3").symlink_to((SWIFT_VENV / "bin" / "python3").resolve())
+    (d / "swift").write_text(WORKLOAD)
+    (d / "swift").chmod(0o755)
+    return d.parent
+
+
+def test_preflight_is_the_first_state_and_its_errors_start_nothing(launcher, ssh_env, swift_env, tmp_path):
+    (h,) = ssh_env.add(1)
+    base = workload_spec([h], swift_env, tmp_path).model_dump()
+    data = tmp_path / "data.jsonl"
+    spec = validate_spec({**base, "train": {**base["train"], "dataset": [str(data)]}})
+    states = []
+
+    def progress(host, msg, job="wl-preflight-bad"):
+        states.append((msg, launcher.store.job(job)["state"]))
+    with pytest.raises(LaunchError, match=f"PREFLIGHT-PATH-MISSING.*\\n.*{h.name}: {data} does not exist"):
+        launcher.launch(spec, "wl-preflight-bad", progress=progress, preflight=True)
+    assert ("checked", "preflight") in states and not any(m == "starting" for m, _ in states)
+    job = launcher.store.job("wl-preflight-bad")
+    assert job["state"] == "failed" and "PREFLIGHT-PATH-MISSING" in job["error"]
+    assert not (tmp_path / "runs" / "wl-preflight-bad").exists() and not launcher.store.nodes(job["id"])[0]["pid"]
+    data.write_text("{}\n")
+    states.clear()
+    start = time.time()
+    job = launcher.launch(spec, "wl-preflight-ok", progress=lambda host, msg: progress(host, msg, "wl-preflight-ok"),
+                          preflight=True)
+    print(f"launch with preflight on one host: {time.time() - start:.2f} s")
+    assert ("checked", "preflight") in states and ("starting", "starting") in states
+    assert wait_for(lambda: launcher.refresh(job) == "succeeded")

@@ -9,8 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from grpo_ui.findings import Finding, finding
-from grpo_ui.remote.launcher import parallel
-from grpo_ui.remote.runner import Runner, runner_for
+from grpo_ui.remote.runner import Runner, parallel, runner_for
 from grpo_ui.remote.ssh import Pool, SshError, UnknownHostKey
 from grpo_ui.render import shell_path
 from grpo_ui.spec import JobSpec, parse_version

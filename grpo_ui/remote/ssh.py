@@ -188,7 +188,7 @@ class Connection:
         except (OSError, paramiko.SSHException) as e:
             raise SshError(target.alias, f"cannot connect to {target.hostname}:{target.port}: {e}") from None
 
-    def run(self, command: str, timeout: float = 30.0, stdin: str | None = None) -> Result:
+    def run(self, command: str, timeout: float = 30.0, stdin: bytes | str | None = None) -> Result:
         try:
             chan_in, out, err = self.client.exec_command(command, timeout=timeout)
             if stdin is not None:
