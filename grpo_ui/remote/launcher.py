@@ -156,16 +156,16 @@ class Launcher:
         progress(r.host, "starting")
         token = f"GRPO_UI_RUN={job_id}/{r.token}"
         name = r.script[:-3]
-        # The session leader writes its own pid (setsid may fork, so $! is not it), then becomes the node script.
-        # A simple command after `&` is exec'd directly: no subshell keeps the SSH channel open while it runs.
-        # /proc/PID/stat is read once; after the ")" that ends the command name, field 3 is pgid, 20 start time.
+        # The session leader writes its pid to a file and to the pipe `read` waits on (setsid may fork, so $! would
+        # not be it), then becomes the node script with its output in the log, which closes the pipe. Then a short
+        # poll: the script must still live after SETTLE seconds. /proc/PID/stat is read once, with a builtin;
+        # after the ")" that ends the command name, field 3 is the process group and field 20 the start time.
         cmd = (f"mkdir -p {shell_path(rd)} && cd {shell_path(rd)} && tar -x --no-same-owner -f - || exit 1; "
-               f"rm -f {name}.pid; {token} setsid nohup bash -c 'echo $$ > {name}.pid; exec bash {r.script}' "
-               f"> {r.log} 2>&1 < /dev/null & "
-               f"for _ in $(seq 100); do [ -s {name}.pid ] && break; sleep 0.02; done; pid=$(cat {name}.pid); "
-               f"for _ in $(seq {round(SETTLE / 0.05)}); do [ -r /proc/$pid/stat ] || break; sleep 0.05; done; "
-               f'stat=$(cat /proc/$pid/stat 2>/dev/null) && set -- ${{stat##*) }} && echo "started $pid $3 ${{20}}" '
-               f'|| {{ echo "exited $pid"; tail -n 20 {r.log}; }}')
+               f"read -r pid < <({token} setsid nohup bash -c 'echo $$ > {name}.pid; echo $$; "
+               f"exec bash {r.script} > {r.log} 2>&1' < /dev/null 2> /dev/null); "
+               f"for _ in $(seq {round(SETTLE / 0.05)}); do [ -e /proc/$pid ] || break; sleep 0.05; done; "
+               f"read -r stat < /proc/$pid/stat 2> /dev/null && set -- ${{stat##*) }} && [ $1 != Z ] && "
+               f'echo "started $pid $3 ${{20}}" || {{ echo "exited $pid"; tail -n 20 {r.log}; }}')
         res = runner.run(cmd, timeout=30, stdin=payload)
         words = res.out.split(maxsplit=4)
         if res.rc or len(words) < 4 or words[0] != "started":
