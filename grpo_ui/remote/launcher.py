@@ -1,9 +1,12 @@
 """Start a job on every node (rollout servers first, then all trainers at once), follow its state, stop it.
 
+States: pending → preflight (optional) → starting → running → succeeded / failed / stopped / lost.
+
 Each node's processes carry GRPO_UI_RUN=<job>/<node> in their environment, so the whole tree — torchrun puts its
-workers in sessions of their own — is found and stopped exactly, never by a broad name match. The root process is
-started with setsid nohup, so jobs outlive the SSH session, the browser and the app; pid, process group and start
-time go to SQLite, and exit codes come from the run directory.
+workers in sessions of their own — is found and stopped exactly, never by a broad name match; a child that clears
+its environment is still in the node's process group, which is signalled too while its leader is the recorded
+process. The root process is started with setsid nohup, so jobs outlive the SSH session, the browser and the app;
+pid, process group and start time go to SQLite, and exit codes come from the run directory.
 """
 
 from __future__ import annotations
@@ -264,7 +267,7 @@ class Launcher:
         if not job or job["state"] not in ("starting", "running"):
             return job["state"] if job else "unknown"
         spec = spec_from_yaml(job["spec_yaml"])
-        nodes = self.store.nodes(job_id)
+        nodes = [n for n in self.store.nodes(job_id) if n["pid"]]  # while starting, the others are not started yet
 
         def probe(n):
             r = _run_of(n)
