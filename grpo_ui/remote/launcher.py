@@ -1,6 +1,7 @@
 """Start a job on every node (rollout servers first, then all trainers at once), follow its state, stop it.
 
-States: pending → preflight (optional) → starting → running → succeeded / failed / stopped / lost.
+Job states: pending → preflight (when asked) → starting → running → succeeded / failed / stopped; a node whose
+process vanished without an exit code is lost (and fails the job).
 
 Each node's processes carry GRPO_UI_RUN=<job>/<node> in their environment, so the whole tree — torchrun puts its
 workers in sessions of their own — is found and stopped exactly, never by a broad name match; a child that clears
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 
 from grpo_ui.check import check
 from grpo_ui.findings import format_findings
-from grpo_ui.remote.preflight import preflight
+from grpo_ui.remote.preflight import preflight as run_preflight
 from grpo_ui.remote.runner import Runner, parallel, runner_for
 from grpo_ui.remote.ssh import Pool, SshError
 from grpo_ui.render import Bundle, render, run_dir, shell_path
@@ -113,11 +114,12 @@ class Launcher:
         bundle = render(spec, job_id)
         runs = _node_runs(spec, bundle)
         rd = run_dir(spec, job_id)
-        self.store.create_job(job_id, spec.name, spec_to_yaml(spec), "preflight" if preflight else "starting")
+        self.store.create_job(job_id, spec.name, spec_to_yaml(spec), "pending")
         for r in runs:
             self.store.add_node(job_id, r.index, r.host, r.role, r.rank, r.script, rd)
         if preflight:
             self._preflight(spec, job_id, progress)
+        self.store.set_job(job_id, state="starting")
 
         def connect(r: NodeRun) -> Runner:
             progress(r.host, "connecting")
@@ -144,13 +146,13 @@ class Launcher:
 
     def _preflight(self, spec: JobSpec, job_id: str, progress) -> None:
         """The job's first step: preflight on every node; its errors fail the job (stored) before anything starts."""
-        _, findings = preflight(spec, self.pool, progress)
+        self.store.set_job(job_id, state="preflight")
+        _, findings = run_preflight(spec, self.pool, progress)
         errors = [f for f in findings if f.severity == "error"]
         if errors:
             reasons = "preflight found errors, nothing was started:\n" + format_findings(errors)
             self.store.set_job(job_id, state="failed", ended=time.time(), error=reasons)
             raise LaunchError(reasons)
-        self.store.set_job(job_id, state="starting")
 
     def _start(self, job_id: str, rd: str, r: NodeRun, runner: Runner, payload: bytes, progress) -> None:
         """One remote shell per node: create the run directory, unpack the script (and the 0600 secrets file) from
