@@ -21,6 +21,7 @@ from grpo_ui.store import Store  # noqa: E402
 from tests.hosts import HostNet  # noqa: E402
 
 WORKLOAD = "#!/bin/bash\nexec sleep 3\n"
+ROUNDS = 5
 
 
 def spec(hosts, env_dir, root):
@@ -61,6 +62,13 @@ def pdsh(hosts, net):
     return time.perf_counter() - start
 
 
+def one_round(k, hosts, env_dir, root, net, warm_pool) -> dict[str, float]:
+    """Every measurement once, in this order (a dict keeps it)."""
+    return {"one": ours(hosts[:1], env_dir, root, f"one-{k}"), "sixteen": ours(hosts, env_dir, root, f"sixteen-{k}"),
+            "warm": ours(hosts, env_dir, root, f"warm-{k}", warm_pool), "floor1": noop(hosts[:1], warm_pool),
+            "floor16": noop(hosts, warm_pool), "p1": pdsh(hosts[:1], net), "p16": pdsh(hosts, net)}
+
+
 def main():
     if os.geteuid() != 0:
         sys.exit("bench/fanout.py needs root to build namespace hosts")
@@ -74,20 +82,19 @@ def main():
             (env_dir / "bin").mkdir(parents=True)
             (env_dir / "bin" / "swift").write_text(WORKLOAD)
             (env_dir / "bin" / "swift").chmod(0o755)
-            one = min(ours(hosts[:1], env_dir, root, f"one-{k}") for k in range(3))
-            sixteen = min(ours(hosts, env_dir, root, f"sixteen-{k}") for k in range(3))
             warm_pool = Pool()
             ours(hosts, env_dir, root, "warmup", warm_pool)
-            warm = min(ours(hosts, env_dir, root, f"warm-{k}", warm_pool) for k in range(3))
-            floor1 = min(noop(hosts[:1], warm_pool) for _ in range(3))
-            floor16 = min(noop(hosts, warm_pool) for _ in range(3))
+            times: dict[str, list[float]] = {}
+            for k in range(ROUNDS):  # interleaved, so that every measurement sees the same load from other work
+                for name, took in one_round(k, hosts, env_dir, root, net, warm_pool).items():
+                    times.setdefault(name, []).append(took)
             warm_pool.close()
-            p1 = min(pdsh(hosts[:1], net) for _ in range(3))
-            p16 = min(pdsh(hosts, net) for _ in range(3))
+            one, sixteen, warm, floor1, floor16, p1, p16 = (min(times[n]) for n in (
+                "one", "sixteen", "warm", "floor1", "floor16", "p1", "p16"))
         finally:
             net.teardown()
     print(f"machine: {os.cpu_count()} cores shared with other work (load average {os.getloadavg()[0]:.1f}); all 16 "
-          "hosts and their sshd run on these cores")
+          f"hosts and their sshd run on these cores; best of {ROUNDS} interleaved rounds")
     print(f"floor, `true` over open SSH connections: 1 host {floor1:.2f} s, 16 hosts {floor16:.2f} s "
           f"({floor16 / floor1:.1f} ×: remote CPU, not the network, bounds any fan-out here)")
     print(f"grpo-ui launch: 1 host {one:.2f} s, 16 hosts {sixteen:.2f} s ({sixteen / one:.2f} × 1 host; target ≤ 2)")

@@ -165,8 +165,10 @@ class Launcher:
         # not be it), then becomes the node script with its output in the log, which closes the pipe. Then a short
         # poll: the script must still live after SETTLE seconds. /proc/PID/stat is read once, with a builtin;
         # after the ")" that ends the command name, field 3 is the process group and field 20 the start time.
+        # --norc: a `bash -c` under sshd sources ~/.bashrc (Debian builds bash to, when SSH_CLIENT is set and SHLVL
+        # < 2, which exec resets): slow (conda/pyenv init) and it could change the job's environment.
         cmd = (f"mkdir -p {shell_path(rd)} && cd {shell_path(rd)} && tar -x --no-same-owner -f - || exit 1; "
-               f"read -r pid < <({token} setsid nohup bash -c 'echo $$ > {name}.pid; echo $$; "
+               f"read -r pid < <({token} setsid nohup bash --norc -c 'echo $$ > {name}.pid; echo $$; "
                f"exec bash {r.script} > {r.log} 2>&1' < /dev/null 2> /dev/null); "
                f"for _ in $(seq {round(SETTLE / 0.05)}); do [ -e /proc/$pid ] || break; sleep 0.05; done; "
                f"read -r stat < /proc/$pid/stat 2> /dev/null && set -- ${{stat##*) }} && [ $1 != Z ] && "

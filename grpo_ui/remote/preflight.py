@@ -162,9 +162,9 @@ def _taken(runner: Runner, ports: list[int]) -> list[int]:
 
 
 def _unreachable(runner: Runner, endpoints: list[tuple[str, int]]) -> list[tuple[str, int]]:
-    """The (host, port)s this node cannot open a TCP connection to within 5 s."""
+    """The (host, port)s this node cannot open a TCP connection to within 5 s (--norc: see launcher._start)."""
     hps = " ".join(f"{h}:{p}" for h, p in endpoints)
-    cmd = (f'for hp in {hps}; do timeout 5 bash -c "exec 3<>/dev/tcp/${{hp%:*}}/${{hp##*:}}" 2>/dev/null '
+    cmd = (f'for hp in {hps}; do timeout 5 bash --norc -c "exec 3<>/dev/tcp/${{hp%:*}}/${{hp##*:}}" 2>/dev/null '
            '|| echo "$hp"; done')
     down = set(runner.run(cmd, timeout=5 * len(endpoints) + 15).out.split())
     return [(h, p) for h, p in endpoints if f"{h}:{p}" in down]
