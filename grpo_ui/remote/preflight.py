@@ -87,22 +87,25 @@ def _activate(python_env: str | None) -> str:
 
 
 def _probe(spec: JobSpec, index: int, runner: Runner) -> HostFacts:
+    """One remote command per node: the Python probe in the node's environment, then GPU_COMMAND (skipped for the
+    local node when NVML answers)."""
     node = spec.cluster.nodes[index]
     facts = HostFacts(node.host, reachable=True)
+    nvml = node.is_local and _nvml_facts(facts)
     code = PROBE % {"packages": PACKAGES, "paths": _local_paths(spec), "root": spec.cluster.run_root}
-    res = runner.run(_activate(node.python_env) + f"python3 -c {shlex.quote(code)}", timeout=60)
+    gpu = "" if nvml else f"; echo '#gpu'; {GPU_COMMAND} 2> /dev/null; true"
+    res = runner.run(_activate(node.python_env) + f"python3 -c {shlex.quote(code)} || exit $?{gpu}", timeout=60)
     if res.rc:
         facts.error = f"python probe failed in {node.python_env or 'the login environment'}: {res.err.strip()[-300:]}"
         return facts
-    data = json.loads(res.out.strip().splitlines()[-1])
+    probe, _, smi = res.out.partition("#gpu\n")
+    data = json.loads(probe.strip().splitlines()[-1])
     facts.python, facts.versions, facts.paths = data["python"], data["versions"], data["paths"]
     facts.disk_free_gib, facts.proxy = data["disk_free_gib"], data["proxy"]
     facts.clock_skew_s = data["time"] - time.time()
     facts.torch_cuda = data["torch_cuda"]
-    if not (node.is_local and _nvml_facts(facts)):
-        gpu = runner.run(_activate(node.python_env) + GPU_COMMAND, timeout=30)
-        if gpu.rc == 0:
-            _parse_nvidia_smi(gpu.out, facts)
+    if not nvml:
+        _parse_nvidia_smi(smi, facts)
     return facts
 
 
