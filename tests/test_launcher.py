@@ -289,3 +289,13 @@ def test_preflight_is_the_first_state_and_its_errors_start_nothing(launcher, ssh
     print(f"launch with preflight on one host: {time.time() - start:.2f} s")
     assert ("checked", "preflight") in states and ("starting", "starting") in states
     assert wait_for(lambda: launcher.refresh(job) == "succeeded")
+
+
+def test_a_launch_abandoned_during_preflight_fails_on_reattach(tmp_path):
+    """The app exited while a job was in preflight: nothing was started, and the job must not stay active forever."""
+    store = Store(tmp_path / "db.sqlite")
+    store.create_job("left-in-preflight", "n", "name: n\n", "preflight")
+    store.create_job("just-started-preflight", "n", "name: n\n", "preflight")
+    store.set_job("left-in-preflight", created=time.time() - 3600)
+    assert Launcher(store).reattach() == {"left-in-preflight": "failed", "just-started-preflight": "preflight"}
+    assert "stopped during preflight" in store.job("left-in-preflight")["error"]

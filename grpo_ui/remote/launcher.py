@@ -27,6 +27,7 @@ from grpo_ui.render import Bundle, render, run_dir, shell_path
 from grpo_ui.spec import JobSpec, spec_from_yaml, spec_to_yaml
 from grpo_ui.store import Store
 
+ABANDONED_AFTER = 600.0  # seconds; preflight's own timeouts end it well before
 SETTLE = 0.3  # seconds a node script must live to count as started (a missing command fails well within it)
 FIND = ('find_job() { for d in /proc/[0-9]*; do tr "\\0" "\\n" < "$d/environ" 2>/dev/null | grep -qxF "$1" '
         '&& echo "${d#/proc/}"; done; }; ')
@@ -266,8 +267,15 @@ class Launcher:
         """Re-check every node (alive with the same start time, else its exit code); update and return the state.
 
         A trainer that failed ends the job: it is named with its exit code and log tail, and the others are stopped.
+        A job still pending or in preflight long after it was created was abandoned (its app or CLI exited before
+        starting anything): it fails.
         """
         job = self.store.job(job_id)
+        if job and job["state"] in ("pending", "preflight") and time.time() - job["created"] > ABANDONED_AFTER:
+            self.store.set_job(job_id, state="failed", ended=time.time(),
+                               error=f"the launch stopped during {job['state']} (the app or CLI exited); no node "
+                                     "was started")
+            return "failed"
         if not job or job["state"] not in ("starting", "running"):
             return job["state"] if job else "unknown"
         spec = spec_from_yaml(job["spec_yaml"])
