@@ -204,6 +204,13 @@ def test_server_mode_checks_http_and_group_ports_on_the_rollout_node(ssh_env, gp
     assert port_findings(server_spec(f"10.{ssh_env.subnet}.0.246")) == [
         ("PREFLIGHT-ROLLOUT-UNREACHABLE", "error", "rollout.vllm_server_group_port"),
         ("PREFLIGHT-ROLLOUT-UNREACHABLE", "error", "server.port")]
+    # a server outside the cluster (vllm_server_host) that is not up: only probed, so warnings
+    external = validate_spec({**base, "cluster": {**base["cluster"], "nodes": base["cluster"]["nodes"][:1]},
+                              "rollout": {"use_vllm": True, "vllm_mode": "server", "vllm_server_host": [roll.addr],
+                                          "vllm_server_port": [18123]}})
+    assert port_findings(external) == [
+        ("PREFLIGHT-ROLLOUT-UNREACHABLE", "warning", "rollout.vllm_server_group_port"),
+        ("PREFLIGHT-ROLLOUT-UNREACHABLE", "warning", "rollout.vllm_server_port")]
 
 
 def test_local_node_falls_back_cleanly_from_nvml_to_nvidia_smi(gpu_env, tmp_path):

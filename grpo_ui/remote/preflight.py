@@ -208,10 +208,10 @@ def _rollout_checks(spec: JobSpec, runners: dict[int, Runner], rank0: int) -> li
     out, nodes = [], spec.cluster.nodes
     endpoints, groups = spec.server_endpoints(), spec.rollout.vllm_server_group_port
     own = [] if spec.rollout.vllm_server_host else [i for i, n in enumerate(nodes) if n.role == "rollout"]
-    r0 = nodes[rank0].host
+    r0, http_field = nodes[rank0].host, "rollout.vllm_server_port" if spec.rollout.vllm_server_host else "server.port"
     for k, (host, http) in enumerate(endpoints):
         group = groups[k] if len(groups) > k else groups[0] if groups else 51216 + k
-        ports = {http: ("HTTP port", "server.port"), group: ("group port", "rollout.vllm_server_group_port")}
+        ports = {http: ("HTTP port", http_field), group: ("group port", "rollout.vllm_server_group_port")}
         index = own[k] if k < len(own) else None
         if index is None or index not in runners:
             for h, p in _unreachable(runners[rank0], [(host, p) for p in ports]):
