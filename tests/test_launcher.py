@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_ui.remote.launcher import Launcher, LaunchError
+from grpo_ui.remote.launcher import Launcher, LaunchError, launch_tag
 from grpo_ui.spec import validate_spec
 from grpo_ui.store import Store
 from tests.hosts import stop_active_jobs
@@ -27,16 +27,20 @@ sys.exit(int(os.environ.get("WORK_EXIT", "0")))' "$@"
 """
 
 
-def job_pids(job_id: str) -> list[int]:
-    """Processes on this machine (all test hosts share its process table) that belong to the job."""
+def job_pids(job_id: str, store: Store) -> list[int]:
+    """Processes on this machine (all test hosts share its process table) that belong to this launch of the job;
+    other test sessions on the machine may run jobs of the same id at the same time."""
+    job = store.job(job_id)
+    prefix, suffix = f"GRPO_UI_RUN={job_id}/".encode(), f"@{launch_tag(job)}".encode()
     found = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
-                if f"GRPO_UI_RUN={job_id}/".encode() in (d / "environ").read_bytes():
-                    found.append(int(d.name))
+                entries = (d / "environ").read_bytes().split(b"\0")
             except OSError:
-                pass
+                continue
+            if any(e.startswith(prefix) and e.endswith(suffix) for e in entries):
+                found.append(int(d.name))
     return found
 
 
@@ -95,16 +99,16 @@ def test_two_hosts_run_to_success_with_secrets_kept_out_of_scripts(launcher, ssh
     assert "s3cr" not in (rd / "node_0.sh").read_text()
     assert "rank 1 of 2 master " + hosts[0].addr in (rd / "node_1.log").read_text()
     assert [n["exit_code"] for n in launcher.store.nodes(job)] == [0, 0]
-    assert not job_pids(job)
+    assert not job_pids(job, launcher.store)
 
 
 def test_stop_mid_run_leaves_nothing(launcher, ssh_env, env_dir, tmp_path):
     hosts = ssh_env.add(2)
     job = launcher.launch(workload_spec(hosts, env_dir, tmp_path, seconds=120), "wl-stop")
-    assert wait_for(lambda: len(job_pids(job)) >= 4)  # bash + python per node
+    assert wait_for(lambda: len(job_pids(job, launcher.store)) >= 4)  # bash + python per node
     outcome = launcher.stop(job, grace=5)
     assert set(outcome) == {h.name for h in hosts} and all(o in ("stopped", "killed") for o in outcome.values())
-    assert not job_pids(job)
+    assert not job_pids(job, launcher.store)
     assert launcher.store.job(job)["state"] == "stopped"
 
 
@@ -118,7 +122,7 @@ def test_partial_launch_failure_stops_what_started_and_names_the_host(launcher, 
         launcher.launch(spec, "wl-partial")
     assert f"{hosts[1].name}: node_1.sh did not start" in str(e.value) and "swift: command not found" in str(e.value)
     assert launcher.store.job("wl-partial")["state"] == "failed"
-    assert wait_for(lambda: not job_pids("wl-partial"), 10)
+    assert wait_for(lambda: not job_pids("wl-partial", launcher.store), 10)
 
 
 def test_unreachable_host_fails_before_anything_starts(launcher, ssh_env, env_dir, tmp_path):
@@ -129,7 +133,7 @@ def test_unreachable_host_fails_before_anything_starts(launcher, ssh_env, env_di
     spec = validate_spec({**spec.model_dump(), "cluster": {**spec.cluster.model_dump(), "nodes": nodes}})
     with pytest.raises(LaunchError, match=f"10.{ssh_env.subnet}.0.251"):
         launcher.launch(spec, "wl-unreachable")
-    assert not job_pids("wl-unreachable")
+    assert not job_pids("wl-unreachable", launcher.store)
 
 
 def test_restart_reattaches_and_a_node_killed_from_outside_fails_the_job(ssh_env, env_dir, tmp_path):
@@ -141,13 +145,13 @@ def test_restart_reattaches_and_a_node_killed_from_outside_fails_the_job(ssh_env
     again = Launcher(Store(tmp_path / "db.sqlite"))
     assert again.reattach() == {job: "running"}
     node1 = next(n for n in again.store.nodes(job) if n["node_rank"] == 1)
-    workload = [p for p in job_pids(job) if b"python3" in Path(f"/proc/{p}/cmdline").read_bytes()
+    workload = [p for p in job_pids(job, again.store) if b"python3" in Path(f"/proc/{p}/cmdline").read_bytes()
                 and f"{job}/trainer1".encode() in Path(f"/proc/{p}/environ").read_bytes()]
     os.kill(workload[0], 9)
     assert wait_for(lambda: again.refresh(job) == "failed")
     error = again.store.job(job)["error"]
     assert error.startswith(f"node {node1['node_index']} ({hosts[1].name}, rank 1) failed first: exit code 137")
-    assert wait_for(lambda: not job_pids(job), 15)
+    assert wait_for(lambda: not job_pids(job, again.store), 15)
     again.pool.close()
 
 
@@ -162,9 +166,9 @@ def test_local_node_runs_through_the_same_launcher_without_ssh(env_dir, tmp_path
     assert (tmp_path / "runs/local-ok/node_0.pid").exists()
     spec_long = validate_spec({**spec.model_dump(), "env": {"WORK_SECONDS": "120", "WORK_EXIT": "0"}})
     job = launcher.launch(spec_long, "local-stop")
-    assert wait_for(lambda: len(job_pids(job)) >= 2)
+    assert wait_for(lambda: len(job_pids(job, launcher.store)) >= 2)
     assert launcher.stop(job, grace=5) == {"localhost": "stopped"}
-    assert not job_pids(job)
+    assert not job_pids(job, launcher.store)
 
 
 SERVER_WORKLOAD = """#!/bin/bash
@@ -201,10 +205,10 @@ def test_rollout_servers_start_first_and_must_be_healthy(launcher, ssh_env, env_
     assert (roll.name, "healthy") in progress
     assert progress.index((roll.name, "healthy")) < progress.index((trainer.name, "starting"))
     assert wait_for(lambda: launcher.refresh(job) == "succeeded")  # the trainer finished; the server is stopped
-    assert not job_pids(job)
+    assert not job_pids(job, launcher.store)
     with pytest.raises(LaunchError, match=f"{roll.name}: .*did not start|did not answer /health/"):
         launcher.launch(server_spec(trainer, roll, env_dir, tmp_path, broken=True, timeout=4), "srv-broken")
-    assert launcher.store.job("srv-broken")["state"] == "failed" and not job_pids("srv-broken")
+    assert launcher.store.job("srv-broken")["state"] == "failed" and not job_pids("srv-broken", launcher.store)
 
 
 ENV_I_WORKLOAD = """#!/bin/bash
@@ -235,7 +239,7 @@ def test_stop_reaches_a_child_that_cleared_its_environment_through_the_process_g
     assert os.getpgid(child) == node["pgid"]
     assert launcher.stop(job, grace=5) == {h.name: "stopped"}
     assert wait_for(lambda: not alive(child), 5), "the env -i child survived the stop"
-    assert not job_pids(job)
+    assert not job_pids(job, launcher.store)
 
 
 def test_a_recycled_process_group_is_never_signalled(launcher, ssh_env, env_dir, tmp_path):
@@ -246,7 +250,7 @@ def test_a_recycled_process_group_is_never_signalled(launcher, ssh_env, env_dir,
     try:
         launcher.store.set_node(job, 0, pgid=stranger.pid, proc_start="1")
         assert launcher.stop(job, grace=5) == {h.name: "stopped"}  # the job's own processes, by their token
-        assert not job_pids(job)
+        assert not job_pids(job, launcher.store)
         assert stranger.poll() is None, "a process group that is not the job's was signalled"
     finally:
         stranger.kill()
@@ -299,3 +303,20 @@ def test_a_launch_abandoned_during_preflight_fails_on_reattach(tmp_path):
     store.set_job("left-in-preflight", created=time.time() - 3600)
     assert Launcher(store).reattach() == {"left-in-preflight": "failed", "just-started-preflight": "preflight"}
     assert "stopped during preflight" in store.job("left-in-preflight")["error"]
+
+
+def test_stopping_a_job_leaves_a_job_of_the_same_id_from_another_dashboard_alone(ssh_env, env_dir, tmp_path):
+    (h,) = ssh_env.add(1)
+    mine, theirs = (Launcher(Store(tmp_path / f"{who}.sqlite")) for who in ("mine", "theirs"))
+    try:
+        for launcher, who in ((mine, "mine"), (theirs, "theirs")):
+            launcher.launch(workload_spec([h], env_dir, tmp_path / who, seconds=120), "same-id")
+        assert wait_for(lambda: len(job_pids("same-id", theirs.store)) >= 2)
+        assert mine.stop("same-id", grace=5) == {h.name: "stopped"}
+        assert not job_pids("same-id", mine.store)
+        assert len(job_pids("same-id", theirs.store)) >= 2 and theirs.refresh("same-id") == "running"
+        assert theirs.stop("same-id", grace=5) == {h.name: "stopped"}
+    finally:
+        for who, launcher in (("mine", mine), ("theirs", theirs)):
+            launcher.pool.close()
+            stop_active_jobs(tmp_path / f"{who}.sqlite")

@@ -3,8 +3,10 @@
 Job states: pending → preflight (when asked) → starting → running → succeeded / failed / stopped; a node whose
 process vanished without an exit code is lost (and fails the job).
 
-Each node's processes carry GRPO_UI_RUN=<job>/<node> in their environment, so the whole tree — torchrun puts its
-workers in sessions of their own — is found and stopped exactly, never by a broad name match; a child that clears
+Each node's processes carry GRPO_UI_RUN=<job>/<node>@<launch> in their environment (<launch> comes from the job's
+creation time, so a job of the same id launched by another dashboard or user on the same machine is never
+touched), so the whole tree — torchrun puts its workers in sessions of their own — is found and stopped exactly,
+never by a broad name match; a child that clears
 its environment is still in the node's process group, which is signalled too while its leader is the recorded
 process. The root process is started with setsid nohup, so jobs outlive the SSH session, the browser and the app;
 pid, process group and start time go to SQLite, and exit codes come from the run directory.
@@ -68,6 +70,16 @@ def _node_runs(spec: JobSpec, bundle: Bundle) -> list[NodeRun]:
         elif i in bundle.rollout_files:
             runs.append(NodeRun(i, node.host, "rollout", None, bundle.rollout_files[i]))
     return runs
+
+
+def launch_tag(job: dict) -> str:
+    """What tells this launch of a job id apart from any other: its creation time in microseconds, in hex."""
+    return format(round(job["created"] * 1e6), "x")
+
+
+def run_token(job: dict, r: NodeRun) -> str:
+    """The environment entry every process of the node inherits."""
+    return f"GRPO_UI_RUN={job['id']}/{r.token}@{launch_tag(job)}"
 
 
 def _run_of(node: dict) -> NodeRun:
@@ -160,7 +172,7 @@ class Launcher:
         stdin, start the script in its own session, and report pid, process group and start time once it has
         lived SETTLE seconds (or its log tail if it exited)."""
         progress(r.host, "starting")
-        token = f"GRPO_UI_RUN={job_id}/{r.token}"
+        token = run_token(self.store.job(job_id), r)
         name = r.script[:-3]
         # The session leader writes its pid to a file and to the pipe `read` waits on (setsid may fork, so $! would
         # not be it), then becomes the node script with its output in the log, which closes the pipe. Then a short
@@ -229,8 +241,7 @@ class Launcher:
         cleared its environment (`env -i`) is still in the group. Once verified, the group number stays ours as
         long as it has members, so the wait loop may keep using it.
         """
-        r = _run_of(node)
-        token = f"GRPO_UI_RUN={job_id}/{r.token}"
+        token = run_token(self.store.job(job_id), _run_of(node))
         group = (f"g={int(node['pgid'])}; s=$(cat /proc/$g/stat 2>/dev/null) && set -- ${{s##*) }} && "
                  f"[ \"${{20}}\" = {shlex.quote(str(node['proc_start']))} ] && grp=1; "
                  if node.get("pgid") and node.get("proc_start") else "")
