@@ -342,7 +342,7 @@ def _host_findings(spec: JobSpec, i: int, f: HostFacts) -> list[Finding]:
                                "Free them or pick other GPU ids."))
     elif node.gpus:
         out.append(finding("PREFLIGHT-NO-GPU", "warning", f"{path}.gpus",
-                           f"{node.host}: nvidia-smi found no GPU (no driver, or a CPU-only machine).",
+                           f"{node.host}: no GPU found (nvidia-smi, and NVML on the local node): no driver, or a CPU-only machine.",
                            "Check the NVIDIA driver; CPU-only runs need ACCELERATE_USE_CPU=true."))
     if f.driver_cuda and f.torch_cuda and _major_minor(f.driver_cuda) < _major_minor(f.torch_cuda):
         out.append(finding("PREFLIGHT-CUDA-DRIVER", "error", f"{path}.python_env",
