@@ -86,6 +86,7 @@ if "preflight" in st.session_state:
     facts, findings = st.session_state["preflight"]
     st.dataframe([{"host": f.host, "python": f.python, "ms-swift": f.versions.get("ms-swift"),
                    "torch": f.versions.get("torch"), "vllm": f.versions.get("vllm"), "driver": f.driver,
+                   "CUDA driver / torch": f"{f.driver_cuda or '—'} / {f.torch_cuda or 'CPU build'}" if f.python else None,
                    "GPUs": ", ".join(f"{g['index']}: {g['name']} ({g['memory_used_mib']:.0f}/"
                                      f"{g['memory_total_mib']:.0f} MiB)" for g in f.gpus) or "none",
                    "disk free GiB": None if f.disk_free_gib is None else round(f.disk_free_gib),

@@ -59,11 +59,14 @@ for f in (f for f in bundle.findings if f.severity != "error"):
 
 secrets = {name: st.text_input(f"{name} (secret: sent in a 0600 file, never stored)", type="password",
                                key=f"secret:{name}") for name in spec.secret_env}
+check_first = st.checkbox("Run preflight on every node first (its errors stop the launch before anything starts)",
+                          value=True, key="launch_preflight")
 if st.button("Launch", type="primary", disabled=bool(errors)):
     failure, steps = None, []  # progress arrives from one thread per host: collect it, show it here
     with st.status(f"Launching {job_id}…", expanded=True) as box:
         try:
-            launched = launcher().launch(spec, job_id, secrets, lambda host, msg: steps.append(f"**{host}**: {msg}"))
+            launched = launcher().launch(spec, job_id, secrets, lambda host, msg: steps.append(f"**{host}**: {msg}"),
+                                         preflight=check_first)
             for line in steps:
                 box.write(line)
             box.update(label=f"{launched} is running", state="complete")

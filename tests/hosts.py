@@ -56,7 +56,8 @@ class HostNet:
         self.ssh_config.write_text("")
         self.known_hosts.write_text("")
 
-    def add(self, count: int = 1, trusted: bool = True) -> list[TestHost]:
+    def add(self, count: int = 1, trusted: bool = True, sshd_extra: str = "") -> list[TestHost]:
+        """Start ``count`` hosts; ``sshd_extra`` is appended to each sshd_config (more ports, AllowUsers, …)."""
         out = []
         for _ in range(count):
             i = len(self.hosts)
@@ -78,7 +79,7 @@ class HostNet:
                 f"Port 22\nListenAddress {addr}\nHostKey {d / 'host_key'}\nAuthorizedKeysFile {d / 'authorized_keys'}\n"
                 f"PidFile {d / 'sshd.pid'}\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
                 "PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\nMaxSessions 100\nMaxStartups 100\n"
-                "Subsystem sftp internal-sftp\nAcceptEnv LANG\n")
+                "Subsystem sftp internal-sftp\nAcceptEnv LANG\n" + sshd_extra)
             Path("/run/sshd").mkdir(exist_ok=True)
             sh("ip", "netns", "exec", ns, SSHD, "-f", str(d / "sshd_config"), "-E", str(d / "sshd.log"))
             host = TestHost(name, ns, addr, d, (d / "host_key.pub").read_text().split()[1], b)
@@ -91,9 +92,15 @@ class HostNet:
             out.append(host)
         return out
 
-    def trust(self, host: TestHost) -> None:
+    def trust(self, host: TestHost, port: int = 22) -> None:
+        name = host.addr if port == 22 else f"[{host.addr}]:{port}"
         with open(self.known_hosts, "a") as f:
-            f.write(f"{host.addr} ssh-ed25519 {host.host_key_pub}\n")
+            f.write(f"{name} ssh-ed25519 {host.host_key_pub}\n")
+
+    def connections(self, host: TestHost, port: int = 22) -> int:
+        """Established TCP connections to the host's sshd on ``port`` (seen from inside its namespace)."""
+        out = sh("ip", "netns", "exec", host.ns, "ss", "-tnH", "state", "established", f"( sport = :{port} )").stdout
+        return len(out.splitlines())
 
     @staticmethod
     def _wait_listening(host: TestHost) -> None:

@@ -109,7 +109,7 @@ def test_scenario2_two_hosts_rendezvous_then_stop_mid_run(cli, ssh_env, tmp_path
     assert "--nnodes 2 --node_rank 0 --master_addr " + hosts[0].addr in log0
     stop = cli("stop", "e2e-two")
     assert stop.returncode == 0 and ("stopped" in stop.stdout or "killed" in stop.stdout), stop.stdout
-    assert not job_pids("e2e-two")
+    assert not job_pids("e2e-two", Store(tmp_path / "db.sqlite"))
     print(f"scenario 2 took {time.time() - start:.0f} s")
 
 
@@ -119,7 +119,7 @@ def test_scenario3_a_node_dies_and_is_named_first(cli, ssh_env, tmp_path):
     start = time.time()
     assert cli("launch", str(spec), "--job-id", "e2e-die").returncode == 0
     assert wait_for(lambda: "step " in cli("status", "e2e-die").stdout, 240)
-    workers = [p for p in job_pids("e2e-die") if b"e2e-die/trainer1" in Path(f"/proc/{p}/environ").read_bytes()
+    workers = [p for p in job_pids("e2e-die", Store(tmp_path / "db.sqlite")) if b"e2e-die/trainer1" in Path(f"/proc/{p}/environ").read_bytes()
                and b"rlhf.py" in Path(f"/proc/{p}/cmdline").read_bytes()]
     assert workers, "rank 1's training process not found"
     for pid in workers:
@@ -128,5 +128,5 @@ def test_scenario3_a_node_dies_and_is_named_first(cli, ssh_env, tmp_path):
     assert out, cli("status", "e2e-die").stdout
     assert f"({hosts[1].name}, rank 1) failed first" in out
     assert "NODE-FAILED" in out
-    assert wait_for(lambda: not job_pids("e2e-die"), 60)
+    assert wait_for(lambda: not job_pids("e2e-die", Store(tmp_path / "db.sqlite")), 60)
     print(f"scenario 3 took {time.time() - start:.0f} s")

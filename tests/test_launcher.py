@@ -5,16 +5,19 @@ end-to-end tests); it prints its rank, runs for WORK_SECONDS and exits with WORK
 """
 
 import os
+import shutil
 import stat
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from grpo_ui.remote.launcher import Launcher, LaunchError
+from grpo_ui.remote.launcher import Launcher, LaunchError, launch_tag
 from grpo_ui.spec import validate_spec
 from grpo_ui.store import Store
 from tests.hosts import stop_active_jobs
+from tests.tiny_job import SWIFT_VENV
 
 WORKLOAD = """#!/bin/bash
 exec python3 -c 'import os, sys, time
@@ -24,16 +27,20 @@ sys.exit(int(os.environ.get("WORK_EXIT", "0")))' "$@"
 """
 
 
-def job_pids(job_id: str) -> list[int]:
-    """Processes on this machine (all test hosts share its process table) that belong to the job."""
+def job_pids(job_id: str, store: Store) -> list[int]:
+    """Processes on this machine (all test hosts share its process table) that belong to this launch of the job;
+    other test sessions on the machine may run jobs of the same id at the same time."""
+    job = store.job(job_id)
+    prefix, suffix = f"GRPO_UI_RUN={job_id}/".encode(), f"@{launch_tag(job)}".encode()
     found = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
-                if f"GRPO_UI_RUN={job_id}/".encode() in (d / "environ").read_bytes():
-                    found.append(int(d.name))
+                entries = (d / "environ").read_bytes().split(b"\0")
             except OSError:
-                pass
+                continue
+            if any(e.startswith(prefix) and e.endswith(suffix) for e in entries):
+                found.append(int(d.name))
     return found
 
 
@@ -92,16 +99,16 @@ def test_two_hosts_run_to_success_with_secrets_kept_out_of_scripts(launcher, ssh
     assert "s3cr" not in (rd / "node_0.sh").read_text()
     assert "rank 1 of 2 master " + hosts[0].addr in (rd / "node_1.log").read_text()
     assert [n["exit_code"] for n in launcher.store.nodes(job)] == [0, 0]
-    assert not job_pids(job)
+    assert not job_pids(job, launcher.store)
 
 
 def test_stop_mid_run_leaves_nothing(launcher, ssh_env, env_dir, tmp_path):
     hosts = ssh_env.add(2)
     job = launcher.launch(workload_spec(hosts, env_dir, tmp_path, seconds=120), "wl-stop")
-    assert wait_for(lambda: len(job_pids(job)) >= 4)  # bash + python per node
+    assert wait_for(lambda: len(job_pids(job, launcher.store)) >= 4)  # bash + python per node
     outcome = launcher.stop(job, grace=5)
     assert set(outcome) == {h.name for h in hosts} and all(o in ("stopped", "killed") for o in outcome.values())
-    assert not job_pids(job)
+    assert not job_pids(job, launcher.store)
     assert launcher.store.job(job)["state"] == "stopped"
 
 
@@ -115,7 +122,7 @@ def test_partial_launch_failure_stops_what_started_and_names_the_host(launcher, 
         launcher.launch(spec, "wl-partial")
     assert f"{hosts[1].name}: node_1.sh did not start" in str(e.value) and "swift: command not found" in str(e.value)
     assert launcher.store.job("wl-partial")["state"] == "failed"
-    assert wait_for(lambda: not job_pids("wl-partial"), 10)
+    assert wait_for(lambda: not job_pids("wl-partial", launcher.store), 10)
 
 
 def test_unreachable_host_fails_before_anything_starts(launcher, ssh_env, env_dir, tmp_path):
@@ -126,7 +133,7 @@ def test_unreachable_host_fails_before_anything_starts(launcher, ssh_env, env_di
     spec = validate_spec({**spec.model_dump(), "cluster": {**spec.cluster.model_dump(), "nodes": nodes}})
     with pytest.raises(LaunchError, match=f"10.{ssh_env.subnet}.0.251"):
         launcher.launch(spec, "wl-unreachable")
-    assert not job_pids("wl-unreachable")
+    assert not job_pids("wl-unreachable", launcher.store)
 
 
 def test_restart_reattaches_and_a_node_killed_from_outside_fails_the_job(ssh_env, env_dir, tmp_path):
@@ -138,13 +145,13 @@ def test_restart_reattaches_and_a_node_killed_from_outside_fails_the_job(ssh_env
     again = Launcher(Store(tmp_path / "db.sqlite"))
     assert again.reattach() == {job: "running"}
     node1 = next(n for n in again.store.nodes(job) if n["node_rank"] == 1)
-    workload = [p for p in job_pids(job) if b"python3" in Path(f"/proc/{p}/cmdline").read_bytes()
+    workload = [p for p in job_pids(job, again.store) if b"python3" in Path(f"/proc/{p}/cmdline").read_bytes()
                 and f"{job}/trainer1".encode() in Path(f"/proc/{p}/environ").read_bytes()]
     os.kill(workload[0], 9)
     assert wait_for(lambda: again.refresh(job) == "failed")
     error = again.store.job(job)["error"]
     assert error.startswith(f"node {node1['node_index']} ({hosts[1].name}, rank 1) failed first: exit code 137")
-    assert wait_for(lambda: not job_pids(job), 15)
+    assert wait_for(lambda: not job_pids(job, again.store), 15)
     again.pool.close()
 
 
@@ -159,9 +166,9 @@ def test_local_node_runs_through_the_same_launcher_without_ssh(env_dir, tmp_path
     assert (tmp_path / "runs/local-ok/node_0.pid").exists()
     spec_long = validate_spec({**spec.model_dump(), "env": {"WORK_SECONDS": "120", "WORK_EXIT": "0"}})
     job = launcher.launch(spec_long, "local-stop")
-    assert wait_for(lambda: len(job_pids(job)) >= 2)
+    assert wait_for(lambda: len(job_pids(job, launcher.store)) >= 2)
     assert launcher.stop(job, grace=5) == {"localhost": "stopped"}
-    assert not job_pids(job)
+    assert not job_pids(job, launcher.store)
 
 
 SERVER_WORKLOAD = """#!/bin/bash
@@ -198,7 +205,118 @@ def test_rollout_servers_start_first_and_must_be_healthy(launcher, ssh_env, env_
     assert (roll.name, "healthy") in progress
     assert progress.index((roll.name, "healthy")) < progress.index((trainer.name, "starting"))
     assert wait_for(lambda: launcher.refresh(job) == "succeeded")  # the trainer finished; the server is stopped
-    assert not job_pids(job)
+    assert not job_pids(job, launcher.store)
     with pytest.raises(LaunchError, match=f"{roll.name}: .*did not start|did not answer /health/"):
         launcher.launch(server_spec(trainer, roll, env_dir, tmp_path, broken=True, timeout=4), "srv-broken")
-    assert launcher.store.job("srv-broken")["state"] == "failed" and not job_pids("srv-broken")
+    assert launcher.store.job("srv-broken")["state"] == "failed" and not job_pids("srv-broken", launcher.store)
+
+
+ENV_I_WORKLOAD = """#!/bin/bash
+env -i /bin/bash -c 'echo $$ > "$0"; exec sleep 300' "$CHILD_PIDFILE" &
+exec python3 -c 'import time; time.sleep(300)'
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_stop_reaches_a_child_that_cleared_its_environment_through_the_process_group(launcher, ssh_env, env_dir,
+                                                                                      tmp_path):
+    (h,) = ssh_env.add(1)
+    (env_dir / "bin" / "swift").write_text(ENV_I_WORKLOAD)
+    pidfile = tmp_path / "child.pid"
+    spec = workload_spec([h], env_dir, tmp_path)
+    spec = validate_spec({**spec.model_dump(), "env": {"CHILD_PIDFILE": str(pidfile)}})
+    job = launcher.launch(spec, "wl-env-i")
+    assert wait_for(lambda: pidfile.exists() and pidfile.read_text().strip())
+    child = int(pidfile.read_text())
+    node = launcher.store.nodes(job)[0]
+    assert b"GRPO_UI_RUN" not in Path(f"/proc/{child}/environ").read_bytes()  # invisible to the token search
+    assert os.getpgid(child) == node["pgid"]
+    assert launcher.stop(job, grace=5) == {h.name: "stopped"}
+    assert wait_for(lambda: not alive(child), 5), "the env -i child survived the stop"
+    assert not job_pids(job, launcher.store)
+
+
+def test_a_recycled_process_group_is_never_signalled(launcher, ssh_env, env_dir, tmp_path):
+    """A stored pgid whose leader now has another start time (the pid was reused) is left alone."""
+    (h,) = ssh_env.add(1)
+    job = launcher.launch(workload_spec([h], env_dir, tmp_path, seconds=120), "wl-recycled")
+    stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)  # its own group, pgid == pid
+    try:
+        launcher.store.set_node(job, 0, pgid=stranger.pid, proc_start="1")
+        assert launcher.stop(job, grace=5) == {h.name: "stopped"}  # the job's own processes, by their token
+        assert not job_pids(job, launcher.store)
+        assert stranger.poll() is None, "a process group that is not the job's was signalled"
+    finally:
+        stranger.kill()
+
+
+@pytest.fixture
+def swift_env(tmp_path):
+    """A view of the ms-swift venv (its pyvenv.cfg and site-packages, so preflight finds ms-swift) whose bin/ has
+    the workload as `swift`."""
+    d = tmp_path / "swiftenv" / "bin"
+    d.mkdir(parents=True)
+    shutil.copy(SWIFT_VENV / "pyvenv.cfg", d.parent / "pyvenv.cfg")
+    (d.parent / "lib").symlink_to(SWIFT_VENV / "lib")
+    (d / "python3").symlink_to((SWIFT_VENV / "bin" / "python3").resolve())
+    (d / "swift").write_text(WORKLOAD)
+    (d / "swift").chmod(0o755)
+    return d.parent
+
+
+def test_preflight_is_the_first_state_and_its_errors_start_nothing(launcher, ssh_env, swift_env, tmp_path):
+    (h,) = ssh_env.add(1)
+    base = workload_spec([h], swift_env, tmp_path).model_dump()
+    data = tmp_path / "data.jsonl"
+    spec = validate_spec({**base, "train": {**base["train"], "dataset": [str(data)]}})
+    states = []
+
+    def progress(host, msg, job="wl-preflight-bad"):
+        states.append((msg, launcher.store.job(job)["state"]))
+    with pytest.raises(LaunchError, match=f"PREFLIGHT-PATH-MISSING.*\\n.*{h.name}: {data} does not exist"):
+        launcher.launch(spec, "wl-preflight-bad", progress=progress, preflight=True)
+    assert ("checked", "preflight") in states and not any(m == "starting" for m, _ in states)
+    job = launcher.store.job("wl-preflight-bad")
+    assert job["state"] == "failed" and "PREFLIGHT-PATH-MISSING" in job["error"]
+    assert not (tmp_path / "runs" / "wl-preflight-bad").exists() and not launcher.store.nodes(job["id"])[0]["pid"]
+    data.write_text("{}\n")
+    states.clear()
+    start = time.time()
+    job = launcher.launch(spec, "wl-preflight-ok", progress=lambda host, msg: progress(host, msg, "wl-preflight-ok"),
+                          preflight=True)
+    print(f"launch with preflight on one host: {time.time() - start:.2f} s")
+    assert ("checked", "preflight") in states and ("starting", "starting") in states
+    assert wait_for(lambda: launcher.refresh(job) == "succeeded")
+
+
+def test_a_launch_abandoned_during_preflight_fails_on_reattach(tmp_path):
+    """The app exited while a job was in preflight: nothing was started, and the job must not stay active forever."""
+    store = Store(tmp_path / "db.sqlite")
+    store.create_job("left-in-preflight", "n", "name: n\n", "preflight")
+    store.create_job("just-started-preflight", "n", "name: n\n", "preflight")
+    store.set_job("left-in-preflight", created=time.time() - 3600)
+    assert Launcher(store).reattach() == {"left-in-preflight": "failed", "just-started-preflight": "preflight"}
+    assert "stopped during preflight" in store.job("left-in-preflight")["error"]
+
+
+def test_stopping_a_job_leaves_a_job_of_the_same_id_from_another_dashboard_alone(ssh_env, env_dir, tmp_path):
+    (h,) = ssh_env.add(1)
+    mine, theirs = (Launcher(Store(tmp_path / f"{who}.sqlite")) for who in ("mine", "theirs"))
+    try:
+        for launcher, who in ((mine, "mine"), (theirs, "theirs")):
+            launcher.launch(workload_spec([h], env_dir, tmp_path / who, seconds=120), "same-id")
+        assert wait_for(lambda: len(job_pids("same-id", theirs.store)) >= 2)
+        assert mine.stop("same-id", grace=5) == {h.name: "stopped"}
+        assert not job_pids("same-id", mine.store)
+        assert len(job_pids("same-id", theirs.store)) >= 2 and theirs.refresh("same-id") == "running"
+        assert theirs.stop("same-id", grace=5) == {h.name: "stopped"}
+    finally:
+        for who, launcher in (("mine", mine), ("theirs", theirs)):
+            launcher.pool.close()
+            stop_active_jobs(tmp_path / f"{who}.sqlite")

@@ -1,7 +1,9 @@
 """Preflight against real sshd hosts: a healthy host, and each failure made on purpose.
 
 GPU facts come from an `nvidia-smi` stand-in on the node's PATH that prints lines in nvidia-smi's documented
-CSV format (no GPU machine was available to capture from; see tests/data/nvidia-smi/README.md)."""
+formats: the --query-gpu / --query-compute-apps CSV (noheader, nounits) and the header of the plain table, whose
+"CUDA Version" is the newest CUDA the driver supports (no GPU machine was available to capture from; see
+tests/data/nvidia-smi/README.md)."""
 
 import shutil
 import subprocess
@@ -14,12 +16,24 @@ from grpo_ui.remote.ssh import Pool
 from grpo_ui.spec import validate_spec
 from tests.tiny_job import SWIFT_VENV
 
+GPU0, GPU1 = "GPU-0b7c3a6e-2b4d-4c8e-9f10-1a2b3c4d5e6f", "GPU-5f1c9d2a-7e3b-4f6a-8c1d-2e3f4a5b6c7d"
 SMI = """#!/bin/bash
 case "$*" in
-  *--query-gpu*) printf '0, NVIDIA H100 80GB HBM3, 81559, 1, 550.54.15\\n1, NVIDIA H100 80GB HBM3, 81559, 40211, 550.54.15\\n' ;;
-  *--query-compute-apps*) printf 'GPU-5f1c, 4242, 40200\\n' ;;
+  *--query-gpu*) printf '0, %(gpu0)s, NVIDIA H100 80GB HBM3, 81559, %(used0)s, 550.54.15\\n'
+                 printf '1, %(gpu1)s, NVIDIA H100 80GB HBM3, 81559, 40211, 550.54.15\\n' ;;
+  *--query-compute-apps*) printf '%(gpu1)s, 4242, 40200\\n%(apps0)s' ;;
+  "") date
+      echo "+-----------------------------------------------------------------------------------------+"
+      echo "| NVIDIA-SMI 550.54.15             Driver Version: 550.54.15      CUDA Version: %(cuda)s     |"
+      echo "|-----------------------------------------+------------------------+----------------------+" ;;
 esac
 """
+
+
+def smi(cuda="12.4", apps0=""):
+    """The stand-in's text: GPU 1 runs pid 4242; ``apps0`` adds compute-app lines for GPU 0."""
+    used0 = 1 + sum(int(line.split(",")[2]) for line in apps0.splitlines())
+    return SMI % {"gpu0": GPU0, "gpu1": GPU1, "cuda": cuda, "apps0": apps0.replace("\n", "\\n"), "used0": used0}
 
 
 def spec_for(hosts, envs, tmp_path, **cluster):
@@ -39,7 +53,7 @@ def gpu_env(tmp_path):
     shutil.copy(SWIFT_VENV / "pyvenv.cfg", d.parent / "pyvenv.cfg")
     (d.parent / "lib").symlink_to(SWIFT_VENV / "lib")
     (d / "python3").symlink_to((SWIFT_VENV / "bin" / "python3").resolve())
-    (d / "nvidia-smi").write_text(SMI)
+    (d / "nvidia-smi").write_text(smi())
     (d / "nvidia-smi").chmod(0o755)
     (tmp_path / "data.jsonl").write_text("{}\n")
     return d.parent
@@ -55,6 +69,7 @@ def test_healthy_host_reports_versions_and_gpus(ssh_env, gpu_env, tmp_path):
     assert not [f for f in findings if f.severity == "error"], findings
     assert facts[0].versions["ms-swift"].startswith("4.6") and facts[0].versions["vllm"] is None
     assert [g["name"] for g in facts[0].gpus] == ["NVIDIA H100 80GB HBM3"] * 2 and facts[0].driver == "550.54.15"
+    assert facts[0].driver_cuda == "12.4" and facts[0].torch_cuda is None  # the real CPU build of torch
     assert abs(facts[0].clock_skew_s) < 5
     vllm_on = validate_spec({**spec_for([h], [gpu_env], tmp_path).model_dump(),
                              "rollout": {"use_vllm": True, "vllm_mode": "colocate"}})
@@ -79,7 +94,7 @@ def test_each_problem_is_found_and_names_the_host(ssh_env, gpu_env, tmp_path):
     assert any("ms-swift differs" in m for m in by_id["PREFLIGHT-VERSION-MISMATCH"])
     assert any("/no/such.jsonl does not exist" in m for m in by_id["PREFLIGHT-PATH-MISSING"])
     assert any("[9] do not exist" in m for m in by_id["PREFLIGHT-GPU-MISSING"])
-    assert any("GPU(s) [1] already hold memory" in m for m in by_id["PREFLIGHT-GPU-BUSY"])
+    assert any("GPU(s) [1] are in use" in m and "pid 4242 (40200 MiB)" in m for m in by_id["PREFLIGHT-GPU-BUSY"])
 
 
 def test_master_port_taken_and_unreachable_master(ssh_env, gpu_env, tmp_path):
@@ -119,3 +134,93 @@ def test_unknown_key_wrong_user_and_unreachable_host(ssh_env, gpu_env, tmp_path)
     unreachable = " ".join(msgs["PREFLIGHT-UNREACHABLE"])
     assert "authentication failed for user 'nobody'" in unreachable and "cannot connect" in unreachable
     assert all(f.error for f in facts)
+
+
+def test_gpu_processes_are_matched_to_the_requested_gpus_by_uuid(ssh_env, gpu_env, tmp_path):
+    """GPU 1 is busy (pid 4242) but only GPU 0 is requested: a small process on GPU 0 is reported, 4242 is not."""
+    (h,) = ssh_env.add(1)
+    _, findings = preflight(spec_for([h], [gpu_env], tmp_path), Pool())
+    assert "PREFLIGHT-GPU-BUSY" not in ids(findings)
+    (gpu_env / "bin" / "nvidia-smi").write_text(smi(apps0=f"{GPU0}, 777, 300\n"))
+    facts, findings = preflight(spec_for([h], [gpu_env], tmp_path), Pool())
+    assert [g["processes"] for g in facts[0].gpus] == [[{"pid": 777, "used_mib": 300.0}],
+                                                       [{"pid": 4242, "used_mib": 40200.0}]]
+    (busy,) = [f.message for f in findings if f.id == "PREFLIGHT-GPU-BUSY"]
+    assert "GPU(s) [0]" in busy and "pid 777 (300 MiB)" in busy and "4242" not in busy
+
+
+TORCH_CU128 = {  # what a CUDA 12.8 wheel of torch installs, as far as preflight reads it (no CUDA wheel here)
+    "torch/__init__.py": "raise ImportError('preflight must read torch/version.py, not import torch')\n",
+    "torch/version.py": "from typing import Optional\n__version__ = '2.7.0+cu128'\ncuda: Optional[str] = '12.8'\n",
+    "torch-2.7.0+cu128.dist-info/METADATA": "Metadata-Version: 2.1\nName: torch\nVersion: 2.7.0+cu128\n",
+}
+
+
+def test_driver_cuda_older_than_torch_cuda_is_an_error(ssh_env, tmp_path):
+    (h,) = ssh_env.add(1)
+    env = tmp_path / "cu128-env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+    site = next(env.glob("lib/python3*/site-packages"))
+    for name, text in TORCH_CU128.items():
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_text(text)
+    for driver_cuda, expect_error in (("12.4", True), ("12.8", False), ("13.0", False)):
+        (env / "bin" / "nvidia-smi").write_text(smi(cuda=driver_cuda))
+        (env / "bin" / "nvidia-smi").chmod(0o755)
+        facts, findings = preflight(spec_for([h], [env], tmp_path), Pool())
+        assert (facts[0].driver_cuda, facts[0].torch_cuda) == (driver_cuda, "12.8")
+        errors = [f.message for f in findings if f.id == "PREFLIGHT-CUDA-DRIVER"]
+        assert bool(errors) == expect_error, (driver_cuda, errors)
+        assert all(h.name in m and "CUDA up to 12.4" in m and "built for CUDA 12.8" in m for m in errors)
+
+
+def test_server_mode_checks_http_and_group_ports_on_the_rollout_node(ssh_env, gpu_env, tmp_path):
+    trainer, roll = ssh_env.add(2)
+    base = spec_for([trainer, roll], [gpu_env, gpu_env], tmp_path).model_dump()
+    base["cluster"]["nodes"][1]["role"] = "rollout"
+
+    def server_spec(address):
+        base["cluster"]["nodes"][1]["address"] = address
+        return validate_spec({**base, "rollout": {"use_vllm": True, "vllm_mode": "server",
+                                                  "vllm_server_group_port": [18124]}, "server": {"port": 18123}})
+
+    def port_findings(spec):
+        return sorted((f.id, f.severity, f.fields[0]) for f in preflight(spec, Pool())[1]
+                      if f.id in ("PREFLIGHT-PORT-TAKEN", "PREFLIGHT-ROLLOUT-UNREACHABLE"))
+    assert port_findings(server_spec(roll.addr)) == []
+    listener = subprocess.Popen(["ip", "netns", "exec", roll.ns, sys.executable, "-c",
+                                 "import socket,time; s=socket.socket(); s.bind(('0.0.0.0', 18124)); s.listen(); "
+                                 "time.sleep(60)"])
+    try:
+        for _ in range(50):
+            if subprocess.run(["ip", "netns", "exec", roll.ns, "bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/18124"],
+                              capture_output=True).returncode == 0:
+                break
+        assert port_findings(server_spec(roll.addr)) == [
+            ("PREFLIGHT-PORT-TAKEN", "error", "rollout.vllm_server_group_port")]
+    finally:
+        listener.kill()
+    # an address of the rollout node that rank 0 cannot reach: both ports are reported, as errors
+    assert port_findings(server_spec(f"10.{ssh_env.subnet}.0.246")) == [
+        ("PREFLIGHT-ROLLOUT-UNREACHABLE", "error", "rollout.vllm_server_group_port"),
+        ("PREFLIGHT-ROLLOUT-UNREACHABLE", "error", "server.port")]
+    # a server outside the cluster (vllm_server_host) that is not up: only probed, so warnings
+    external = validate_spec({**base, "cluster": {**base["cluster"], "nodes": base["cluster"]["nodes"][:1]},
+                              "rollout": {"use_vllm": True, "vllm_mode": "server", "vllm_server_host": [roll.addr],
+                                          "vllm_server_port": [18123]}})
+    assert port_findings(external) == [
+        ("PREFLIGHT-ROLLOUT-UNREACHABLE", "warning", "rollout.vllm_server_group_port"),
+        ("PREFLIGHT-ROLLOUT-UNREACHABLE", "warning", "rollout.vllm_server_port")]
+
+
+def test_local_node_falls_back_cleanly_from_nvml_to_nvidia_smi(gpu_env, tmp_path):
+    """nvidia-ml-py is installed here but there is no NVIDIA driver: NVML fails to start and the stand-in answers."""
+    import pynvml
+    with pytest.raises(pynvml.NVMLError):
+        pynvml.nvmlInit()
+    spec = validate_spec({**spec_for([], [], tmp_path).model_dump(), "cluster": {
+        "run_root": str(tmp_path / "runs"), "nodes": [{"host": "localhost", "gpus": [0], "python_env": str(gpu_env)}]}})
+    facts, findings = preflight(spec, Pool())
+    assert facts[0].gpu_source == "nvidia-smi" and [g["uuid"] for g in facts[0].gpus] == [GPU0, GPU1]
+    assert facts[0].driver_cuda == "12.4" and facts[0].torch_cuda is None  # the real CPU build of torch
+    assert not [f for f in findings if f.severity == "error"], findings

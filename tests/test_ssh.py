@@ -1,6 +1,10 @@
-"""SSH against real sshd hosts: known_hosts rejects unknown and changed keys, clear errors per host, pooling."""
+"""SSH against real sshd hosts: known_hosts rejects unknown and changed keys, clear errors per host, ProxyJump chains,
+pooling (one connection per host, also under concurrent requests)."""
 
 import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import paramiko
 import pytest
@@ -46,3 +50,64 @@ def test_wrong_user_and_unreachable_host_name_the_host(ssh_env):
         Pool().get(h.name, user="nobody")
     with pytest.raises(SshError, match="cannot connect"):
         Pool().get(f"10.{ssh_env.subnet}.0.250", user="root")
+
+
+def test_proxy_jump_user_host_port_and_chains_reach_hosts_that_refuse_direct_logins(ssh_env):
+    """j accepts root only from h0's address, t only from j's: direct logins fail, the jump chains succeed, and
+    closing the target closes every hop."""
+    (h0,) = ssh_env.add(1, sshd_extra="Port 2222\n")
+    (j,) = ssh_env.add(1, sshd_extra=f"AllowUsers root@{h0.addr}\n")
+    (t,) = ssh_env.add(1, sshd_extra=f"AllowUsers root@{j.addr}\n")
+    ssh_env.trust(h0, 2222)
+    with open(ssh_env.ssh_config, "a") as f:
+        f.write(f"Host {h0.addr}\n  IdentityFile {ssh_env.client_key}\n\n"
+                f"Host j-via\n  HostName {j.addr}\n  User root\n  IdentityFile {ssh_env.client_key}\n"
+                f"  ProxyJump root@{h0.addr}:2222\n\n"
+                f"Host t-via\n  HostName {t.addr}\n  User root\n  IdentityFile {ssh_env.client_key}\n"
+                f"  ProxyJump ssh://root@{h0.addr}:2222,{j.name}\n\n")
+    for direct in (j, t):
+        with pytest.raises(SshError, match=f"{direct.name}: authentication failed"):
+            Pool().get(direct.name)
+    assert resolve("t-via").proxy_jump == f"ssh://root@{h0.addr}:2222,{j.name}"
+    pool = Pool()
+    via_j = pool.get("j-via")
+    assert via_j.run("echo $SSH_CONNECTION").out.split()[0] == h0.addr  # j saw the login come from h0
+    via_t = pool.get("t-via")
+    assert via_t.run("echo $SSH_CONNECTION").out.split()[0] == j.addr
+    # h0 carries both first hops; j is j-via's target and t-via's second hop
+    assert (ssh_env.connections(h0, 2222), ssh_env.connections(j), ssh_env.connections(t)) == (2, 2, 1)
+    pool.close()
+    assert wait(lambda: ssh_env.connections(h0, 2222) + ssh_env.connections(j) + ssh_env.connections(t) == 0)
+
+
+def test_proxy_jump_errors_name_the_host(ssh_env):
+    (h,) = ssh_env.add(1)
+    with open(ssh_env.ssh_config, "a") as f:
+        f.write(f"Host bad-hop\n  HostName {h.addr}\n  ProxyJump root@{h.name}:notaport\n\n"
+                f"Host dead-end\n  HostName 10.{ssh_env.subnet}.0.247\n  User root\n  ProxyJump {h.name}\n\n")
+    with pytest.raises(SshError, match="bad-hop: cannot read ProxyJump hop"):
+        Pool().get("bad-hop")
+    with pytest.raises(SshError, match=f"dead-end: jump host {h.name} cannot reach 10.{ssh_env.subnet}.0.247:22"):
+        Pool().get("dead-end")
+    assert wait(lambda: ssh_env.connections(h) == 0)  # the hop of the failed attempt was closed too
+
+
+def test_threads_asking_for_one_host_at_once_share_one_connection(ssh_env):
+    (h,) = ssh_env.add(1)
+    pool, barrier = Pool(), threading.Barrier(8)
+
+    def get(_):
+        barrier.wait()
+        return pool.get(h.name)
+    with ThreadPoolExecutor(8) as ex:
+        conns = list(ex.map(get, range(8)))
+    assert len({id(c) for c in conns}) == 1
+    assert ssh_env.connections(h) == 1
+    pool.close()
+
+
+def wait(fn, timeout=10.0):
+    end = time.time() + timeout
+    while not fn() and time.time() < end:
+        time.sleep(0.1)
+    return fn()

@@ -1,4 +1,5 @@
-"""`launch job.yaml [--job-id ID] [--wait]`: start the job on every node (secrets from the environment)."""
+"""`launch job.yaml [--job-id ID] [--wait] [--no-preflight]`: preflight, then start the job on every node (secrets from
+the environment)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ def add_parser(sub) -> None:
     p.add_argument("spec", help="job YAML")
     p.add_argument("--job-id", help="job id / run directory name (default: <name>-<timestamp>)")
     p.add_argument("--wait", action="store_true", help="follow the job until it ends (Ctrl-C stops following only)")
+    p.add_argument("--no-preflight", action="store_true",
+                   help="skip the preflight check of every node that otherwise runs first and blocks on errors")
     p.set_defaults(run=run)
 
 
@@ -23,7 +26,8 @@ def run(args) -> int:
     launcher = Launcher(Store())
     secrets = {name: os.environ.get(name, "") for name in spec.secret_env}
     try:
-        job = launcher.launch(spec, args.job_id, secrets, lambda host, msg: print(f"{host}: {msg}"))
+        job = launcher.launch(spec, args.job_id, secrets, lambda host, msg: print(f"{host}: {msg}"),
+                              preflight=not args.no_preflight)
     except LaunchError as e:
         print(e)
         return 1

@@ -43,7 +43,8 @@ def run(args) -> int:
         for f in facts:
             gpus = ", ".join(f"{g['index']}:{g['name']}" for g in f.gpus) or "no GPU"
             swift = f.versions.get("ms-swift") if f.versions else None
-            print(f"{f.host}: python {f.python}, ms-swift {swift}, torch {f.versions.get('torch')}, {gpus}"
+            cuda = f"CUDA {f.torch_cuda or 'none (CPU build)'}, driver CUDA {f.driver_cuda or 'unknown'}"
+            print(f"{f.host}: python {f.python}, ms-swift {swift}, torch {f.versions.get('torch')} ({cuda}), {gpus}"
                   if f.python else f"{f.host}: {f.error}")
         print(format_findings(findings) or "preflight: no findings")
     return 1 if has_errors(findings) else 0

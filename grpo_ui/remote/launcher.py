@@ -1,26 +1,36 @@
 """Start a job on every node (rollout servers first, then all trainers at once), follow its state, stop it.
 
-Each node's processes carry GRPO_UI_RUN=<job>/<node> in their environment, so the whole tree — torchrun puts its
-workers in sessions of their own — is found and stopped exactly, never by a broad name match. The root process is
-started with setsid nohup, so jobs outlive the SSH session, the browser and the app; pid, process group and start
-time go to SQLite, and exit codes come from the run directory.
+Job states: pending → preflight (when asked) → starting → running → succeeded / failed / stopped; a node whose
+process vanished without an exit code is lost (and fails the job).
+
+Each node's processes carry GRPO_UI_RUN=<job>/<node>@<launch> in their environment (<launch> comes from the job's
+creation time, so a job of the same id launched by another dashboard or user on the same machine is never
+touched), so the whole tree — torchrun puts its workers in sessions of their own — is found and stopped exactly,
+never by a broad name match; a child that clears
+its environment is still in the node's process group, which is signalled too while its leader is the recorded
+process. The root process is started with setsid nohup, so jobs outlive the SSH session, the browser and the app;
+pid, process group and start time go to SQLite, and exit codes come from the run directory.
 """
 
 from __future__ import annotations
 
+import io
 import shlex
+import tarfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from grpo_ui.check import check
 from grpo_ui.findings import format_findings
-from grpo_ui.remote.runner import Runner, runner_for
+from grpo_ui.remote.preflight import preflight as run_preflight
+from grpo_ui.remote.runner import Runner, parallel, runner_for
 from grpo_ui.remote.ssh import Pool, SshError
 from grpo_ui.render import Bundle, render, run_dir, shell_path
 from grpo_ui.spec import JobSpec, spec_from_yaml, spec_to_yaml
 from grpo_ui.store import Store
 
+ABANDONED_AFTER = 600.0  # seconds; preflight's own timeouts end it well before
+SETTLE = 0.3  # seconds a node script must live to count as started (a missing command fails well within it)
 FIND = ('find_job() { for d in /proc/[0-9]*; do tr "\\0" "\\n" < "$d/environ" 2>/dev/null | grep -qxF "$1" '
         '&& echo "${d#/proc/}"; done; }; ')
 
@@ -62,15 +72,34 @@ def _node_runs(spec: JobSpec, bundle: Bundle) -> list[NodeRun]:
     return runs
 
 
-def parallel(fn, items):
-    """fn over items concurrently; returns [(item, result or exception)]."""
-    def safe(item):
-        try:
-            return fn(item)
-        except Exception as e:  # noqa: BLE001 - reported per host to the caller
-            return e
-    with ThreadPoolExecutor(max_workers=max(len(items), 1)) as ex:
-        return list(zip(items, ex.map(safe, items), strict=True))
+def launch_tag(job: dict) -> str:
+    """What tells this launch of a job id apart from any other: its creation time in microseconds, in hex."""
+    return format(round(job["created"] * 1e6), "x")
+
+
+def run_token(job: dict, r: NodeRun) -> str:
+    """The environment entry every process of the node inherits."""
+    return f"GRPO_UI_RUN={job['id']}/{r.token}@{launch_tag(job)}"
+
+
+def _run_of(node: dict) -> NodeRun:
+    """The NodeRun of a stored node row."""
+    return NodeRun(node["node_index"], node["host"], node["role"], node["node_rank"], node["script"])
+
+
+def _payload(bundle: Bundle, r: NodeRun, secrets: dict[str, str] | None) -> bytes:
+    """A tar archive of what the node needs: its script (0755) and, if any, the secrets file (0600)."""
+    files = {r.script: (bundle.files[r.script], 0o755)}
+    if secrets:
+        files["secrets.env"] = ("".join(f"{k}={shlex.quote(v)}\n" for k, v in secrets.items()), 0o600)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, (text, mode) in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
 
 
 class Launcher:
@@ -84,8 +113,10 @@ class Launcher:
         return runner_for(spec.cluster.nodes[index], self.pool)
 
     def launch(self, spec: JobSpec, job_id: str | None = None, secrets: dict[str, str] | None = None,
-               progress=lambda host, msg: None) -> str:
-        """Start the job; returns its id. Raises LaunchError (with every reason) and leaves nothing running."""
+               progress=lambda host, msg: None, preflight: bool = False) -> str:
+        """Start the job; returns its id. With ``preflight``, every node is checked first and any preflight error
+        fails the job before anything is started. Raises LaunchError (with every reason) and leaves nothing running.
+        """
         errors = [f for f in check(spec) if f.severity == "error"]
         if errors:
             raise LaunchError("the spec has errors:\n" + format_findings(errors))
@@ -96,31 +127,26 @@ class Launcher:
         bundle = render(spec, job_id)
         runs = _node_runs(spec, bundle)
         rd = run_dir(spec, job_id)
-        self.store.create_job(job_id, spec.name, spec_to_yaml(spec), "starting")
+        self.store.create_job(job_id, spec.name, spec_to_yaml(spec), "pending")
         for r in runs:
             self.store.add_node(job_id, r.index, r.host, r.role, r.rank, r.script, rd)
+        if preflight:
+            self._preflight(spec, job_id, progress)
+        self.store.set_job(job_id, state="starting")
 
-        def prepare(r: NodeRun):
+        def connect(r: NodeRun) -> Runner:
             progress(r.host, "connecting")
-            runner = self.runner(spec, r.index)
-            res = runner.run(f"mkdir -p {shell_path(rd)}", timeout=20)
-            if res.rc:
-                raise SshError(r.host, f"cannot create {rd}: {res.err.strip()}")
-            progress(r.host, "uploading")
-            runner.write(f"{rd}/{r.script}", bundle.files[r.script], 0o755)
-            if secrets:
-                runner.write(f"{rd}/secrets.env", "".join(f"{k}={shlex.quote(v)}\n" for k, v in secrets.items()),
-                             0o600)
-            return runner
+            return self.runner(spec, r.index)
 
-        prepared = parallel(prepare, runs)
-        failed = [(r, e) for r, e in prepared if isinstance(e, Exception)]
+        connected = parallel(connect, runs)
+        failed = [(r, e) for r, e in connected if isinstance(e, Exception)]
         if failed:
             return self._abort(job_id, [], failed)
-        runners = {r.index: runner for r, runner in prepared}
+        runners = {r.index: runner for r, runner in connected}
         started: list[NodeRun] = []
         for group in ([r for r in runs if r.role == "rollout"], [r for r in runs if r.role == "trainer"]):
-            results = parallel(lambda r: self._start(job_id, rd, r, runners[r.index], progress), group)
+            results = parallel(lambda r: self._start(job_id, rd, r, runners[r.index],
+                                                     _payload(bundle, r, secrets), progress), group)
             started += [r for r, res in results if not isinstance(res, Exception)]
             failed = [(r, e) for r, e in results if isinstance(e, Exception)]
             if not failed and group and group[0].role == "rollout":
@@ -131,22 +157,40 @@ class Launcher:
         self.store.set_job(job_id, state="running", started=time.time())
         return job_id
 
-    def _start(self, job_id: str, rd: str, r: NodeRun, runner: Runner, progress) -> None:
+    def _preflight(self, spec: JobSpec, job_id: str, progress) -> None:
+        """The job's first step: preflight on every node; its errors fail the job (stored) before anything starts."""
+        self.store.set_job(job_id, state="preflight")
+        _, findings = run_preflight(spec, self.pool, progress)
+        errors = [f for f in findings if f.severity == "error"]
+        if errors:
+            reasons = "preflight found errors, nothing was started:\n" + format_findings(errors)
+            self.store.set_job(job_id, state="failed", ended=time.time(), error=reasons)
+            raise LaunchError(reasons)
+
+    def _start(self, job_id: str, rd: str, r: NodeRun, runner: Runner, payload: bytes, progress) -> None:
+        """One remote shell per node: create the run directory, unpack the script (and the 0600 secrets file) from
+        stdin, start the script in its own session, and report pid, process group and start time once it has
+        lived SETTLE seconds (or its log tail if it exited)."""
         progress(r.host, "starting")
-        token = f"GRPO_UI_RUN={job_id}/{r.token}"
-        pidfile = f"{shell_path(rd)}/{r.script[:-3]}.pid"
-        # The session leader writes its own pid (setsid may fork, so $! is not it), then becomes the node script.
-        # A simple command after `&` is exec'd directly: no subshell keeps the SSH channel open while it runs.
-        cmd = (f"cd {shell_path(rd)} || exit 1; rm -f {pidfile}; {token} setsid nohup bash -c "
-               f"'echo $$ > {r.script[:-3]}.pid; exec bash {r.script}' > {r.log} 2>&1 < /dev/null & "
-               f"for _ in $(seq 50); do [ -s {pidfile} ] && break; sleep 0.1; done; pid=$(cat {pidfile}); sleep 0.3; "
-               f'if [ -r /proc/$pid/stat ]; then echo "started $pid $(ps -o pgid= -p $pid | tr -d " ") '
-               f'$(cut -d" " -f22 /proc/$pid/stat)"; else echo "exited $pid"; fi')
-        res = runner.run(cmd, timeout=30)
-        words = res.out.split()
-        if res.rc or not words or words[0] != "started":
-            tail = runner.run(f"tail -n 20 {shell_path(rd)}/{r.log}", timeout=10).out
-            raise SshError(r.host, f"{r.script} did not start: {res.err.strip() or 'exited at once'}\n{tail}")
+        token = run_token(self.store.job(job_id), r)
+        name = r.script[:-3]
+        # The session leader writes its pid to a file and to the pipe `read` waits on (setsid may fork, so $! would
+        # not be it), then becomes the node script with its output in the log, which closes the pipe. Then a short
+        # poll: the script must still live after SETTLE seconds. /proc/PID/stat is read once, with a builtin;
+        # after the ")" that ends the command name, field 3 is the process group and field 20 the start time.
+        # --norc: a `bash -c` under sshd sources ~/.bashrc (Debian builds bash to, when SSH_CLIENT is set and SHLVL
+        # < 2, which exec resets): slow (conda/pyenv init) and it could change the job's environment.
+        cmd = (f"mkdir -p {shell_path(rd)} && cd {shell_path(rd)} && tar -x --no-same-owner -f - || exit 1; "
+               f"read -r pid < <({token} setsid nohup bash --norc -c 'echo $$ > {name}.pid; echo $$; "
+               f"exec bash {r.script} > {r.log} 2>&1' < /dev/null 2> /dev/null); "
+               f"for _ in $(seq {round(SETTLE / 0.05)}); do [ -e /proc/$pid ] || break; sleep 0.05; done; "
+               f"read -r stat < /proc/$pid/stat 2> /dev/null && set -- ${{stat##*) }} && [ $1 != Z ] && "
+               f'echo "started $pid $3 ${{20}}" || {{ echo "exited $pid"; tail -n 20 {r.log}; }}')
+        res = runner.run(cmd, timeout=30, stdin=payload)
+        words = res.out.split(maxsplit=4)
+        if res.rc or len(words) < 4 or words[0] != "started":
+            detail = res.err.strip() or "exited at once"
+            raise SshError(r.host, f"{r.script} did not start: {detail}\n{res.out.partition(chr(10))[2]}")
         self.store.set_node(job_id, r.index, pid=int(words[1]), pgid=int(words[2]), proc_start=words[3],
                             state="running")
         progress(r.host, f"running (pid {words[1]})")
@@ -177,8 +221,9 @@ class Launcher:
         return failed
 
     def _abort(self, job_id: str, started, failed) -> str:
+        nodes = {n["node_index"]: n for n in self.store.nodes(job_id)}
         for r, runner in started:
-            self._kill(runner, job_id, r)
+            self._kill(runner, job_id, nodes[r.index])
             self.store.set_node(job_id, r.index, state="stopped")
         reasons = "; ".join(str(e) if isinstance(e, SshError) else f"{r.host}: {e!r}" for r, e in failed)
         for r, _ in failed:
@@ -188,14 +233,25 @@ class Launcher:
 
     # ----------------------------------------------------------------------------------------------------------
 
-    def _kill(self, runner: Runner, job_id: str, r: NodeRun, grace: float = 10.0) -> str:
-        """SIGTERM the node's whole process tree, SIGKILL after the grace period, verify nothing is left."""
-        token = f"GRPO_UI_RUN={job_id}/{r.token}"
-        cmd = (FIND + f"t={shlex.quote(token)}; pids=$(find_job \"$t\"); [ -z \"$pids\" ] && echo gone && exit 0; "
+    def _kill(self, runner: Runner, job_id: str, node: dict, grace: float = 10.0) -> str:
+        """SIGTERM the node's processes, SIGKILL after the grace period, verify nothing is left.
+
+        The node's processes are those carrying its env token, plus its process group when the group's leader is
+        still the recorded process (same pid and start time, so a recycled pid is never signalled): a child that
+        cleared its environment (`env -i`) is still in the group. Once verified, the group number stays ours as
+        long as it has members, so the wait loop may keep using it.
+        """
+        token = run_token(self.store.job(job_id), _run_of(node))
+        group = (f"g={int(node['pgid'])}; s=$(cat /proc/$g/stat 2>/dev/null) && set -- ${{s##*) }} && "
+                 f"[ \"${{20}}\" = {shlex.quote(str(node['proc_start']))} ] && grp=1; "
+                 if node.get("pgid") and node.get("proc_start") else "")
+        cmd = (FIND + f"t={shlex.quote(token)}; grp=; {group}"
+               'members() { find_job "$t"; [ -n "$grp" ] && ps -eo pid=,pgid= | awk -v g="$g" \'$2 == g {print $1}\'; }; '
+               'pids=$(members); [ -z "$pids" ] && echo gone && exit 0; '
                f"kill -TERM $pids 2>/dev/null; for _ in $(seq {int(grace * 5)}); do sleep 0.2; "
-               f"[ -z \"$(find_job \"$t\")\" ] && echo stopped && exit 0; done; "
-               f"kill -KILL $(find_job \"$t\") 2>/dev/null; sleep 0.5; left=$(find_job \"$t\"); "
-               f"[ -z \"$left\" ] && echo killed || echo \"left $left\"")
+               '[ -z "$(members)" ] && echo stopped && exit 0; done; '
+               'kill -KILL $(members) 2>/dev/null; sleep 0.5; left=$(members); '
+               '[ -z "$left" ] && echo killed || echo "left" $left')
         return runner.run(cmd, timeout=grace + 30).out.strip()
 
     def stop(self, job_id: str, grace: float = 10.0) -> dict[str, str]:
@@ -205,13 +261,12 @@ class Launcher:
             raise LaunchError(f"no job {job_id!r}")
         spec = spec_from_yaml(job["spec_yaml"])
         nodes = self.store.nodes(job_id)
-        runs = [NodeRun(n["node_index"], n["host"], n["role"], n["node_rank"], n["script"]) for n in nodes]
-        results = parallel(lambda r: self._kill(self.runner(spec, r.index), job_id, r, grace), runs)
-        outcome = {r.host + ("" if r.role == "trainer" else " (rollout)"): str(res) for r, res in results}
+        results = parallel(lambda n: self._kill(self.runner(spec, n["node_index"]), job_id, n, grace), nodes)
+        outcome = {n["host"] + ("" if n["role"] == "trainer" else " (rollout)"): str(res) for n, res in results}
         left = {h: o for h, o in outcome.items() if not o.startswith(("gone", "stopped", "killed"))}
-        for r, res in results:
+        for n, res in results:
             if not isinstance(res, Exception) and str(res).startswith(("stopped", "killed")):
-                self.store.set_node(job_id, r.index, state="stopped")
+                self.store.set_node(job_id, n["node_index"], state="stopped")
         if left:
             self.store.set_job(job_id, error=f"stop incomplete: {left}")
             raise LaunchError(f"could not verify that everything stopped: {left}")
@@ -223,15 +278,22 @@ class Launcher:
         """Re-check every node (alive with the same start time, else its exit code); update and return the state.
 
         A trainer that failed ends the job: it is named with its exit code and log tail, and the others are stopped.
+        A job still pending or in preflight long after it was created was abandoned (its app or CLI exited before
+        starting anything): it fails.
         """
         job = self.store.job(job_id)
+        if job and job["state"] in ("pending", "preflight") and time.time() - job["created"] > ABANDONED_AFTER:
+            self.store.set_job(job_id, state="failed", ended=time.time(),
+                               error=f"the launch stopped during {job['state']} (the app or CLI exited); no node "
+                                     "was started")
+            return "failed"
         if not job or job["state"] not in ("starting", "running"):
             return job["state"] if job else "unknown"
         spec = spec_from_yaml(job["spec_yaml"])
-        nodes = self.store.nodes(job_id)
+        nodes = [n for n in self.store.nodes(job_id) if n["pid"]]  # while starting, the others are not started yet
 
         def probe(n):
-            r = NodeRun(n["node_index"], n["host"], n["role"], n["node_rank"], n["script"])
+            r = _run_of(n)
             rd = shell_path(n["run_dir"])
             cmd = (f'if [ "$(cut -d" " -f22 /proc/{n["pid"]}/stat 2>/dev/null)" = "{n["proc_start"]}" ]; '
                    f"then echo running; elif [ -f {rd}/{r.exit_file} ]; then echo \"exited $(cat {rd}/{r.exit_file})"

@@ -1,41 +1,58 @@
 """Preflight: check every host in parallel before a launch, as findings (the same form as the validation rules)
-plus one HostFacts record per node: reachable, GPUs, versions in the node's environment, ports, paths, disk, clock."""
+plus one HostFacts record per node: reachable, GPUs (nvidia-smi, or NVML for the local node), driver and torch CUDA
+versions, versions in the node's environment, ports, paths, disk, clock."""
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import time
 from dataclasses import dataclass, field
 
 from grpo_ui.findings import Finding, finding
-from grpo_ui.remote.launcher import parallel
-from grpo_ui.remote.runner import Runner, runner_for
+from grpo_ui.remote.runner import Runner, parallel, runner_for
 from grpo_ui.remote.ssh import Pool, SshError, UnknownHostKey
 from grpo_ui.render import shell_path
-from grpo_ui.spec import JobSpec, parse_version
+from grpo_ui.spec import JobSpec, Node, parse_version
 
 PACKAGES = ("ms-swift", "torch", "vllm", "trl", "transformers", "deepspeed")
 MUST_MATCH = ("ms-swift", "torch", "vllm")
 PROBE = r"""
-import json, os, shutil, sys, time
-from importlib import metadata
+import json, os, re, shutil, sys, time
+from importlib import metadata, util
 v = {}
 for p in %(packages)r:
     try:
         v[p] = metadata.version(p)
     except metadata.PackageNotFoundError:
         v[p] = None
+torch_cuda = None
+try:  # torch/version.py states the CUDA it was built for; read, not imported (importing torch takes seconds)
+    spec = util.find_spec("torch")
+    text = open(os.path.join(spec.submodule_search_locations[0], "version.py")).read()
+    found = re.search(r"^cuda\b[^=\n]*=\s*['\"]([^'\"]+)['\"]", text, re.M)
+    torch_cuda = found and found.group(1)
+except Exception:
+    pass
 paths = {p: os.path.exists(os.path.expanduser(p)) for p in %(paths)r}
 root = os.path.expanduser(%(root)r)
 while not os.path.exists(root):
     root = os.path.dirname(root) or "/"
 print(json.dumps({"python": sys.version.split()[0], "versions": v, "paths": paths, "time": time.time(),
+                  "torch_cuda": torch_cuda,
                   "disk_free_gib": shutil.disk_usage(root).free / 2**30,
                   "proxy": [k for k in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY") if os.environ.get(k)]}))
 """
-GPU_QUERY = "nvidia-smi --query-gpu=index,name,memory.total,memory.used,driver_version --format=csv,noheader,nounits"
+GPU_QUERY = ("nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used,driver_version "
+             "--format=csv,noheader,nounits")
 APPS_QUERY = "nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits"
+# One remote command: the GPUs, the compute processes (by GPU UUID), and the header's "CUDA Version" (the newest
+# CUDA the driver supports).
+GPU_COMMAND = f"{GPU_QUERY} && echo '#apps' && {APPS_QUERY} && echo '#header' && nvidia-smi | head -n 8"
+LISTEN = ("import socket, sys, time\nsocks = []\nfor p in sys.argv[1:]:\n    s = socket.socket()\n"
+          "    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n    s.bind(('0.0.0.0', int(p)))\n"
+          "    s.listen(16)\n    socks.append(s)\ntime.sleep(15)")
 
 
 @dataclass
@@ -44,9 +61,11 @@ class HostFacts:
     reachable: bool = False
     python: str | None = None
     versions: dict[str, str | None] = field(default_factory=dict)
-    gpus: list[dict] = field(default_factory=list)
-    gpu_processes: int = 0
+    gpus: list[dict] = field(default_factory=list)  # index, uuid, name, memory_*_mib, processes [{pid, used_mib}]
+    gpu_source: str | None = None  # "nvml" (local node) or "nvidia-smi"
     driver: str | None = None
+    driver_cuda: str | None = None
+    torch_cuda: str | None = None
     disk_free_gib: float | None = None
     clock_skew_s: float | None = None
     proxy: list[str] = field(default_factory=list)
@@ -68,72 +87,168 @@ def _activate(python_env: str | None) -> str:
 
 
 def _probe(spec: JobSpec, index: int, runner: Runner) -> HostFacts:
+    """One remote command per node: the Python probe in the node's environment, then GPU_COMMAND (skipped for the
+    local node when NVML answers)."""
     node = spec.cluster.nodes[index]
     facts = HostFacts(node.host, reachable=True)
+    nvml = node.is_local and _nvml_facts(facts)
     code = PROBE % {"packages": PACKAGES, "paths": _local_paths(spec), "root": spec.cluster.run_root}
-    res = runner.run(_activate(node.python_env) + f"python3 -c {shlex.quote(code)}", timeout=60)
+    gpu = "" if nvml else f"; echo '#gpu'; {GPU_COMMAND} 2> /dev/null; true"
+    res = runner.run(_activate(node.python_env) + f"python3 -c {shlex.quote(code)} || exit $?{gpu}", timeout=60)
     if res.rc:
         facts.error = f"python probe failed in {node.python_env or 'the login environment'}: {res.err.strip()[-300:]}"
         return facts
-    data = json.loads(res.out.strip().splitlines()[-1])
+    probe, _, smi = res.out.partition("#gpu\n")
+    data = json.loads(probe.strip().splitlines()[-1])
     facts.python, facts.versions, facts.paths = data["python"], data["versions"], data["paths"]
     facts.disk_free_gib, facts.proxy = data["disk_free_gib"], data["proxy"]
     facts.clock_skew_s = data["time"] - time.time()
-    gpu = runner.run(_activate(node.python_env) + f"{GPU_QUERY} && {APPS_QUERY}", timeout=30)
-    if gpu.rc == 0:
-        for line in gpu.out.strip().splitlines():
-            parts = [p.strip() for p in line.split(",")]
-            if len(parts) == 5 and parts[0].isdigit():
-                facts.gpus.append({"index": int(parts[0]), "name": parts[1], "memory_total_mib": float(parts[2]),
-                                   "memory_used_mib": float(parts[3])})
-                facts.driver = parts[4]
-            elif len(parts) == 3:
-                facts.gpu_processes += 1
+    facts.torch_cuda = data["torch_cuda"]
+    if not nvml:
+        _parse_nvidia_smi(smi, facts)
     return facts
 
 
+def _parse_nvidia_smi(out: str, facts: HostFacts) -> None:
+    """GPUs, their compute processes matched by UUID, and the driver's CUDA version from GPU_COMMAND's output."""
+    gpus, _, rest = out.partition("#apps\n")
+    apps, _, header = rest.partition("#header\n")
+    by_uuid = {}
+    for line in gpus.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 6 and parts[0].isdigit():
+            gpu = {"index": int(parts[0]), "uuid": parts[1], "name": parts[2], "memory_total_mib": float(parts[3]),
+                   "memory_used_mib": float(parts[4]), "processes": []}
+            facts.gpus.append(gpu)
+            by_uuid[gpu["uuid"]] = gpu
+            facts.driver = parts[5]
+    for line in apps.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 3 and parts[0] in by_uuid:
+            by_uuid[parts[0]]["processes"].append({"pid": int(parts[1]), "used_mib": float(parts[2])})
+    found = re.search(r"CUDA Version:\s*([0-9.]+)", header)
+    facts.driver_cuda = found.group(1) if found else None
+    facts.gpu_source = "nvidia-smi" if facts.gpus else None
+
+
+def _nvml_facts(facts: HostFacts) -> bool:
+    """GPU facts of this machine from NVML (nvidia-ml-py); False (nothing changed) when NVML is missing or fails."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no nvidia-ml-py, no driver, no GPU: nvidia-smi is tried instead
+        return False
+    try:
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+            procs = [{"pid": p.pid, "used_mib": (p.usedGpuMemory or 0) / 2**20}
+                     for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)]
+            gpus.append({"index": i, "uuid": pynvml.nvmlDeviceGetUUID(h), "name": pynvml.nvmlDeviceGetName(h),
+                         "memory_total_mib": mem.total / 2**20, "memory_used_mib": mem.used / 2**20,
+                         "processes": procs})
+        cuda = pynvml.nvmlSystemGetCudaDriverVersion()  # e.g. 12040
+        facts.gpus, facts.driver = gpus, pynvml.nvmlSystemGetDriverVersion()
+        facts.driver_cuda, facts.gpu_source = f"{cuda // 1000}.{cuda % 1000 // 10}", "nvml"
+        return True
+    except pynvml.NVMLError:
+        return False
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _taken(runner: Runner, ports: list[int]) -> list[int]:
+    """The ports something already listens on (on the node itself)."""
+    cmd = f"for p in {' '.join(map(str, ports))}; do (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null && echo $p; done"
+    return [int(p) for p in runner.run(cmd, timeout=15).out.split()]
+
+
+def _unreachable(runner: Runner, endpoints: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """The (host, port)s this node cannot open a TCP connection to within 5 s (--norc: see launcher._start)."""
+    hps = " ".join(f"{h}:{p}" for h, p in endpoints)
+    cmd = (f'for hp in {hps}; do timeout 5 bash --norc -c "exec 3<>/dev/tcp/${{hp%:*}}/${{hp##*:}}" 2>/dev/null '
+           '|| echo "$hp"; done')
+    down = set(runner.run(cmd, timeout=5 * len(endpoints) + 15).out.split())
+    return [(h, p) for h, p in endpoints if f"{h}:{p}" in down]
+
+
+def _listen(runner: Runner, node: Node, ports: list[int]) -> str:
+    """Listen on the ports on that node for at most 15 s (nothing of the job runs yet); returns the listener's pid
+    once the last port accepts connections."""
+    cmd = (_activate(node.python_env) + f"nohup python3 -c {shlex.quote(LISTEN)} {' '.join(map(str, ports))} "
+           f"> /dev/null 2>&1 & pid=$!; for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/{ports[-1]}) "
+           "2>/dev/null && break; sleep 0.05; done; echo $pid")
+    return runner.run(cmd, timeout=20).out.strip()
+
+
+def _master_checks(spec: JobSpec, runners: dict[int, Runner], trainers: list[int]) -> list[Finding]:
+    """MASTER_PORT free on the master and reachable from every other trainer node."""
+    master, port, addr = trainers[0], spec.cluster.master_port, spec.master_addr()
+    if _taken(runners[master], [port]):
+        return [finding("PREFLIGHT-PORT-TAKEN", "error", "cluster.master_port",
+                        f"MASTER_PORT {port} is already in use on {spec.cluster.nodes[master].host}.",
+                        "Pick another master_port, or stop what listens there.")]
+    if len(trainers) < 2:
+        return []
+    pid = _listen(runners[master], spec.cluster.nodes[master], [port])
+    try:
+        results = parallel(lambda i: _unreachable(runners[i], [(addr, port)]), trainers[1:])
+    finally:
+        runners[master].run(f"kill {pid} 2>/dev/null", timeout=10)
+    return [finding("PREFLIGHT-MASTER-UNREACHABLE", "error", f"cluster.nodes[{i}].host",
+                    f"{spec.cluster.nodes[i].host} cannot reach MASTER_ADDR {addr}:{port}: the rendezvous would hang.",
+                    "Open the port between the nodes (firewall, security group) or set master_addr to an address "
+                    "the workers can reach.") for i, down in results if down]
+
+
+def _rollout_checks(spec: JobSpec, runners: dict[int, Runner], rank0: int) -> list[Finding]:
+    """Server mode: every rollout server's HTTP port and NCCL group port free on its node and reachable from trainer
+    rank 0 (through a short-lived listener); servers outside the cluster are only probed."""
+    out, nodes = [], spec.cluster.nodes
+    endpoints, groups = spec.server_endpoints(), spec.rollout.vllm_server_group_port
+    own = [] if spec.rollout.vllm_server_host else [i for i, n in enumerate(nodes) if n.role == "rollout"]
+    r0, http_field = nodes[rank0].host, "rollout.vllm_server_port" if spec.rollout.vllm_server_host else "server.port"
+    for k, (host, http) in enumerate(endpoints):
+        group = groups[k] if len(groups) > k else groups[0] if groups else 51216 + k
+        ports = {http: ("HTTP port", http_field), group: ("group port", "rollout.vllm_server_group_port")}
+        index = own[k] if k < len(own) else None
+        if index is None or index not in runners:
+            for h, p in _unreachable(runners[rank0], [(host, p) for p in ports]):
+                out.append(finding("PREFLIGHT-ROLLOUT-UNREACHABLE", "warning", ports[p][1],
+                                   f"Trainer rank 0 ({r0}) cannot reach rollout server {h}:{p} ({ports[p][0]}); fine "
+                                   "if that server is not started yet.",
+                                   f"Check that {h} accepts connections on {p} from {r0}."))
+            continue
+        taken = _taken(runners[index], list(ports))
+        for p in taken:
+            out.append(finding("PREFLIGHT-PORT-TAKEN", "error", ports[p][1],
+                               f"{ports[p][0].capitalize()} {p} is already in use on rollout node {nodes[index].host} "
+                               "(an old server still running?).", "Stop what listens there, or pick another port."))
+        free = [p for p in ports if p not in taken]
+        if not free:
+            continue
+        pid = _listen(runners[index], nodes[index], free)
+        try:
+            down = _unreachable(runners[rank0], [(host, p) for p in free])
+        finally:
+            runners[index].run(f"kill {pid} 2>/dev/null", timeout=10)
+        for h, p in down:
+            out.append(finding("PREFLIGHT-ROLLOUT-UNREACHABLE", "error", ports[p][1],
+                               f"Trainer rank 0 ({r0}) cannot reach rollout node {nodes[index].host} at {h}:{p} "
+                               f"({ports[p][0]}) although a test listener was open there: the trainer would time out.",
+                               f"Open port {p} from {r0} to {h} (firewall, security group), or fix the node's "
+                               "address."))
+    return out
+
+
 def _port_checks(spec: JobSpec, runners: dict[int, Runner]) -> list[Finding]:
-    """MASTER_PORT free on the master and reachable from every worker; rollout ports from trainer rank 0."""
-    out = []
     trainers = [i for i, n in enumerate(spec.cluster.nodes) if n.role == "trainer" and i in runners]
     if not trainers:
-        return out
-    master, port, addr = trainers[0], spec.cluster.master_port, spec.master_addr()
-    busy = runners[master].run(f"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo busy", timeout=10)
-    if "busy" in busy.out:
-        out.append(finding("PREFLIGHT-PORT-TAKEN", "error", "cluster.master_port",
-                           f"MASTER_PORT {port} is already in use on {spec.cluster.nodes[master].host}.",
-                           "Pick another master_port, or stop what listens there."))
-        return out
-    if len(trainers) > 1:
-        node = spec.cluster.nodes[master]
-        listen = (_activate(node.python_env) + "nohup python3 -c " + shlex.quote(
-            f"import socket,time; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
-            f"s.bind(('0.0.0.0', {port})); s.listen(16); s.settimeout(15)\n"
-            f"end=time.time()+15\nwhile time.time()<end:\n  try: s.accept()[0].close()\n  except OSError: pass")
-            + " > /dev/null 2>&1 & echo $!")
-        pid = runners[master].run(listen, timeout=10).out.strip()
-        time.sleep(0.5)
-        try:
-            for i in trainers[1:]:
-                ok = runners[i].run(f"timeout 5 bash -c 'exec 3<>/dev/tcp/{addr}/{port}' && echo ok", timeout=15)
-                if "ok" not in ok.out:
-                    out.append(finding("PREFLIGHT-MASTER-UNREACHABLE", "error", f"cluster.nodes[{i}].host",
-                                       f"{spec.cluster.nodes[i].host} cannot reach MASTER_ADDR {addr}:{port}: the "
-                                       "rendezvous would hang.",
-                                       "Open the port between the nodes (firewall, security group) or set "
-                                       "master_addr to an address the workers can reach."))
-        finally:
-            runners[master].run(f"kill {pid} 2>/dev/null", timeout=10)
+        return []
+    out = _master_checks(spec, runners, trainers)
     if spec.rollout.use_vllm and spec.rollout.vllm_mode == "server":
-        for k, (host, http) in enumerate(spec.server_endpoints()):
-            for p in (http, (spec.rollout.vllm_server_group_port or [51216 + k])[0]):
-                ok = runners[master].run(f"timeout 5 bash -c 'exec 3<>/dev/tcp/{host}/{p}' && echo ok", timeout=15)
-                if "ok" not in ok.out and p == http:
-                    out.append(finding("PREFLIGHT-ROLLOUT-UNREACHABLE", "warning", "rollout.vllm_server_host",
-                                       f"Trainer rank 0 cannot reach rollout server {host}:{p} (fine if the server "
-                                       "is not started yet; the launcher starts it first).",
-                                       f"Check that {host}:{p} and group port {51216 + k} are open from rank 0."))
+        out += _rollout_checks(spec, runners, trainers[0])
     return out
 
 
@@ -216,15 +331,26 @@ def _host_findings(spec: JobSpec, i: int, f: HostFacts) -> list[Finding]:
             out.append(finding("PREFLIGHT-GPU-MISSING", "error", f"{path}.gpus",
                                f"{node.host} has GPUs {sorted(have)}; {missing} do not exist.",
                                f"Use ids from {sorted(have)}."))
-        busy = [g for g in node.gpus if g in have and have[g]["memory_used_mib"] > 1024]
+        busy = {g: have[g] for g in node.gpus if g in have and (have[g]["processes"] or
+                                                                 have[g]["memory_used_mib"] > 1024)}
         if busy:
+            detail = "; ".join(f"GPU {g}: {gpu['memory_used_mib']:.0f} MiB used, " + (", ".join(
+                f"pid {p['pid']} ({p['used_mib']:.0f} MiB)" for p in gpu["processes"]) or "no compute process")
+                for g, gpu in busy.items())
             out.append(finding("PREFLIGHT-GPU-BUSY", "warning", f"{path}.gpus",
-                               f"{node.host}: GPU(s) {busy} already hold memory ({f.gpu_processes} compute "
-                               "process(es) running).", "Free them or pick other GPU ids."))
+                               f"{node.host}: requested GPU(s) {sorted(busy)} are in use ({detail}).",
+                               "Free them or pick other GPU ids."))
     elif node.gpus:
         out.append(finding("PREFLIGHT-NO-GPU", "warning", f"{path}.gpus",
-                           f"{node.host}: nvidia-smi found no GPU (no driver, or a CPU-only machine).",
+                           f"{node.host}: no GPU found (nvidia-smi, and NVML on the local node): no driver, or a CPU-only machine.",
                            "Check the NVIDIA driver; CPU-only runs need ACCELERATE_USE_CPU=true."))
+    if f.driver_cuda and f.torch_cuda and _major_minor(f.driver_cuda) < _major_minor(f.torch_cuda):
+        out.append(finding("PREFLIGHT-CUDA-DRIVER", "error", f"{path}.python_env",
+                           f"{node.host}: the NVIDIA driver {f.driver} supports CUDA up to {f.driver_cuda}, but torch "
+                           f"{f.versions.get('torch')} in {node.python_env or 'the login environment'} was built for "
+                           f"CUDA {f.torch_cuda}.",
+                           f"Install a torch build for CUDA {f.driver_cuda} or older in that environment, or update "
+                           "the driver."))
     if f.disk_free_gib is not None and f.disk_free_gib < 20:
         out.append(finding("PREFLIGHT-DISK", "warning", "cluster.run_root",
                            f"{node.host}: only {f.disk_free_gib:.0f} GiB free for run directories and checkpoints.",
@@ -237,6 +363,10 @@ def _host_findings(spec: JobSpec, i: int, f: HostFacts) -> list[Finding]:
         out.append(finding("PREFLIGHT-CLOCK", "warning", f"{path}.host",
                            f"{node.host}'s clock is off by {f.clock_skew_s:+.0f} s.", "Enable NTP on the node."))
     return out
+
+
+def _major_minor(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in version.split(".")[:2] if x.isdigit())
 
 
 def _consistency(spec: JobSpec, facts: list[HostFacts]) -> list[Finding]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol
 
@@ -14,7 +15,7 @@ from grpo_ui.spec import Node
 class Runner(Protocol):
     host: str
 
-    def run(self, command: str, timeout: float = 30.0) -> Result: ...
+    def run(self, command: str, timeout: float = 30.0, stdin: bytes | None = None) -> Result: ...
 
     def write(self, path: str, text: str, mode: int = 0o644) -> None: ...
 
@@ -32,13 +33,13 @@ class LocalRunner:
     def __init__(self, host: str = "localhost"):
         self.host = host
 
-    def run(self, command: str, timeout: float = 30.0) -> Result:
+    def run(self, command: str, timeout: float = 30.0, stdin: bytes | None = None) -> Result:
         try:
-            p = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=timeout,
-                               cwd=Path.home())  # where an SSH login starts
+            p = subprocess.run(["bash", "-c", command], capture_output=True, timeout=timeout,
+                               input=stdin if stdin is not None else b"", cwd=Path.home())  # where SSH logins start
         except subprocess.TimeoutExpired:
             raise SshError(self.host, f"command timed out after {timeout:.0f} s") from None
-        return Result(p.returncode, p.stdout, p.stderr)
+        return Result(p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace"))
 
     def write(self, path: str, text: str, mode: int = 0o644) -> None:
         p = local_path(path)
@@ -68,8 +69,8 @@ class SshRunner:
     def _sftp_path(path: str) -> str:
         return path[2:] if path.startswith("~/") else path
 
-    def run(self, command: str, timeout: float = 30.0) -> Result:
-        return self.conn.run(command, timeout)
+    def run(self, command: str, timeout: float = 30.0, stdin: bytes | None = None) -> Result:
+        return self.conn.run(command, timeout, stdin)
 
     def write(self, path: str, text: str, mode: int = 0o644) -> None:
         sftp = self.conn.sftp()
@@ -96,3 +97,14 @@ def runner_for(node: Node, pool: Pool, password: str | None = None) -> Runner:
     if node.is_local:
         return LocalRunner(node.host)
     return SshRunner(pool.get(node.host, node.user, node.port, node.identity_file, password))
+
+
+def parallel(fn, items):
+    """fn over items concurrently, one thread per item; returns [(item, result or exception)]."""
+    def safe(item):
+        try:
+            return fn(item)
+        except Exception as e:  # noqa: BLE001 - reported per host to the caller
+            return e
+    with ThreadPoolExecutor(max_workers=max(len(items), 1)) as ex:
+        return list(zip(items, ex.map(safe, items), strict=True))

@@ -7,12 +7,13 @@ import base64
 import hashlib
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import paramiko
 
 CONNECT_TIMEOUT = 10.0
+MAX_JUMPS = 8
 
 
 def known_hosts_path() -> Path:
@@ -92,8 +93,34 @@ def resolve(host: str, user: str | None = None, port: int | None = None, identit
         cfg = paramiko.SSHConfig.from_path(str(path))
     entry = cfg.lookup(host)
     keys = tuple(os.path.expanduser(k) for k in ([identity_file] if identity_file else entry.get("identityfile", [])))
+    jump = entry.get("proxyjump")
     return Target(host, entry.get("hostname", host), int(port or entry.get("port", 22)),
-                  user or entry.get("user") or os.environ.get("USER", "root"), keys, entry.get("proxyjump"))
+                  user or entry.get("user") or os.environ.get("USER", "root"), keys,
+                  None if not jump or jump.lower() == "none" else jump)
+
+
+def parse_hop(hop: str) -> tuple[str | None, str, int | None]:
+    """One ProxyJump hop, ``[ssh://][user@]host[:port]`` (IPv6 as ``[addr]:port``) → (user, host, port)."""
+    hop = hop.strip().removeprefix("ssh://")
+    user, _, hostport = hop.rpartition("@")
+    if hostport.startswith("["):
+        host, _, rest = hostport[1:].partition("]")
+        port = rest.removeprefix(":")
+    elif hostport.count(":") == 1:
+        host, port = hostport.split(":")
+    else:
+        host, port = hostport, ""
+    if not host or (port and not port.isdigit()):
+        raise ValueError(f"cannot read ProxyJump hop {hop!r}: expected [user@]host[:port]")
+    return user or None, host, int(port) if port else None
+
+
+def jump_target(proxy_jump: str) -> Target:
+    """The last hop of a ProxyJump chain, resolved through ssh config; the earlier hops become its own ProxyJump."""
+    *before, last = proxy_jump.split(",")
+    user, host, port = parse_hop(last)
+    target = resolve(host, user, port)
+    return replace(target, proxy_jump=",".join(before) if before else target.proxy_jump)
 
 
 @dataclass
@@ -104,20 +131,46 @@ class Result:
 
 
 class Connection:
-    """One authenticated SSH connection; commands and SFTP over it."""
+    """One authenticated SSH connection; commands and SFTP over it. With ProxyJump, the hops' connections belong to
+    it and are closed with it."""
 
-    def __init__(self, target: Target, password: str | None = None, timeout: float = CONNECT_TIMEOUT):
+    def __init__(self, target: Target, password: str | None = None, timeout: float = CONNECT_TIMEOUT,
+                 depth: int = 0):
         self.target = target
+        self.jump: Connection | None = None
         self.client = paramiko.SSHClient()
         kh = known_hosts_path()
         if kh.exists():
             self.client.load_host_keys(str(kh))
         self.client.set_missing_host_key_policy(_Reject(target.alias, target.port))
-        sock = None
-        if target.proxy_jump:
-            jump = Connection(resolve(target.proxy_jump), timeout=timeout)
-            sock = jump.client.get_transport().open_channel("direct-tcpip", (target.hostname, target.port),
-                                                            ("127.0.0.1", 0), timeout=timeout)
+        try:
+            self._connect(password, timeout, depth)
+        except BaseException:
+            self.close()
+            raise
+        self._sftp: paramiko.SFTPClient | None = None
+
+    def _open_jump(self, timeout: float, depth: int) -> paramiko.Channel:
+        """Connect through the ProxyJump chain; a channel to the target from the last hop."""
+        target = self.target
+        if depth >= MAX_JUMPS:
+            raise SshError(target.alias, f"more than {MAX_JUMPS} ProxyJump hops: check ssh config for a loop")
+        try:
+            hop = jump_target(target.proxy_jump)
+        except ValueError as e:
+            raise SshError(target.alias, f"{e} (ProxyJump in ssh config)") from None
+        self.jump = Connection(hop, timeout=timeout, depth=depth + 1)
+        try:
+            return self.jump.client.get_transport().open_channel(
+                "direct-tcpip", (target.hostname, target.port), ("127.0.0.1", 0), timeout=timeout)
+        except (OSError, paramiko.SSHException) as e:
+            raise SshError(target.alias, f"jump host {hop.alias} cannot reach {target.hostname}:{target.port}: "
+                                         f"{e}; check the address and that the jump host allows TCP forwarding"
+                           ) from None
+
+    def _connect(self, password: str | None, timeout: float, depth: int) -> None:
+        target = self.target
+        sock = self._open_jump(timeout, depth) if target.proxy_jump else None
         try:
             self.client.connect(target.hostname, port=target.port, username=target.user,
                                 key_filename=list(target.key_files) or None, password=password, timeout=timeout,
@@ -134,9 +187,8 @@ class Connection:
                            "(identity_file) or your ssh-agent") from None
         except (OSError, paramiko.SSHException) as e:
             raise SshError(target.alias, f"cannot connect to {target.hostname}:{target.port}: {e}") from None
-        self._sftp: paramiko.SFTPClient | None = None
 
-    def run(self, command: str, timeout: float = 30.0, stdin: str | None = None) -> Result:
+    def run(self, command: str, timeout: float = 30.0, stdin: bytes | str | None = None) -> Result:
         try:
             chan_in, out, err = self.client.exec_command(command, timeout=timeout)
             if stdin is not None:
@@ -160,13 +212,17 @@ class Connection:
 
     def close(self) -> None:
         self.client.close()
+        if self.jump:
+            self.jump.close()
 
 
 class Pool:
-    """Reuses one connection per (host, user, port); reconnects when a connection died."""
+    """Reuses one connection per (host, user, port); reconnects when a connection died. Threads asking for the same
+    host at once wait for one connection attempt (a lock per key) and share its result."""
 
     def __init__(self):
         self._conns: dict[tuple, Connection] = {}
+        self._key_locks: dict[tuple, threading.Lock] = {}
         self._lock = threading.Lock()
 
     def get(self, host: str, user: str | None = None, port: int | None = None, identity_file: str | None = None,
@@ -174,13 +230,18 @@ class Pool:
         target = resolve(host, user, port, identity_file)
         key = (target.hostname, target.port, target.user)
         with self._lock:
-            conn = self._conns.get(key)
-        if conn and conn.alive:
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        with key_lock:
+            with self._lock:
+                conn = self._conns.get(key)
+            if conn and conn.alive:
+                return conn
+            if conn:
+                conn.close()
+            conn = Connection(target, password)
+            with self._lock:
+                self._conns[key] = conn
             return conn
-        conn = Connection(target, password)
-        with self._lock:
-            self._conns[key] = conn
-        return conn
 
     def drop(self, host: str, user: str | None = None, port: int | None = None) -> None:
         target = resolve(host, user, port)
