@@ -59,6 +59,7 @@ RULES: dict[str, tuple[str, str]] = {
     "CLUSTER-GPU-OVERLAP": ("no two nodes on one host share a GPU", "launch / seed 000"),
     "MASTER-LOOPBACK": ("MASTER_ADDR is routable when NNODES > 1", "seed 003, issue #2485"),
     "PORT-CLASH": ("rendezvous, server and group ports differ", "launch"),
+    "PATH-RELATIVE-NO-WORKDIR": ("relative model/dataset paths need a workdir to be read from", "hub_utils.py"),
     "SEED-ZERO3-KL0": ("ZeRO-3, per-device batch 1 and accumulation: parameters not updating", "seed 001"),
     "SEED-OFFLOAD-STALL": ("offload on a large model stalls between rollout and training", "seed 000"),
     "SEED-VLLM-UTIL-LOW": ("vLLM share too small for the model's weights and KV cache", "seeds 000, 004"),
@@ -539,6 +540,13 @@ def cluster(spec):
                       f"NNODES is {len(trainers)} but MASTER_ADDR is {master} (or a trainer is localhost): the other "
                       "nodes cannot reach a loopback address and would hang at rendezvous.",
                       "Use node 0's routable IP or hostname (set cluster.master_addr or node 0's address).")
+    relative = [v for v in (spec.train.model, *spec.train.dataset) if v.startswith(".")]
+    homeless = [n.host for n in trainers if not (n.workdir or spec.cluster.workdir)]
+    if relative and homeless:
+        yield finding("PATH-RELATIVE-NO-WORKDIR", "error", ("cluster.workdir", "train.model", "train.dataset"),
+                      f"{', '.join(relative)} is relative, but no workdir is set for {', '.join(homeless)}: swift "
+                      "would run in the job's run directory, which holds only its scripts, and look there.",
+                      "Set cluster.workdir to the directory these paths are relative to, or make them absolute.")
     ports = {"cluster.master_port": spec.cluster.master_port}
     if is_server(spec):
         ports["server.port"] = spec.server.port

@@ -97,6 +97,17 @@ def test_each_problem_is_found_and_names_the_host(ssh_env, gpu_env, tmp_path):
     assert any("GPU(s) [1] are in use" in m and "pid 4242 (40200 MiB)" in m for m in by_id["PREFLIGHT-GPU-BUSY"])
 
 
+def test_relative_paths_are_checked_from_the_workdir_swift_runs_in(ssh_env, gpu_env, tmp_path):
+    """ms-swift resolves relative model/dataset paths from its cwd, the node's workdir, not the login's home."""
+    (h,) = ssh_env.add(1)
+    spec = spec_for([h], [gpu_env], tmp_path, workdir=str(tmp_path))
+    spec = validate_spec({**spec.model_dump(), "train": {**spec.train.model_dump(),
+                                                         "dataset": ["./data.jsonl", "./absent.jsonl#100"]}})
+    _, findings = preflight(spec, Pool())
+    missing = [f.message for f in findings if f.id == "PREFLIGHT-PATH-MISSING"]
+    assert missing == [f"{h.name}: ./absent.jsonl does not exist."], missing
+
+
 def test_master_port_taken_and_unreachable_master(ssh_env, gpu_env, tmp_path):
     a, b = ssh_env.add(2)
     listener = subprocess.Popen(["ip", "netns", "exec", a.ns, sys.executable, "-c",

@@ -51,6 +51,8 @@ CASES = {
                                 {"train.generation_batch_size": 8, "train.steps_per_generation": 2}),
     "GRPO-STEPS-PER-GEN": ({"train.steps_per_generation": 0}, {"train.steps_per_generation": 1}),
     "GRPO-BATCH-DIV": ({"train.num_generations": 3}, {"train.num_generations": 2}),
+    "PATH-RELATIVE-NO-WORKDIR": ({"train.model": "./models/qwen"},
+                                 {"train.model": "./models/qwen", "cluster.workdir": "/data/work"}),
     "GRPO-EVAL-BATCH-DIV": ({"train.split_dataset_ratio": 0.05, "train.num_generations": 8},
                             {"train.split_dataset_ratio": 0.05, "train.num_generations": 8,
                              "train.per_device_eval_batch_size": 2}),

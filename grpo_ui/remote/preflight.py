@@ -5,6 +5,7 @@ versions, versions in the node's environment, ports, paths, disk, clock."""
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 import shlex
 import time
@@ -35,7 +36,7 @@ try:  # torch/version.py states the CUDA it was built for; read, not imported (i
     torch_cuda = found and found.group(1)
 except Exception:
     pass
-paths = {p: os.path.exists(os.path.expanduser(p)) for p in %(paths)r}
+paths = {p: os.path.exists(os.path.expanduser(where)) for p, where in %(paths)r.items()}
 root = os.path.expanduser(%(root)r)
 while not os.path.exists(root):
     root = os.path.dirname(root) or "/"
@@ -73,10 +74,14 @@ class HostFacts:
     error: str | None = None
 
 
-def _local_paths(spec: JobSpec) -> list[str]:
-    """Model and dataset values that are paths (not hub ids): start with / . or ~."""
-    values = [spec.train.model, *spec.train.dataset]
-    return [v.split("#")[0] for v in values if v.startswith(("/", "./", "~"))]
+def _local_paths(spec: JobSpec, index: int) -> dict[str, str]:
+    """Model and dataset values that are paths (not hub ids: they start with / . or ~) → where the node's swift
+    reads them: relative ones from the node's workdir, as ms-swift resolves them from its cwd (without a workdir,
+    rule PATH-RELATIVE-NO-WORKDIR reports them instead)."""
+    workdir = spec.cluster.nodes[index].workdir or spec.cluster.workdir
+    paths = [v.split("#")[0] for v in [spec.train.model, *spec.train.dataset] if v.startswith(("/", ".", "~"))]
+    return {p: posixpath.join(workdir, p) if p.startswith(".") else p for p in paths
+            if workdir or not p.startswith(".")}
 
 
 def _activate(python_env: str | None) -> str:
@@ -92,7 +97,7 @@ def _probe(spec: JobSpec, index: int, runner: Runner) -> HostFacts:
     node = spec.cluster.nodes[index]
     facts = HostFacts(node.host, reachable=True)
     nvml = node.is_local and _nvml_facts(facts)
-    code = PROBE % {"packages": PACKAGES, "paths": _local_paths(spec), "root": spec.cluster.run_root}
+    code = PROBE % {"packages": PACKAGES, "paths": _local_paths(spec, index), "root": spec.cluster.run_root}
     gpu = "" if nvml else f"; echo '#gpu'; {GPU_COMMAND} 2> /dev/null; true"
     res = runner.run(_activate(node.python_env) + f"python3 -c {shlex.quote(code)} || exit $?{gpu}", timeout=60)
     if res.rc:
