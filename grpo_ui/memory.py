@@ -9,6 +9,11 @@ Pure functions, no I/O. GiB = 2**30 bytes. Each term's docstring or comment give
 - DeepSpeed/DDP buffers and dtypes: DeepSpeed's engine.py, stage_1_and_2.py, stage3.py and
   partitioned_param_coordinator.py (v0.16), ms-swift's zero3.json, transformers' 'auto' fill-in, torch's DDP Reducer.
 Checked against published measurements: bench/memory_accuracy.py, tests/data/memory_measurements.jsonl.
+
+Known gaps (not yet checked against a measurement): the rollout phase keeps the reference model resident, but
+ms-swift's offload_context offloads it with offload_model (grpo_trainer.py from 3.6 on), and under ZeRO-3 offload_model
+moves nothing before 4.0 (param.data is empty; rollout_mixin.py moves ds_tensor from 4.0 on); vLLM memory outside its
+cuMem pool (CUDA graphs) stays while it sleeps and is not counted; GRPO rows are few (3), one held-out row is 15 % under.
 """
 
 from __future__ import annotations
