@@ -30,7 +30,7 @@ REQUIRED = ("id", "kind", "workload", "source", "config", "gpu", "measured_gib",
 WORKLOADS = ("grpo", "sft", "vllm")
 LAYOUT_KEYS = {"nodes", "gpus_per_node", "swift_version", "seq_len"}
 COMPARE = ("peak", "torch")  # peak: everything on the GPU (nvidia-smi); torch: what torch's allocator reserved
-NOT_TORCH = ("vLLM", "CUDA context", "NCCL")  # memory torch.cuda.max_memory_reserved does not count
+NOT_TORCH = ("vLLM", "CUDA context", "NCCL")  # not torch allocations, or (vLLM) counted apart: predicted_gib
 
 
 @dataclass(frozen=True)
@@ -105,13 +105,21 @@ def inputs_of(row: dict) -> Inputs:
 def predicted_gib(row: dict, report: MemoryReport) -> float:
     """The estimate of what the row measured: the trainer GPU's peak phase (SFT: no rollout phase; vLLM rows: the
     rollout GPU's).
-    ``torch`` (ms-swift's memory(GiB) = torch.cuda.max_memory_reserved) leaves out the CUDA context, NCCL's buffers
-    and vLLM's pool: none of them is allocated through torch's caching allocator."""
-    phases = report.roles[-1].phases if row["workload"] == "vllm" else report.trainer.phases
-    if row["workload"] == "sft":
-        phases = [p for p in phases if p.name != "rollout"]
-    torch_only = row["compare"] == "torch"
-    return max(sum(t.gib for t in p.terms if not (torch_only and t.name.startswith(NOT_TORCH))) for p in phases)
+
+    ``torch`` (ms-swift's memory(GiB) = torch.cuda.max_memory_reserved of the process) leaves out the CUDA context and
+    NCCL's buffers, which torch's caching allocator does not hold, but counts a vLLM engine living in the same process
+    at its whole reservation in every phase, whatever the sleep level: without sleep mode vLLM's weights and KV cache
+    are ordinary torch tensors; with it they come from a torch MemPool over vLLM's pluggable cuMem allocator
+    (vllm/device_allocator/cumem.py use_memory_pool_with_allocator), whose blocks torch keeps counting as allocated
+    and reserved after sleep() has unmapped them (vllm-project/vllm#17117: memory_allocated/memory_reserved unchanged
+    across sleep and wake_up; #33625: memory_reserved and max_memory_reserved above the card's size after sleeping).
+    A server-mode vLLM is another process and is not in the trainer's figure."""
+    role = report.roles[-1] if row["workload"] == "vllm" else report.trainer
+    phases = [p for p in role.phases if not (row["workload"] == "sft" and p.name == "rollout")]
+    if row["compare"] != "torch":
+        return max(p.total for p in phases)
+    pool = sum(t.gib for p in role.phases if p.name == "rollout" for t in p.terms if t.name.startswith("vLLM"))
+    return max(sum(t.gib for t in p.terms if not t.name.startswith(NOT_TORCH)) for p in phases) + pool
 
 
 def deepspeed_baseline_gib(i: Inputs) -> float:

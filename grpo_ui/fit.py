@@ -28,10 +28,9 @@ def _knobs(spec: JobSpec) -> list[tuple[dict, str, float]]:
     if not t.use_liger_kernel and t.delta is None and t.sequence_parallel_size == 1 and not t.padding_free:
         out.append(({"train.use_liger_kernel": True}, "Liger kernels: no full logits tensor", 0.0))
     if r.use_vllm and r.vllm_mode != "server":
-        if r.sleep_level < 1:
-            out.append(({"rollout.sleep_level": 1}, "sleep_level 1: free vLLM's KV cache while training", 0.05))
-        if r.sleep_level < 2:
-            out.append(({"rollout.sleep_level": 2}, "sleep_level 2: free vLLM's weights and KV while training", 0.1))
+        if r.sleep_level < 1:  # level 2 frees the same GPU memory (memory.vllm_asleep); it only saves host RAM
+            out.append(({"rollout.sleep_level": 1},
+                        "sleep_level 1: vLLM's weights to CPU RAM and its KV cache freed while training", 0.05))
         for util in (0.3, 0.4, 0.5, 0.6, 0.7):
             if util < r.vllm_gpu_memory_utilization:
                 out.append(({"rollout.vllm_gpu_memory_utilization": util},

@@ -9,6 +9,11 @@ Pure functions, no I/O. GiB = 2**30 bytes. Each term's docstring or comment give
 - DeepSpeed/DDP buffers and dtypes: DeepSpeed's engine.py, stage_1_and_2.py, stage3.py and
   partitioned_param_coordinator.py (v0.16), ms-swift's zero3.json, transformers' 'auto' fill-in, torch's DDP Reducer.
 Checked against published measurements: bench/memory_accuracy.py, tests/data/memory_measurements.jsonl.
+
+Known gaps (not yet checked against a measurement): the rollout phase keeps the reference model resident, but
+ms-swift's offload_context offloads it with offload_model (grpo_trainer.py from 3.6 on), and under ZeRO-3 offload_model
+moves nothing before 4.0 (param.data is empty; rollout_mixin.py moves ds_tensor from 4.0 on); vLLM memory outside its
+cuMem pool (CUDA graphs) stays while it sleeps and is not counted; GRPO rows are few (3), one held-out row is 15 % under.
 """
 
 from __future__ import annotations
@@ -415,6 +420,20 @@ def vllm_need(arch: ModelArch, param_bytes: float, tp: int, seqs: int, max_len: 
 
 # ---------------------------------------------------------------------------------------------------------------
 
+def vllm_asleep(i: Inputs, reserve: float) -> float:
+    """GPU memory a colocated vLLM keeps while the trainer trains (bytes): its whole reservation at sleep_level 0,
+    nothing of its weights or KV cache at sleep levels 1 and 2.
+
+    With enable_sleep_mode vLLM allocates its weights and KV cache through CuMemAllocator (vllm/device_allocator/
+    cumem.py, tags "weights" and "kv_cache"); the worker's sleep(level) calls allocator.sleep(offload_tags=("weights",)
+    if level == 1 else ()), which unmaps every tagged allocation, copying the "weights" ones to CPU first at level 1
+    (vllm/v1/worker/gpu_worker.py; vLLM docs, 'Sleep Mode': "Level 1 sleep will offload the model weights and discard
+    the KV cache ... Level 2 sleep will discard both"). Level 1 and 2 differ in host RAM (see host_ram), not on the
+    GPU. What vLLM allocated outside the pool (CUDA graphs, a few hundred MiB) is not counted.
+    """
+    return reserve if i.sleep_level == 0 else 0.0
+
+
 def estimate(i: Inputs) -> MemoryReport:
     ms = model_states(i)
     buffers = zero_buffers(i, ms["trainable"])
@@ -474,9 +493,8 @@ def estimate(i: Inputs) -> MemoryReport:
                  Term("vLLM KV cache + overhead", (reserve - w) / GIB,
                       "reservation (util × capacity) beyond the weights: KV cache, CUDA graphs")]
         rollout += awake
-        asleep = {0: reserve, 1: w, 2: 0.0}[i.sleep_level]
-        training.append(Term(f"vLLM while training (sleep_level {i.sleep_level})", asleep / GIB,
-                             "0: all kept, 1: KV freed, 2: weights and KV freed"))
+        training.append(Term(f"vLLM while training (sleep_level {i.sleep_level})", vllm_asleep(i, reserve) / GIB,
+                             "0: weights + KV kept; 1: weights to CPU RAM, KV freed; 2: both freed"))
         phases.append(Phase("rollout", rollout))
     elif i.vllm == "none":
         gen_kv = i.micro_batch * (i.prompt_len + i.completion_len) * i.arch.kv_bytes_per_token()
@@ -499,7 +517,8 @@ def estimate(i: Inputs) -> MemoryReport:
 
 def host_ram(i: Inputs, ms: dict) -> dict[str, float]:
     """Host RAM per trainer node (GiB): offloaded optimizer states / params (pinned), offloaded policy during
-    rollout, plus ~1.5 × one shard of weights while loading safetensors (page cache excluded)."""
+    rollout, vLLM's weights backed up by sleep_level 1, plus ~1.5 × one shard of weights while loading safetensors
+    (page cache excluded)."""
     per_proc = 0.0
     if i.offload_optimizer_ds:
         per_proc += ms["trainable"] * 12 / (i.world if i.zero_stage >= 1 else 1)
@@ -509,6 +528,8 @@ def host_ram(i: Inputs, ms: dict) -> dict[str, float]:
         per_proc += ms["weights"]
     if i.offload_optimizer:
         per_proc += ms["optimizer"]
+    if i.vllm == "colocate" and i.sleep_level == 1:  # vLLM's CPU backup of its weights (vllm_asleep)
+        per_proc += vllm_need(i.arch, i.param_bytes, i.vllm_tp, 1, 1)[0]
     load = i.arch.total_params() * i.param_bytes * 1.5 / (i.world if i.zero_stage == 3 else 1)
     return {"per_trainer_node": (per_proc * i.nproc + load * i.nproc) / GIB + 4.0}
 

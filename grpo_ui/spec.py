@@ -245,7 +245,8 @@ class RolloutArgs(_Section):
     vllm_enable_prefix_caching: bool = arg(True, "vLLM prefix caching.", group="rollout")
     vllm_enable_lora: bool = arg(False, "Sync only LoRA deltas to vLLM.", group="rollout", since="3.10")
     vllm_enforce_eager: bool = arg(False, "Disable CUDA graphs in vLLM (saves memory, slower).", group="rollout")
-    sleep_level: Literal[0, 1, 2] = arg(0, "Colocate: 1 frees vLLM's KV cache between rollouts, 2 also its weights.",
+    sleep_level: Literal[0, 1, 2] = arg(0, "Colocate, while training: 1 frees vLLM's KV cache and moves its weights "
+                                        "to CPU RAM, 2 discards both.",
                                         group="rollout", since="3.2.1")
     offload_model: bool = arg(False, "Colocate: move the policy to CPU during rollout.", group="rollout",
                               since="3.2.1")

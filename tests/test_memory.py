@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from grpo_ui.calibration import evaluate, problems, summary
+from grpo_ui.calibration import evaluate, predicted_gib, problems, summary
 from grpo_ui.calibration import load as load_calibration
 from grpo_ui.catalog import find_model
 from grpo_ui.fit import suggest
@@ -122,10 +122,13 @@ def test_reference_model_only_for_full_tuning_with_beta():
 
 
 def test_sleep_levels_free_vllm_memory_while_training():
-    held = [term(estimate_spec(spec(rollout__sleep_level=lvl, rollout__vllm_gpu_memory_utilization=0.4)),
-                 "training", "vLLM while") for lvl in (0, 1, 2)]
-    assert held[0] == pytest.approx(0.4 * 79.15) and held[1] == pytest.approx(2 * P7 / GIB, rel=0.01)
-    assert held[2] == 0
+    """vLLM's worker sleep unmaps every CuMem allocation at both levels; level 1 keeps a CPU copy of the weights."""
+    reports = [estimate_spec(spec(rollout__sleep_level=lvl, rollout__vllm_gpu_memory_utilization=0.4))
+               for lvl in (0, 1, 2)]
+    held = [term(r, "training", "vLLM while") for r in reports]
+    assert held[0] == pytest.approx(0.4 * 79.15) and held[1] == 0 and held[2] == 0
+    ram = [r.host_ram_gib["per_trainer_node"] for r in reports]
+    assert ram[1] - ram[0] == pytest.approx(8 * 2 * P7 / GIB) and ram[2] == ram[0]  # 8 processes' weight backups
 
 
 def test_longer_completions_and_no_checkpointing_cost_more():
@@ -209,6 +212,19 @@ def test_calibration_row_is_well_formed_and_buildable(row):
     result = evaluate(row)
     assert result.ours > 0 and result.weights_only > 0
     assert (result.deepspeed is None) == (row["workload"] == "vllm")
+
+
+def test_torch_figure_counts_a_colocated_vllm_at_its_reservation_even_asleep():
+    """ms-swift's memory(GiB) is torch.cuda.max_memory_reserved: vLLM's cuMem pool is a torch MemPool whose blocks
+    stay counted after sleep() (vllm#17117), so the figure is the training peak's torch terms + vLLM's reservation;
+    nvidia-smi (peak) sees the memory sleep gave back."""
+    report = estimate_spec(spec(rollout__sleep_level=1, rollout__vllm_gpu_memory_utilization=0.4))
+    training = next(p for p in report.trainer.phases if p.name == "training")
+    torch_terms = sum(t.gib for t in training.terms if not t.name.startswith(("vLLM", "CUDA context", "NCCL")))
+    pool = term(report, "rollout", "vLLM")
+    assert pool == pytest.approx(0.4 * 79.15) and term(report, "training", "vLLM") == 0
+    assert predicted_gib({"workload": "grpo", "compare": "torch"}, report) == pytest.approx(torch_terms + pool)
+    assert predicted_gib({"workload": "grpo", "compare": "peak"}, report) == pytest.approx(report.trainer.peak_gib)
 
 
 def test_estimate_is_within_target_of_published_measurements():
