@@ -51,7 +51,7 @@ def test_bad_text_names_the_field(app):
 
 def test_estimate_follows_the_form_and_fit_advice_applies(app):
     before = app.metric[1].value
-    app.text_input(key="f:train.max_completion_length").set_value("8192").run()
+    app.text_input(key="f:train.lora_rank").set_value("256").run()  # adapters + their states: resident in both phases
     assert app.metric[1].value != before
     app.text_input(key="f:rollout.vllm_gpu_memory_utilization").set_value("0.9").run()
     assert app.metric[0].value == "OOM"
