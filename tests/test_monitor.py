@@ -334,6 +334,16 @@ def test_parse_documented_smi_csv():
     assert parse_smi_line("2026/11/22, 0, X, [N/A], 1, 2, [N/A], 3, 4, 5", "h")["util"] is None
 
 
+def collect(channel, items: list, n: int, timeout: float):
+    """Run ``channel`` until ``items`` holds ``n`` entries or ``timeout`` seconds pass; returns the stopped channel."""
+    channel.start()
+    deadline = time.time() + timeout
+    while len(items) < n and time.time() < deadline:
+        time.sleep(0.2)
+    channel.stop()
+    return channel
+
+
 def test_smi_channel_over_ssh_restarts_after_a_drop(ssh_env, tmp_path):
     (h,) = ssh_env.add(1)
     standin = tmp_path / "bin" / "nvidia-smi"
@@ -348,11 +358,7 @@ def test_smi_channel_over_ssh_restarts_after_a_drop(ssh_env, tmp_path):
         return iter(out.readline, "")
 
     samples = []
-    channel = SmiChannel(h.name, open_stream, samples.append).start()
-    deadline = time.time() + 15
-    while len(samples) < 16 and time.time() < deadline:
-        time.sleep(0.2)
-    channel.stop()
+    channel = collect(SmiChannel(h.name, open_stream, samples.append), samples, 16, 15)
     pool.close()
     assert len(samples) >= 16 and channel.restarts >= 1
     assert {s["gpu_index"] for s in samples} == set(range(8)) and all(s["host"] == h.name for s in samples)
@@ -393,12 +399,8 @@ esac
         return iter(out.readline, "")
 
     snaps = []
-    channel = SmiChannel(h.name, open_stream, lambda s: (snaps.append(s), store.set_gpu_processes("j", s)),
-                         interval_ms=100, query=APPS).start()
-    deadline = time.time() + 20
-    while len(snaps) < 3 and time.time() < deadline:
-        time.sleep(0.2)
-    channel.stop()
+    channel = collect(SmiChannel(h.name, open_stream, lambda s: (snaps.append(s), store.set_gpu_processes("j", s)),
+                                 interval_ms=100, query=APPS), snaps, 3, 20)
     pool.close()
     assert len(snaps) >= 3 and channel.restarts >= 1
     rows = store.gpu_processes("j")

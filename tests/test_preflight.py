@@ -5,9 +5,11 @@ formats: the --query-gpu / --query-compute-apps CSV (noheader, nounits) and the 
 "CUDA Version" is the newest CUDA the driver supports (no GPU machine was available to capture from; see
 tests/data/nvidia-smi/README.md)."""
 
+import contextlib
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -57,6 +59,23 @@ def gpu_env(tmp_path):
     (d / "nvidia-smi").chmod(0o755)
     (tmp_path / "data.jsonl").write_text("{}\n")
     return d.parent
+
+
+@contextlib.contextmanager
+def listening(ns: str, addr: str, port: int):
+    """A process in namespace ``ns`` holding ``addr:port`` open for the duration of the block."""
+    listener = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c",
+                                 f"import socket,time; s=socket.socket(); s.bind(({addr!r}, {port})); s.listen(); "
+                                 "time.sleep(60)"])
+    try:
+        for _ in range(50):
+            if subprocess.run(["ip", "netns", "exec", ns, "bash", "-c", f"exec 3<>/dev/tcp/127.0.0.1/{port}"],
+                              capture_output=True).returncode == 0:
+                break
+            time.sleep(0.05)
+        yield
+    finally:
+        listener.kill()
 
 
 def ids(findings):
@@ -110,18 +129,9 @@ def test_relative_paths_are_checked_from_the_workdir_swift_runs_in(ssh_env, gpu_
 
 def test_master_port_taken_and_unreachable_master(ssh_env, gpu_env, tmp_path):
     a, b = ssh_env.add(2)
-    listener = subprocess.Popen(["ip", "netns", "exec", a.ns, sys.executable, "-c",
-                                 "import socket,time; s=socket.socket(); s.bind(('127.0.0.1', 29500)); s.listen(); "
-                                 "time.sleep(60)"])
-    try:
-        for _ in range(50):
-            if subprocess.run(["ip", "netns", "exec", a.ns, "bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/29500"],
-                              capture_output=True).returncode == 0:
-                break
+    with listening(a.ns, "127.0.0.1", 29500):
         _, findings = preflight(spec_for([a, b], [gpu_env, gpu_env], tmp_path, master_addr=a.addr), Pool())
         assert "PREFLIGHT-PORT-TAKEN" in ids(findings)
-    finally:
-        listener.kill()
     _, findings = preflight(spec_for([a, b], [gpu_env, gpu_env], tmp_path, master_addr=f"10.{ssh_env.subnet}.0.249"),
                             Pool())
     assert any(b.name in f.message for f in findings if f.id == "PREFLIGHT-MASTER-UNREACHABLE")
@@ -199,18 +209,9 @@ def test_server_mode_checks_http_and_group_ports_on_the_rollout_node(ssh_env, gp
         return sorted((f.id, f.severity, f.fields[0]) for f in preflight(spec, Pool())[1]
                       if f.id in ("PREFLIGHT-PORT-TAKEN", "PREFLIGHT-ROLLOUT-UNREACHABLE"))
     assert port_findings(server_spec(roll.addr)) == []
-    listener = subprocess.Popen(["ip", "netns", "exec", roll.ns, sys.executable, "-c",
-                                 "import socket,time; s=socket.socket(); s.bind(('0.0.0.0', 18124)); s.listen(); "
-                                 "time.sleep(60)"])
-    try:
-        for _ in range(50):
-            if subprocess.run(["ip", "netns", "exec", roll.ns, "bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/18124"],
-                              capture_output=True).returncode == 0:
-                break
+    with listening(roll.ns, "0.0.0.0", 18124):
         assert port_findings(server_spec(roll.addr)) == [
             ("PREFLIGHT-PORT-TAKEN", "error", "rollout.vllm_server_group_port")]
-    finally:
-        listener.kill()
     # an address of the rollout node that rank 0 cannot reach: both ports are reported, as errors
     assert port_findings(server_spec(f"10.{ssh_env.subnet}.0.246")) == [
         ("PREFLIGHT-ROLLOUT-UNREACHABLE", "error", "rollout.vllm_server_group_port"),
