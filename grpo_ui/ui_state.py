@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import types
@@ -39,6 +40,12 @@ def save_draft(spec: JobSpec) -> None:
 
 
 def presets() -> dict[str, JobSpec]:
+    """The shipped presets by name (read once: the form asks on every rerun)."""
+    return dict(_presets())
+
+
+@functools.cache
+def _presets() -> dict[str, JobSpec]:
     return {p.stem: spec_from_yaml(p.read_text(), p.name) for p in sorted(PRESETS.glob("*.yaml"))}
 
 

@@ -118,7 +118,10 @@ def memory_chart(report: MemoryReport) -> go.Figure:
                     y=[sum(t.gib for t in p.terms if t.name == name) for _, p, _ in bars])
     cap = report.trainer.capacity_gib
     if cap:
-        fig.add_hline(y=cap, line_dash="dash", line_color="red", annotation_text=f"{report.trainer.gpu}: {cap:.0f} GiB")
+        # a plain shape and annotation: add_hline's per-axis processing costs more than the rest of the chart
+        fig.add_shape(type="line", xref="paper", x0=0, x1=1, y0=cap, y1=cap, line={"dash": "dash", "color": "red"})
+        fig.add_annotation(xref="paper", x=1, y=cap, text=f"{report.trainer.gpu}: {cap:.0f} GiB", showarrow=False,
+                           xanchor="right", yanchor="bottom")
     fig.update_layout(barmode="stack", height=380, margin={"l": 10, "r": 10, "t": 30, "b": 10}, yaxis_title="GiB per GPU",
                       legend={"font": {"size": 10}})
     return fig
