@@ -101,6 +101,7 @@ ids = [j["id"] for j in jobs]
 default = ids.index(st.session_state["monitor_job"]) if st.session_state.get("monitor_job") in ids else 0
 job_id = st.selectbox("Job", ids, index=default, format_func=lambda i: f"{i} — {lz.store.job(i)['state']}")
 st.session_state["monitor_job"] = job_id
+shown_state = lz.store.job(job_id)["state"]  # as the picker's label says it
 
 
 @st.fragment(run_every=3)
@@ -108,6 +109,8 @@ def live():
     job = lz.store.job(job_id)
     result = Watcher(lz).poll(job_id) if job["state"] in ("starting", "running") else None
     job = lz.store.job(job_id)
+    if job["state"] != shown_state:
+        st.rerun()  # the whole page, so the job picker's label shows the new state too
     if job["state"] in ("starting", "running"):
         gpu_channels(job_id)
         lz.store.add_gpu_samples(job_id, nvml_samples())

@@ -138,6 +138,9 @@ def test_launch_and_watch_a_real_job_in_the_browser(app_url, page):
     page.wait_for_function("document.body.innerText.includes('last_model_checkpoint')", timeout=180000)
     page.wait_for_function("document.body.innerText.includes('succeeded')", timeout=240000)
     page.get_by_text("NO-LEARNING-SIGNAL").first.wait_for(timeout=60000)
+    # the job picker, drawn before the live part, follows the state change too
+    page.wait_for_function("[...document.querySelectorAll('[data-testid=stSelectbox] *')].some("
+                           "e => (e.value || e.textContent || '').includes('\u2014 succeeded'))", timeout=30000)
     assert page.locator(".js-plotly-plot").count() >= 1
     shot(page, "monitor")
     nav(page, "History")
