@@ -36,6 +36,7 @@ def main():
         baseline = best(lambda: base_at.run())
 
         at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
+        at.button_group(key="section").set_value("batch").run()  # only the chosen section's fields are drawn
         box = at.text_input(key="f:train.num_generations")
         values = iter(["8", "16"] * 10)
         configure = best(lambda: box.set_value(next(values)).run())

@@ -54,3 +54,7 @@ def format_findings(findings) -> str:
         lines.append(f"    {f.message}")
         lines.append(f"    fix: {f.fix}")
     return "\n".join(lines)
+
+
+# How each severity is marked on the pages: Streamlit's bundled Material icons (emoji depend on the browser's fonts).
+SEVERITY_ICON = {"error": ":material/error:", "warning": ":material/warning:", "info": ":material/info:"}

@@ -6,12 +6,10 @@ import paramiko
 import streamlit as st
 
 from grpo_ui import ui_state
-from grpo_ui.findings import sort_findings
+from grpo_ui.findings import SEVERITY_ICON, sort_findings
 from grpo_ui.remote.preflight import preflight
 from grpo_ui.remote.ssh import Pool, SshError, UnknownHostKey, ssh_config_path, trust_host_key
 from grpo_ui.spec import with_changes
-
-ICON = {"error": "🛑", "warning": "⚠️", "info": "ℹ️"}
 
 
 @st.cache_resource
@@ -92,6 +90,6 @@ if "preflight" in st.session_state:
                    "disk free GiB": None if f.disk_free_gib is None else round(f.disk_free_gib),
                    "error": f.error or ""} for f in facts], hide_index=True, width="stretch")
     for f in sort_findings(findings):
-        st.markdown(f"{ICON[f.severity]} **{f.id}** ({', '.join(f.fields)}): {f.message} — *{f.fix}*")
+        st.markdown(f"{SEVERITY_ICON[f.severity]} **{f.id}** ({', '.join(f.fields)}): {f.message} — *{f.fix}*")
     if not findings:
         st.success("Every host passed preflight.")

@@ -9,7 +9,7 @@ import streamlit as st
 from grpo_ui import ui_state
 from grpo_ui.catalog import gpus
 from grpo_ui.check import check
-from grpo_ui.findings import Finding, has_errors, sort_findings
+from grpo_ui.findings import SEVERITY_ICON, Finding, has_errors, sort_findings
 from grpo_ui.fit import suggest
 from grpo_ui.memory import MemoryReport, UnknownModel, estimate_spec
 from grpo_ui.render import render
@@ -26,7 +26,6 @@ from grpo_ui.spec import (
 )
 from grpo_ui.swift_cli import import_scripts
 
-ICON = {"error": "🛑", "warning": "⚠️", "info": "ℹ️"}
 NODE_COLUMNS = ("host", "address", "user", "port", "gpus", "gpu_model", "python_env", "role")
 
 
@@ -43,23 +42,35 @@ def base_spec() -> JobSpec:
     return spec_from_yaml(st.session_state["base_yaml"])
 
 
-def field_widget(decl, base: JobSpec):
+def field_value(decl, base: JobSpec):
+    """The field's form value: what the user set (kept while its section is hidden), else the base spec's."""
     key = "f:" + decl.path
-    current = getattr(getattr(base, decl.section), decl.name)
-    kind = ui_state.widget_kind(decl)
-    label = f"{decl.name}"
+    if key not in st.session_state:
+        current = getattr(getattr(base, decl.section), decl.name)
+        kind = ui_state.widget_kind(decl)
+        if kind == "checkbox":
+            st.session_state[key] = bool(current)
+        elif kind == "select":
+            options = ui_state.choices(decl)
+            st.session_state[key] = current if current in options else options[0]
+        else:
+            st.session_state[key] = ui_state.to_text(decl, current)
+    return st.session_state[key]
+
+
+def field_widget(decl, base: JobSpec):
+    """The field's widget; its value outlives its section being hidden (persist_state)."""
+    field_value(decl, base)
+    key, label = "f:" + decl.path, decl.name
     help_text = f"{decl.help}  \nflag: --{decl.flag}" + (f" (ms-swift ≥ {decl.since})" if decl.since else "")
+    kind = ui_state.widget_kind(decl)
     if kind == "checkbox":
-        st.session_state.setdefault(key, bool(current))
-        return st.checkbox(label, key=key, help=help_text)
+        return st.checkbox(label, key=key, help=help_text, persist_state="session")
     if kind == "select":
-        options = ui_state.choices(decl)
-        st.session_state.setdefault(key, current if current in options else options[0])
-        return st.selectbox(label, options, key=key, help=help_text,
+        return st.selectbox(label, ui_state.choices(decl), key=key, help=help_text, persist_state="session",
                             format_func=lambda v: "(ms-swift default)" if v is None else str(v))
-    st.session_state.setdefault(key, ui_state.to_text(decl, current))
     hint = f"e.g. {', '.join(decl.choices)}" if decl.choices else None
-    return st.text_input(label, key=key, help=help_text, placeholder=hint)
+    return st.text_input(label, key=key, help=help_text, placeholder=hint, persist_state="session")
 
 
 def node_rows(base: JobSpec) -> list[dict]:
@@ -128,8 +139,8 @@ def memory_chart(report: MemoryReport) -> go.Figure:
 
 
 def show_findings(slot, findings: list[Finding], parse_error: str | None = None) -> None:
-    lines = ([f"🛑 {parse_error}"] if parse_error else []) + [
-        f"{ICON[f.severity]} **{f.id}**: {f.message} — *{f.fix}*" for f in findings]
+    lines = ([f"{SEVERITY_ICON['error']} {parse_error}"] if parse_error else []) + [
+        f"{SEVERITY_ICON[f.severity]} **{f.id}**: {f.message} — *{f.fix}*" for f in findings]
     if lines:
         slot.markdown("\n\n".join(lines))
 
@@ -166,20 +177,22 @@ with st.sidebar:
         except SpecError as e:
             st.error(str(e))
     for note in st.session_state.get("import_notes", []):
-        st.caption(f"{ICON[note['severity']]} {note['message']}")
+        st.caption(f"{SEVERITY_ICON[note['severity']]} {note['message']}")
 
 top = st.container()
-tabs = st.tabs([GROUPS[g] for g in GROUPS] + ["Cluster"])
-values, slots = {}, {}
-for group, tab in zip(GROUPS, tabs, strict=False):
-    with tab:
-        decls = [d for d in ARGS if d.group == group]
-        cols = st.columns(3)
-        for k, decl in enumerate(decls):
-            with cols[k % 3]:
-                values[decl.path] = field_widget(decl, base)
-                slots[decl.path] = st.empty()
-with tabs[-1]:
+# Only the chosen section's widgets are drawn (each Streamlit widget costs time that grows with the whole form);
+# the others keep their values in the session.
+section = st.segmented_control("Section", list(GROUPS), format_func=GROUPS.get, key="section", required=True,
+                               default=next(iter(GROUPS)), persist_state="session", label_visibility="collapsed")
+values = {d.path: field_value(d, base) for d in ARGS if d.group != section}
+slots = {}
+cols = st.columns(3)
+for k, decl in enumerate(d for d in ARGS if d.group == section):
+    with cols[k % 3]:
+        values[decl.path] = field_widget(decl, base)
+        slots[decl.path] = st.empty()
+with st.container(border=True):
+    st.markdown("**Cluster**")
     st.caption("One row per machine. role trainer runs swift rlhf; role rollout runs swift rollout (server mode).")
     nodes = st.data_editor(node_rows(base), key="nodes", num_rows="dynamic", width="stretch",
                            column_config={
@@ -227,7 +240,7 @@ with top:
         elif not findings:
             st.success("No findings: ms-swift's checks pass for this configuration.")
         for f in findings:
-            with st.expander(f"{ICON[f.severity]} {f.id} — {', '.join(f.fields)}", expanded=f.severity == "error"):
+            with st.expander(f"{SEVERITY_ICON[f.severity]} {f.id} — {', '.join(f.fields)}", expanded=f.severity == "error"):
                 st.write(f.message)
                 st.caption(f"Fix: {f.fix}")
                 if f.apply:
@@ -250,7 +263,7 @@ with top:
                            delta_color="normal")
             st.plotly_chart(memory_chart(report), width="stretch")
             for note in (n for r in report.roles for n in r.notes):
-                st.caption(f"⚠️ {note}")
+                st.caption(f"{SEVERITY_ICON['warning']} {note}")
             for k, s in enumerate(suggest(spec)):
                 st.button(f"Make it fit: {s.why} → {s.peak_gib:.1f} GiB", key=f"fit:{k}", on_click=apply_fix,
                           args=(spec, s.changes))

@@ -10,12 +10,10 @@ import streamlit as st
 
 from grpo_ui import ui_state
 from grpo_ui.check import check
-from grpo_ui.findings import has_errors, sort_findings
+from grpo_ui.findings import SEVERITY_ICON, has_errors, sort_findings
 from grpo_ui.remote.launcher import Launcher, LaunchError
 from grpo_ui.render import render
 from grpo_ui.store import Store
-
-ICON = {"error": "🛑", "warning": "⚠️", "info": "ℹ️"}
 
 
 @st.cache_resource
@@ -55,7 +53,7 @@ if chosen.startswith("node_") and chosen != "node_0.sh":
     st.code("\n".join(diff), language="diff")
 st.code(text, language="yaml" if chosen.endswith(".yaml") else "bash")
 for f in (f for f in bundle.findings if f.severity != "error"):
-    st.caption(f"{ICON[f.severity]} {f.id}: {f.message}")
+    st.caption(f"{SEVERITY_ICON[f.severity]} {f.id}: {f.message}")
 
 secrets = {name: st.text_input(f"{name} (secret: sent in a 0600 file, never stored)", type="password",
                                key=f"secret:{name}") for name in spec.secret_env}

@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
+from grpo_ui.findings import SEVERITY_ICON
 from grpo_ui.monitor.gpu import APPS, SmiChannel, nvml_processes, nvml_samples
 from grpo_ui.monitor.logs import ERROR_PATTERN
 from grpo_ui.monitor.watch import Watcher
@@ -22,7 +23,6 @@ CHARTS = [("reward", ["reward"], "rewards/"), ("reward spread", ["reward_std", "
           ("completion length", ["completions/mean_length", "completions/max_length"], None),
           ("clipped ratio", ["completions/clipped_ratio"], None), ("learning rate", ["learning_rate"], None),
           ("seconds per step", ["seconds_per_step"], None)]
-ICON = {"error": "🛑", "warning": "⚠️", "info": "ℹ️"}
 
 
 @st.cache_resource
@@ -135,7 +135,7 @@ def live():
     alerts = lz.store.alerts(job_id)
     st.subheader(f"Alerts ({len(alerts)})")
     for a in alerts:
-        with st.expander(f"{ICON.get(a['severity'], '')} {a['alert_id']} — {a['message'].split(':')[0]}",
+        with st.expander(f"{SEVERITY_ICON.get(a['severity'], '')} {a['alert_id']} — {a['message'].split(':')[0]}",
                          expanded=a["severity"] == "error"):
             st.write(a["message"])
             st.code(a["evidence"] or "")

@@ -6,6 +6,10 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from grpo_ui.findings import SEVERITY_ICON
+from grpo_ui.spec import ARGS_BY_PATH
+from grpo_ui.ui_state import load_draft
+
 APP = str(Path(__file__).parent.parent / "app.py")
 OLD_SCRIPT = """NPROC_PER_NODE=4 CUDA_VISIBLE_DEVICES=0,1,2,3 swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-7B-Instruct \\
   --train_type lora --use_vllm true --vllm_mode colocate --vllm_gpu_memory_utilization 0.4 --dataset my.jsonl \\
@@ -16,6 +20,12 @@ OLD_SCRIPT = """NPROC_PER_NODE=4 CUDA_VISIBLE_DEVICES=0,1,2,3 swift rlhf --rlhf_
 def app(tmp_path, monkeypatch):
     monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
     return AppTest.from_file(APP, default_timeout=60).run()
+
+
+def field(at, path):
+    """The text field for a spec path, after choosing its section (only that section's fields are drawn)."""
+    at.button_group(key="section").set_value(ARGS_BY_PATH[path].group).run()
+    return at.text_input(key=f"f:{path}")
 
 
 def labels(at):
@@ -29,31 +39,39 @@ def zip_button(at):
 def test_starts_from_a_preset_that_validates_and_fits(app):
     assert not app.exception
     assert [m.value for m in app.metric][0] == "FITS"
-    assert not any(label.startswith("🛑") for label in labels(app))
+    assert not any(label.startswith(SEVERITY_ICON["error"]) for label in labels(app))
     assert not zip_button(app).proto.disabled
 
 
 def test_invalid_batch_shows_error_next_to_field_and_blocks_export(app):
-    app.text_input(key="f:train.num_generations").set_value("7").run()
-    assert any(label.startswith("🛑 GRPO-BATCH-DIV") for label in labels(app))
+    field(app, "train.num_generations").set_value("7").run()
+    assert any(label.startswith(SEVERITY_ICON["error"] + " GRPO-BATCH-DIV") for label in labels(app))
     beside = [m.value for m in app.markdown if "GRPO-BATCH-DIV" in m.value]
     assert beside and "num_generations (7)" in beside[0]
     assert zip_button(app).proto.disabled
-    app.text_input(key="f:train.num_generations").set_value("8").run()
+    field(app, "train.num_generations").set_value("8").run()
     assert not any("GRPO-BATCH-DIV" in label for label in labels(app))
     assert not zip_button(app).proto.disabled
 
 
+def test_a_value_survives_its_section_being_hidden(app):
+    field(app, "train.num_generations").set_value("16").run()
+    field(app, "train.lora_rank").run()  # another section drawn: num_generations' widget is gone
+    assert not any(t.key == "f:train.num_generations" for t in app.text_input)
+    assert load_draft().train.num_generations == 16  # the spec the page built (saved as the draft) still has it
+    assert field(app, "train.num_generations").value == "16"
+
+
 def test_bad_text_names_the_field(app):
-    app.text_input(key="f:train.lora_rank").set_value("sixteen").run()
+    field(app, "train.lora_rank").set_value("sixteen").run()
     assert any("train.lora_rank" in e.value for e in app.error)
 
 
 def test_estimate_follows_the_form_and_fit_advice_applies(app):
     before = app.metric[1].value
-    app.text_input(key="f:train.lora_rank").set_value("256").run()  # adapters + their states: resident in both phases
+    field(app, "train.lora_rank").set_value("256").run()  # adapters + their states: resident in both phases
     assert app.metric[1].value != before
-    app.text_input(key="f:rollout.vllm_gpu_memory_utilization").set_value("0.9").run()
+    field(app, "rollout.vllm_gpu_memory_utilization").set_value("0.9").run()
     assert app.metric[0].value == "OOM"
     fit = [b for b in app.button if b.label.startswith("Make it fit")]
     assert fit
@@ -64,17 +82,17 @@ def test_estimate_follows_the_form_and_fit_advice_applies(app):
 def test_import_fills_the_form_and_reports_renamed_flags(app):
     app.text_area(key="import_text").set_value(OLD_SCRIPT).run()
     next(b for b in app.button if b.label == "Import").click().run()
-    assert app.text_input(key="f:train.dataset").value == "my.jsonl"
-    assert app.text_input(key="f:train.num_generations").value == "6"
+    assert field(app, "train.dataset").value == "my.jsonl"
+    assert field(app, "train.num_generations").value == "6"
     assert any("--train_type" in c.value for c in app.caption)
 
 
 def test_draft_survives_an_app_restart(tmp_path, monkeypatch):
     monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
     at = AppTest.from_file(APP, default_timeout=60).run()
-    at.text_input(key="f:train.model").set_value("Qwen/Qwen3-8B").run()
+    field(at, "train.model").set_value("Qwen/Qwen3-8B").run()
     again = AppTest.from_file(APP, default_timeout=60).run()
-    assert again.text_input(key="f:train.model").value == "Qwen/Qwen3-8B"
+    assert field(again, "train.model").value == "Qwen/Qwen3-8B"
 
 
 def test_every_page_renders_with_a_job_in_the_store(tmp_path, monkeypatch):

@@ -89,7 +89,7 @@ def nav(page, name):
 
 
 def set_field(page, label, value, tab="Batch & generation"):
-    page.get_by_role("tab", name=tab).click()
+    page.get_by_role("radio", name=tab, exact=True).click()  # the form's section picker
     box = page.get_by_label(label, exact=True)
     box.fill(value)
     box.press("Enter")
@@ -104,12 +104,19 @@ def test_configure_in_the_browser(app_url, page, tmp_path):
 
     def metrics():
         return page.locator('[data-testid="stMetric"]').all_inner_texts()
+
+    def metrics_change_from(before):
+        """The metrics once the rerun has replaced ``before`` (a loaded machine may take longer than set_field)."""
+        for _ in range(60):
+            if (now := metrics()) != before:
+                return now
+            page.wait_for_timeout(500)
+        raise AssertionError(f"the estimate did not change from {before}")
     tiny = metrics()
     set_field(page, "model", "Qwen/Qwen2.5-7B-Instruct", tab="Model & tuner")
-    seven_b = metrics()
-    assert seven_b != tiny
+    seven_b = metrics_change_from(tiny)
     set_field(page, "max_completion_length", "4096")
-    assert metrics() != seven_b
+    metrics_change_from(seven_b)
     set_field(page, "num_generations", "3")
     page.get_by_text("GRPO-BATCH-DIV").first.wait_for()
     assert page.get_by_role("button", name="Download node scripts (zip)").is_disabled()
