@@ -1,14 +1,13 @@
 """Render a JobSpec into the files that run it: one script per trainer and rollout node, ms-swift YAML per node,
 a Slurm batch script, a secrets template and a README — all from one rendering, so nodes cannot disagree.
 
-Every value reaches bash through ``q`` (shlex.quote); paths through ``shell_path``, which anchors ``~/…`` and relative
-paths at ``"$HOME"``.
+Every value reaches bash through ``grpo_ui.shell`` (the templates' ``q`` filter is ``shell.quote``; paths go through
+``shell.path``).
 """
 
 from __future__ import annotations
 
 import io
-import shlex
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import jinja2
 import yaml
 
-from grpo_ui import rules
+from grpo_ui import rules, shell
 from grpo_ui.findings import Finding, finding
 from grpo_ui.spec import JobSpec, Node, parse_version
 from grpo_ui.swift_cli import TRAIN_FLAGS, coerce, rollout_command, train_command
@@ -25,24 +24,9 @@ TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 EXECUTABLE = (".sh", ".sbatch")
 
 
-def q(value) -> str:
-    """The one quoting function: any value → one bash word."""
-    return shlex.quote(str(value))
-
-
-def shell_path(path: str) -> str:
-    """A path as one bash word. ``~/…`` and relative paths start at the login's home directory, as SSH and SFTP
-    read them, so a later ``cd`` cannot change what they mean and a leading '-' is never taken for an option."""
-    if path.startswith("/"):
-        return q(path)
-    if path == "~":
-        return '"$HOME"'
-    return '"$HOME"/' + q(path.removeprefix("~/"))
-
-
 _env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                           autoescape=False, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
-_env.filters["q"] = q
+_env.filters["q"] = shell.quote
 
 
 @dataclass
@@ -74,9 +58,9 @@ def run_dir(spec: JobSpec, job_id: str) -> str:
 def _node_context(spec: JobSpec, node: Node, job_id: str) -> dict:
     rd = run_dir(spec, job_id)
     workdir = node.workdir or spec.cluster.workdir
-    return {"job_id": job_id, "run_dir": shell_path(rd), "env": sorted({**spec.env, **node.env}.items()),
-            "python_env": shell_path(node.python_env) if node.python_env else "",
-            "workdir": shell_path(workdir) if workdir else '"$RUN_DIR"',
+    return {"job_id": job_id, "run_dir": shell.path(rd), "env": sorted({**spec.env, **node.env}.items()),
+            "python_env": shell.path(node.python_env) if node.python_env else "",
+            "workdir": shell.path(workdir) if workdir else '"$RUN_DIR"',
             "cuda_visible_devices": ",".join(map(str, node.gpus))}
 
 

@@ -438,6 +438,3 @@ def _node_disagreements(trainers) -> list[Finding]:
                                    f"{key}={base.env.get(key)}.", f"Use the same {key} on every node."))
     return out
 
-
-def shell_join(argv: list[str]) -> str:
-    return " ".join(shlex.quote(a) for a in argv)

@@ -4,8 +4,9 @@ import shlex
 
 import pytest
 
+from grpo_ui.shell import join as shell_join
 from grpo_ui.spec import JobSpec, spec_to_yaml, with_changes
-from grpo_ui.swift_cli import dialect_of, import_scripts, parse_script, rollout_command, shell_join, train_command
+from grpo_ui.swift_cli import dialect_of, import_scripts, parse_script, rollout_command, train_command
 
 BASE = {"train.model": "Qwen/Qwen2.5-7B-Instruct", "train.dataset": ["AI-MO/NuminaMath-TIR#1000"],
         "train.reward_funcs": ["accuracy", "format"], "train.num_generations": 4}

@@ -5,8 +5,9 @@ from __future__ import annotations
 import sys
 
 from grpo_ui.findings import format_findings, has_errors
+from grpo_ui.shell import join
 from grpo_ui.spec import load_spec
-from grpo_ui.swift_cli import rollout_command, shell_join, train_command
+from grpo_ui.swift_cli import rollout_command, train_command
 
 
 def add_parser(sub) -> None:
@@ -21,8 +22,8 @@ def run(args) -> int:
     spec = load_spec(args.spec)
     cmd = (rollout_command if args.rollout else train_command)(spec, args.swift)
     for key, value in cmd.env.items():
-        print(f"export {key}={shell_join([value])}")
-    print(shell_join(["swift", *cmd.argv]))
+        print(f"export {key}={join([value])}")
+    print(join(["swift", *cmd.argv]))
     if cmd.findings:
         print(format_findings(cmd.findings), file=sys.stderr)
     return 1 if has_errors(cmd.findings) else 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import posixpath
 import time
 
+from grpo_ui import shell
 from grpo_ui.monitor.doctor import DUTY_WINDOW_S, Snapshot, diagnose
 from grpo_ui.monitor.logs import LogTail
 from grpo_ui.monitor.metrics import (
@@ -20,7 +21,6 @@ from grpo_ui.monitor.metrics import (
 )
 from grpo_ui.remote.launcher import Launcher
 from grpo_ui.remote.ssh import SshError
-from grpo_ui.render import q, shell_path
 from grpo_ui.spec import JobSpec, spec_from_yaml
 
 LOGGING_PATH = "logging_jsonl"  # job_meta key: where rank 0 writes logging.jsonl, once known
@@ -119,8 +119,8 @@ class Watcher:
         out = spec.train.output_dir or "output"
         out = out if out.startswith("/") else "./" + out  # swift's own argument: relative to the workdir
         script = f"{n['run_dir']}/{n['script']}"
-        res = runner.run(f"cd {shell_path(workdir)} && find {q(out)} -maxdepth 2 -name logging.jsonl "
-                         f"-newer {shell_path(script)} -printf '%T@ %p\\n' 2>/dev/null", timeout=20)
+        res = runner.run(f"cd {shell.path(workdir)} && find {shell.quote(out)} -maxdepth 2 -name logging.jsonl "
+                         f"-newer {shell.path(script)} -printf '%T@ %p\\n' 2>/dev/null", timeout=20)
         stamped = [line.split(" ", 1) for line in res.out.splitlines() if " " in line]
         if not stamped:
             return None

@@ -15,17 +15,17 @@ pid, process group and start time go to SQLite, and exit codes come from the run
 from __future__ import annotations
 
 import io
-import shlex
 import tarfile
 import time
 from dataclasses import dataclass
 
+from grpo_ui import shell
 from grpo_ui.check import check
 from grpo_ui.findings import format_findings
 from grpo_ui.remote.preflight import preflight as run_preflight
 from grpo_ui.remote.runner import Runner, parallel, runner_for
 from grpo_ui.remote.ssh import Pool, SshError
-from grpo_ui.render import Bundle, render, run_dir, shell_path
+from grpo_ui.render import Bundle, render, run_dir
 from grpo_ui.spec import JobSpec, spec_from_yaml, spec_to_yaml
 from grpo_ui.store import Store
 
@@ -91,7 +91,7 @@ def _payload(bundle: Bundle, r: NodeRun, secrets: dict[str, str] | None) -> byte
     """A tar archive of what the node needs: its script (0755) and, if any, the secrets file (0600)."""
     files = {r.script: (bundle.files[r.script], 0o755)}
     if secrets:
-        files["secrets.env"] = ("".join(f"{k}={shlex.quote(v)}\n" for k, v in secrets.items()), 0o600)
+        files["secrets.env"] = ("".join(f"{k}={shell.quote(v)}\n" for k, v in secrets.items()), 0o600)
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for name, (text, mode) in files.items():
@@ -180,7 +180,7 @@ class Launcher:
         # after the ")" that ends the command name, field 3 is the process group and field 20 the start time.
         # --norc: a `bash -c` under sshd sources ~/.bashrc (Debian builds bash to, when SSH_CLIENT is set and SHLVL
         # < 2, which exec resets): slow (conda/pyenv init) and it could change the job's environment.
-        cmd = (f"mkdir -p {shell_path(rd)} && cd {shell_path(rd)} && tar -x --no-same-owner -f - || exit 1; "
+        cmd = (f"mkdir -p {shell.path(rd)} && cd {shell.path(rd)} && tar -x --no-same-owner -f - || exit 1; "
                f"read -r pid < <({token} setsid nohup bash --norc -c 'echo $$ > {name}.pid; echo $$; "
                f"exec bash {r.script} > {r.log} 2>&1' < /dev/null 2> /dev/null); "
                f"for _ in $(seq {round(SETTLE / 0.05)}); do [ -e /proc/$pid ] || break; sleep 0.05; done; "
@@ -213,7 +213,7 @@ class Launcher:
         for r in rollouts:
             host, port = endpoints[r.index]
             if f"{host}:{port}" in down:
-                tail = runners[r.index].run(f"tail -n 20 {shell_path(rd)}/{r.log}", timeout=10).out
+                tail = runners[r.index].run(f"tail -n 20 {shell.path(rd)}/{r.log}", timeout=10).out
                 failed.append((r, SshError(r.host, f"rollout server {host}:{port} did not answer /health/ within "
                                                    f"{timeout:.0f} s\n{tail}")))
             else:
@@ -243,9 +243,9 @@ class Launcher:
         """
         token = run_token(self.store.job(job_id), _run_of(node))
         group = (f"g={int(node['pgid'])}; s=$(cat /proc/$g/stat 2>/dev/null) && set -- ${{s##*) }} && "
-                 f"[ \"${{20}}\" = {shlex.quote(str(node['proc_start']))} ] && grp=1; "
+                 f"[ \"${{20}}\" = {shell.quote(str(node['proc_start']))} ] && grp=1; "
                  if node.get("pgid") and node.get("proc_start") else "")
-        cmd = (FIND + f"t={shlex.quote(token)}; grp=; {group}"
+        cmd = (FIND + f"t={shell.quote(token)}; grp=; {group}"
                'members() { find_job "$t"; [ -n "$grp" ] && ps -eo pid=,pgid= | awk -v g="$g" \'$2 == g {print $1}\'; }; '
                'pids=$(members); [ -z "$pids" ] && echo gone && exit 0; '
                f"kill -TERM $pids 2>/dev/null; for _ in $(seq {int(grace * 5)}); do sleep 0.2; "
@@ -294,7 +294,7 @@ class Launcher:
 
         def probe(n):
             r = _run_of(n)
-            rd = shell_path(n["run_dir"])
+            rd = shell.path(n["run_dir"])
             cmd = (f'if [ "$(cut -d" " -f22 /proc/{n["pid"]}/stat 2>/dev/null)" = "{n["proc_start"]}" ]; '
                    f"then echo running; elif [ -f {rd}/{r.exit_file} ]; then echo \"exited $(cat {rd}/{r.exit_file})"
                    f" $(stat -c %.3Y {rd}/{r.exit_file})\"; else echo dead; fi")
@@ -337,7 +337,7 @@ class Launcher:
         log = n["script"].removesuffix(".sh") + ".log"
         try:
             return self.runner(spec, node_index).run(
-                f"tail -n {lines} {shell_path(n['run_dir'])}/{log}", timeout=20).out
+                f"tail -n {lines} {shell.path(n['run_dir'])}/{log}", timeout=20).out
         except SshError as e:
             return f"(log unavailable: {e})"
 

@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-import shlex
 import time
 from dataclasses import dataclass, field
 
+from grpo_ui import shell
 from grpo_ui.findings import Finding, finding
 from grpo_ui.remote.runner import Runner, parallel, runner_for
 from grpo_ui.remote.ssh import Pool, SshError, UnknownHostKey
-from grpo_ui.render import shell_path
 from grpo_ui.spec import JobSpec, Node, parse_version
 
 PACKAGES = ("ms-swift", "torch", "vllm", "trl", "transformers", "deepspeed")
@@ -87,7 +86,7 @@ def _local_paths(spec: JobSpec, index: int) -> dict[str, str]:
 def _activate(python_env: str | None) -> str:
     if not python_env:
         return ""
-    env = shell_path(python_env)
+    env = shell.path(python_env)
     return f"export PATH={env}/bin:$PATH; "
 
 
@@ -99,7 +98,7 @@ def _probe(spec: JobSpec, index: int, runner: Runner) -> HostFacts:
     nvml = node.is_local and _nvml_facts(facts)
     code = PROBE % {"packages": PACKAGES, "paths": _local_paths(spec, index), "root": spec.cluster.run_root}
     gpu = "" if nvml else f"; echo '#gpu'; {GPU_COMMAND} 2> /dev/null; true"
-    res = runner.run(_activate(node.python_env) + f"python3 -c {shlex.quote(code)} || exit $?{gpu}", timeout=60)
+    res = runner.run(_activate(node.python_env) + f"python3 -c {shell.quote(code)} || exit $?{gpu}", timeout=60)
     if res.rc:
         facts.error = f"python probe failed in {node.python_env or 'the login environment'}: {res.err.strip()[-300:]}"
         return facts
@@ -181,7 +180,7 @@ def _unreachable(runner: Runner, endpoints: list[tuple[str, int]]) -> list[tuple
 def _listen(runner: Runner, node: Node, ports: list[int]) -> str:
     """Listen on the ports on that node for at most 15 s (nothing of the job runs yet); returns the listener's pid
     once the last port accepts connections."""
-    cmd = (_activate(node.python_env) + f"nohup python3 -c {shlex.quote(LISTEN)} {' '.join(map(str, ports))} "
+    cmd = (_activate(node.python_env) + f"nohup python3 -c {shell.quote(LISTEN)} {' '.join(map(str, ports))} "
            f"> /dev/null 2>&1 & pid=$!; for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/{ports[-1]}) "
            "2>/dev/null && break; sleep 0.05; done; echo $pid")
     return runner.run(cmd, timeout=20).out.strip()
