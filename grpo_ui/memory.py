@@ -186,7 +186,7 @@ def find_arch(model: str) -> ModelArch:
 
 def inputs_from_spec(spec: JobSpec, gpu: str | None = None, arch: ModelArch | None = None) -> Inputs:
     t, r, s = spec.train, spec.rollout, spec.server
-    arch = arch or find_arch(t.model)
+    arch = arch or find_arch(t.model or "")
     compute = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, None: 2.0}[t.torch_dtype]
     dtype = {4: 0.5625, 8: 1.0625}[t.quant_bits] if t.quant_bits else compute  # packed weights + group scales
     stage, off_opt, off_par = _zero(t.deepspeed)

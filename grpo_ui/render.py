@@ -38,6 +38,7 @@ class Bundle:
     findings: list[Finding] = field(default_factory=list)
     node_files: dict[int, str] = field(default_factory=dict)      # trainer node index in cluster.nodes → file
     rollout_files: dict[int, str] = field(default_factory=dict)   # rollout node index → file
+    added: list[tuple[str, str]] = field(default_factory=list)    # flags grpo-ui added on its own, with why
 
     def zip_bytes(self) -> bytes:
         buf = io.BytesIO()
@@ -94,7 +95,7 @@ def render(spec: JobSpec, job_id: str) -> Bundle:
     rollouts = [(i, n) for i, n in enumerate(spec.cluster.nodes) if n.role == "rollout"]
     server_mode = spec.rollout.use_vllm and spec.rollout.vllm_mode == "server"
     files: dict[str, str] = {}
-    bundle = Bundle(job_id, files, findings)
+    bundle = Bundle(job_id, files, findings, added=list(train.added))
     common = {"nnodes": len(trainers), "master_addr": spec.master_addr(), "master_port": spec.cluster.master_port,
               "nproc": spec.nproc_per_node(), "argv": train.argv,
               "servers": spec.server_endpoints() if server_mode else [],
@@ -117,6 +118,7 @@ def render(spec: JobSpec, job_id: str) -> Bundle:
     if server_mode and rollouts:
         roll = rollout_command(spec)
         findings += roll.findings
+        bundle.added += [(f"{flags} (swift rollout)", why) for flags, why in roll.added]
         for k, (i, node) in enumerate(rollouts):
             ctx = {**_node_context(spec, node, job_id), "index": k, "argv": roll.argv}
             name = f"rollout_{k}.sh"

@@ -18,6 +18,7 @@ from grpo_ui.spec import BUILTIN_REWARDS, JobSpec, parse_version
 RULES: dict[str, tuple[str, str]] = {
     "SPEC-MODEL-MISSING": ("a model is given", "swift arg parsing"),
     "SPEC-DATASET-MISSING": ("a training dataset is given", "V2"),
+    "IMPORT-UNRESOLVED": ("no value is left to the imported script's shell", "import"),
     "TRUNCATION-STRATEGY": ("GRPO allows only left or delete truncation", "V4"),
     "REF-MODEL-LORA": ("no ref_model with LoRA", "V5"),
     "SOFT-OVERLONG-CACHE": ("soft_overlong needs soft_cache_length < soft_max_length", "V6"),
@@ -135,7 +136,7 @@ def beta(spec: JobSpec) -> float:
 
 
 def model_size_b(spec: JobSpec) -> float | None:
-    return model_params_b(spec.train.model)
+    return model_params_b(spec.train.model or "")
 
 
 def gpu_memory_gib(spec: JobSpec) -> float | None:
@@ -157,12 +158,20 @@ def _near(values, current, k=2) -> list[int]:
 @rule
 def required_inputs(spec):
     t = spec.train
-    if not t.model.strip():
+    if not (t.model or "").strip():
         yield finding("SPEC-MODEL-MISSING", "error", "train.model", "No model is set.",
                       "Set train.model to a hub id (e.g. Qwen/Qwen2.5-7B-Instruct) or a local path on every node.")
     if not t.dataset:
         yield finding("SPEC-DATASET-MISSING", "error", "train.dataset", "No training dataset is set.",
                       "Add a dataset: a hub id, optionally with #N samples, or a local .jsonl path.")
+
+
+@rule
+def unresolved(spec):
+    for path, text in spec.unresolved.items():
+        yield finding("IMPORT-UNRESOLVED", "error", path, f"{path} is `{text}` in the imported script: a value only "
+                      "the shell that ran it knew (a variable it never set, $(…), ~ or a script argument).",
+                      f"Fill in {path} with the value it has when the script runs.")
 
 
 @rule
@@ -249,7 +258,7 @@ def server_mode(spec):
         yield finding("VLLM-SERVER-NO-HOST", "error", ("rollout.vllm_server_host", "cluster.nodes"),
                       "Server mode needs rollout servers: no rollout node and no vllm_server_host is set.",
                       "Add a node with role rollout on the Cluster page, or set rollout.vllm_server_host.")
-    hosts, ports, groups = r.vllm_server_host, r.vllm_server_port, r.vllm_server_group_port
+    hosts, ports, groups = r.vllm_server_host or [], r.vllm_server_port, r.vllm_server_group_port or []
     if hosts and len(ports) != len(hosts):
         yield finding("VLLM-SERVER-PORTS", "error", ("rollout.vllm_server_host", "rollout.vllm_server_port"),
                       f"{len(hosts)} server host(s) but {len(ports)} port(s): the lists must have the same length.",
@@ -258,7 +267,7 @@ def server_mode(spec):
     if groups and len(groups) not in (1, n):
         yield finding("VLLM-SERVER-PORTS", "error", "rollout.vllm_server_group_port",
                       f"{len(groups)} group ports for {n} servers: give one, or one per server.",
-                      "Clear vllm_server_group_port to use 51216 + i.", {"rollout.vllm_server_group_port": []})
+                      "Clear vllm_server_group_port to use 51216 + i.", {"rollout.vllm_server_group_port": None})
     if r.vllm_max_model_len is not None:
         yield finding("VLLM-SERVER-MAX-LEN", "warning", "rollout.vllm_max_model_len",
                       "vllm_max_model_len on the trainer is ignored in server mode.",
@@ -421,7 +430,7 @@ def eval_batch(spec):
 @rule
 def rewards(spec):
     t = spec.train
-    sources = len(t.reward_funcs) + len(t.reward_model)
+    sources = len(t.reward_funcs) + len(t.reward_model or [])
     if not sources and not t.multi_turn_scheduler:
         yield finding("REWARD-MISSING", "error", "train.reward_funcs", "No reward_funcs and no reward_model: GRPO "
                       "has nothing to optimise.", "Add a reward function (e.g. accuracy, format) or a reward model.",
@@ -437,9 +446,9 @@ def rewards(spec):
                       f"Number of reward weights ({len(t.reward_weights)}) must match the number of reward "
                       f"functions and models ({sources}).", f"Give {sources} weights, or clear reward_weights.",
                       {"train.reward_weights": None})
-    if t.reward_model_plugin and len(t.reward_model_plugin) != len(t.reward_model):
+    if t.reward_model_plugin and len(t.reward_model_plugin) != len(t.reward_model or []):
         yield finding("REWARD-PLUGIN-COUNT", "error", ("train.reward_model_plugin", "train.reward_model"),
-                      f"{len(t.reward_model_plugin)} reward_model_plugin(s) for {len(t.reward_model)} reward "
+                      f"{len(t.reward_model_plugin)} reward_model_plugin(s) for {len(t.reward_model or [])} reward "
                       "model(s).", "Give one plugin per reward model.")
     if t.loss_type == "real" and t.scale_rewards not in (None, "none"):
         yield finding("LOSS-REAL-SCALE", "warning", ("train.loss_type", "train.scale_rewards"),
@@ -540,7 +549,7 @@ def cluster(spec):
                       f"NNODES is {len(trainers)} but MASTER_ADDR is {master} (or a trainer is localhost): the other "
                       "nodes cannot reach a loopback address and would hang at rendezvous.",
                       "Use node 0's routable IP or hostname (set cluster.master_addr or node 0's address).")
-    relative = [v for v in (spec.train.model, *spec.train.dataset) if v.startswith(".")]
+    relative = [v for v in (spec.train.model or "", *spec.train.dataset) if v.startswith(".")]
     homeless = [n.host for n in trainers if not (n.workdir or spec.cluster.workdir)]
     if relative and homeless:
         yield finding("PATH-RELATIVE-NO-WORKDIR", "error", ("cluster.workdir", "train.model", "train.dataset"),

@@ -3,6 +3,11 @@
 Every ms-swift argument is declared once, with ``arg()``: its default, bounds, help text, form group, flag name and
 the ms-swift versions that accept it. The form, the validation, the argv rendering, YAML and the docs derive from it.
 Field names are the ms-swift 4.x flag names.
+
+Set vs default: a field of ``train``, ``rollout`` or ``server`` is *set* when it is in that section's
+``model_fields_set`` (the user, a preset, an imported script or the YAML gave it); otherwise ms-swift's own default for
+the target version applies. Declared defaults are ms-swift's (a test checks them against its argument classes), so
+rules read effective values from unset fields; rendering, YAML export and presets carry exactly the set fields.
 """
 
 from __future__ import annotations
@@ -45,19 +50,18 @@ def parse_version(text: str) -> tuple[int, int, int]:
 
 def arg(default: Any, help: str, *, group: str, flag: str | None = None, since: str | None = None,
         until: str | None = None, old_name: str | None = None, renamed_in: str | None = None,
-        always: bool = False, choices: tuple | None = None, old_default: tuple[Any, str] | None = None,
+        choices: tuple | None = None, old_default: tuple[Any, str] | None = None,
         **bounds) -> Any:
     """Declare one ms-swift argument.
 
     since/until: first version that accepts it / first version that no longer does.
     old_name/renamed_in: the flag was called ``old_name`` before ``renamed_in``.
-    always: emit the flag even when it equals the default (core settings stay explicit on every node).
     choices: suggested values for free-text fields (the form offers them).
-    old_default: (value, version): ms-swift's own default was ``value`` before ``version``, so the flag is written
-    for older targets whenever the spec's value differs from it.
+    old_default: (value, version): ms-swift's own default was ``value`` before ``version`` (what an unset field means
+    for older targets).
     """
     extra = {"group": group, "flag": flag, "since": since, "until": until, "old_name": old_name,
-             "renamed_in": renamed_in, "always": always, "choices": list(choices) if choices else None,
+             "renamed_in": renamed_in, "choices": list(choices) if choices else None,
              "old_default": list(old_default) if old_default else None}
     factory = None
     if isinstance(default, (list, dict)):
@@ -84,19 +88,19 @@ class TrainArgs(_Section):
     """Arguments of ``swift rlhf --rlhf_type grpo`` other than rollout/vLLM."""
 
     # model & tuner
-    model: str = arg("", "Hub id or local path of the policy model.", group="model", always=True)
+    model: str | None = arg(None, "Hub id or local path of the policy model.", group="model")
     model_type: str | None = arg(None, "ms-swift model type; auto-detected from the model when empty.", group="model")
     template: str | None = arg(None, "Chat template; auto-detected when empty.", group="model")
     system: str | None = arg(None, "System prompt, or a path to a text file with it.", group="model")
     tuner_type: Literal[TUNER_TYPES] = arg("lora", "lora trains adapters on a frozen base; full trains every weight.",
-                                           group="model", old_name="train_type", renamed_in="4.0", always=True)
+                                           group="model", old_name="train_type", renamed_in="4.0")
     lora_rank: int = arg(8, "LoRA rank r.", group="model", ge=1, le=1024)
     lora_alpha: int = arg(32, "LoRA alpha (scale = alpha / r).", group="model", ge=1)
     lora_dropout: float = arg(0.05, "LoRA dropout.", group="model", ge=0, lt=1)
     target_modules: list[str] = arg(["all-linear"], "Modules that get LoRA adapters: all-linear or name suffixes.",
                                     group="model")
     torch_dtype: Literal["bfloat16", "float16", "float32"] | None = arg(
-        "bfloat16", "Parameter dtype; empty = from config.json.", group="model", always=True)
+        None, "Parameter dtype; empty = from config.json.", group="model")
     attn_impl: str | None = arg(None, "Attention kernel; padding_free needs flash_attn.", group="model",
                                 choices=("flash_attn", "sdpa", "eager"))
     quant_bits: Literal[4, 8] | None = arg(None, "Load the base model quantized (QLoRA).", group="model")
@@ -110,8 +114,7 @@ class TrainArgs(_Section):
                                 group="model")
 
     # batch & generation
-    per_device_train_batch_size: int = arg(1, "Completions per device per micro-step.", group="batch", ge=1,
-                                           always=True)
+    per_device_train_batch_size: int = arg(1, "Completions per device per micro-step.", group="batch", ge=1)
     per_device_eval_batch_size: int = arg(1, "Completions per device per eval step.", group="batch", ge=1)
     gradient_accumulation_steps: int | None = arg(None, "Micro-steps per optimizer step (GRPO default 1).",
                                                   group="batch", ge=1)
@@ -119,16 +122,16 @@ class TrainArgs(_Section):
                                             "steps_per_generation).", group="batch", ge=1, since="3.5")
     steps_per_generation: int | None = arg(None, "Optimizer micro-steps per rollout (default "
                                            "gradient_accumulation_steps).", group="batch", since="3.5")
-    num_generations: int = arg(8, "Completions per prompt (the group size G).", group="batch", ge=1, always=True)
+    num_generations: int = arg(8, "Completions per prompt (the group size G).", group="batch", ge=1)
     num_generations_eval: int | None = arg(None, "Completions per prompt at evaluation (default num_generations).",
                                            group="batch", ge=1, since="3.12")
     max_length: int | None = arg(None, "Prompt length limit in tokens (GRPO).", group="batch", ge=1)
-    max_completion_length: int = arg(512, "Longest completion in tokens.", group="batch", ge=1, always=True)
+    max_completion_length: int = arg(512, "Longest completion in tokens.", group="batch", ge=1)
     truncation_strategy: Literal["left", "delete", "right", "split"] | None = arg(
         None, "Over-long prompts: left-truncate or delete (GRPO allows only these two).", group="batch")
     temperature: float = arg(0.9, "Sampling temperature for rollouts.", group="batch", ge=0)
-    top_k: int = arg(-1, "Top-k sampling (-1 = off).", group="batch", always=True)
-    top_p: float = arg(1.0, "Top-p sampling.", group="batch", gt=0, le=1, always=True)
+    top_k: int = arg(-1, "Top-k sampling (-1 = off).", group="batch", old_default=(50, "4.1"))
+    top_p: float = arg(1.0, "Top-p sampling.", group="batch", gt=0, le=1, old_default=(0.9, "4.1"))
     repetition_penalty: float = arg(1.0, "Repetition penalty.", group="batch", gt=0)
     stop_words: list[str] = arg([], "Extra stop words for generation.", group="batch")
 
@@ -156,11 +159,12 @@ class TrainArgs(_Section):
 
     # reward
     reward_funcs: list[str] = arg([], "Reward functions: built-in names or ones registered by external_plugins.",
-                                  group="reward", always=True, choices=BUILTIN_REWARDS)
+                                  group="reward", choices=BUILTIN_REWARDS)
     reward_weights: list[float] | None = arg(None, "One weight per reward function and reward model.",
                                              group="reward")
-    reward_model: list[str] = arg([], "Reward models (hub ids or paths), scored after reward_funcs.", group="reward")
-    reward_model_plugin: list[str] = arg([], "One plugin per reward model.", group="reward")
+    reward_model: list[str] | None = arg(None, "Reward models (hub ids or paths), scored after reward_funcs.",
+                                         group="reward")
+    reward_model_plugin: list[str] | None = arg(None, "One plugin per reward model.", group="reward")
     external_plugins: list[str] = arg([], "Python files that register rewards or schedulers.", group="reward")
     soft_max_length: int | None = arg(None, "soft_overlong: length where the penalty reaches its maximum.",
                                       group="reward", ge=1)
@@ -170,7 +174,7 @@ class TrainArgs(_Section):
     max_turns: int | None = arg(None, "Maximum turns for multi-turn rollouts.", group="reward", ge=1)
 
     # data
-    dataset: list[str] = arg([], "Training datasets: id_or_path[:subset][#N].", group="data", always=True)
+    dataset: list[str] = arg([], "Training datasets: id_or_path[:subset][#N].", group="data")
     val_dataset: list[str] = arg([], "Validation datasets.", group="data")
     split_dataset_ratio: float = arg(0.0, "Fraction of the training set held out for evaluation.", group="data",
                                      ge=0, lt=1, old_default=(0.01, "3.6"))
@@ -199,9 +203,9 @@ class TrainArgs(_Section):
     resume_from_checkpoint: str | None = arg(None, "Checkpoint directory to resume from.", group="training")
 
     # output & logging
-    output_dir: str | None = arg("output", "Where runs are written (a versioned vN-YYYYMMDD-HHMMSS dir inside).",
-                                 group="output", always=True)
-    logging_steps: int = arg(5, "Log metrics every N steps.", group="output", ge=1, always=True)
+    output_dir: str | None = arg(None, "Where runs are written (a versioned vN-YYYYMMDD-HHMMSS dir inside); "
+                                 "default output/<model name>.", group="output")
+    logging_steps: int = arg(5, "Log metrics every N steps.", group="output", ge=1)
     save_strategy: Literal["steps", "epoch", "no"] = arg("steps", "When to save checkpoints.", group="output")
     save_steps: int = arg(500, "Save every N steps.", group="output", ge=1)
     save_total_limit: int | None = arg(None, "Keep at most N checkpoints.", group="output", ge=1)
@@ -226,11 +230,10 @@ class TrainArgs(_Section):
 class RolloutArgs(_Section):
     """Trainer-side rollout settings: vLLM colocated with training, or external ``swift rollout`` servers."""
 
-    use_vllm: bool = arg(True, "Generate with vLLM (off: slow transformers generate).", group="rollout",
-                         always=True)
+    use_vllm: bool = arg(False, "Generate with vLLM (off: slow transformers generate).", group="rollout")
     vllm_mode: Literal["colocate", "server"] | None = arg(
-        "colocate", "colocate: vLLM shares the training GPUs; server: separate swift rollout nodes.",
-        group="rollout", since="3.5", always=True)
+        None, "colocate: vLLM shares the training GPUs; server: separate swift rollout nodes.",
+        group="rollout", since="3.5")
     vllm_gpu_memory_utilization: float = arg(0.9, "Share of each GPU vLLM reserves (colocate).", group="rollout",
                                              gt=0, le=1)
     vllm_max_model_len: int | None = arg(None, "vLLM context length (colocate); default from the model.",
@@ -255,11 +258,11 @@ class RolloutArgs(_Section):
     move_model_batches: int | None = arg(None, "Sync weights to vLLM in N layer batches (ZeRO-3).",
                                          group="rollout", ge=1)
     async_generate: bool = arg(False, "Server mode: roll out the next batch while training.", group="rollout")
-    vllm_server_host: list[str] = arg([], "Rollout server hosts (default: the rollout nodes of the cluster).",
-                                      group="rollout", since="3.3.1")
+    vllm_server_host: list[str] | None = arg(None, "Rollout server hosts (default: the rollout nodes of the "
+                                             "cluster).", group="rollout", since="3.3.1")
     vllm_server_port: list[int] = arg([8000], "One HTTP port per server host.", group="rollout", since="3.3.1")
-    vllm_server_group_port: list[int] = arg([], "NCCL weight-sync ports (default 51216 + i).", group="rollout",
-                                            since="3.12")
+    vllm_server_group_port: list[int] | None = arg(None, "NCCL weight-sync ports (default 51216 + i).",
+                                                   group="rollout", since="3.12")
     vllm_server_timeout: float = arg(240.0, "Seconds the trainer waits for the servers' /health/.",
                                      group="rollout", gt=0)
 
@@ -268,9 +271,9 @@ class ServerArgs(_Section):
     """Arguments of ``swift rollout`` on rollout nodes (server mode)."""
 
     vllm_tensor_parallel_size: int = arg(1, "Tensor parallel size per vLLM engine.", group="server", ge=1,
-                                         old_name="tensor_parallel_size", renamed_in="3.7", always=True)
+                                         old_name="tensor_parallel_size", renamed_in="3.7")
     vllm_data_parallel_size: int = arg(1, "vLLM engines per rollout node (TP × DP ≤ GPUs).", group="server",
-                                       ge=1, old_name="data_parallel_size", renamed_in="3.7", always=True)
+                                       ge=1, old_name="data_parallel_size", renamed_in="3.7")
     vllm_gpu_memory_utilization: float = arg(0.9, "Share of each rollout GPU vLLM reserves.", group="server",
                                              gt=0, le=1, old_name="gpu_memory_utilization", renamed_in="3.7")
     vllm_max_model_len: int | None = arg(None, "vLLM context length on the server.", group="server", ge=1,
@@ -278,7 +281,7 @@ class ServerArgs(_Section):
     vllm_enable_lora: bool = arg(False, "Accept LoRA adapter syncs.", group="server", since="3.10")
     vllm_max_lora_rank: int = arg(16, "Largest LoRA rank accepted (≥ train lora_rank).", group="server", ge=1,
                                   since="3.10")
-    port: int = arg(8000, "HTTP port of each server.", group="server", ge=1, le=65535, always=True)
+    port: int = arg(8000, "HTTP port of each server.", group="server", ge=1, le=65535)
 
 
 class Node(BaseModel):
@@ -356,6 +359,10 @@ class JobSpec(BaseModel):
     secret_env: list[str] = Field(default_factory=list,
                                   description="Names of secret variables (values live in a 0600 file, never here).")
     extra_args: list[str] = Field(default_factory=list, description="Extra swift rlhf arguments, verbatim.")
+    rollout_extra_args: list[str] = Field(default_factory=list,
+                                          description="Extra swift rollout arguments, verbatim.")
+    unresolved: dict[str, str] = Field(default_factory=dict, description="Values an imported script left to its "
+                                       "caller's shell ({field path: shell text}); each must be filled in.")
 
     @field_validator("swift_version")
     @classmethod
@@ -427,7 +434,6 @@ class ArgDecl:
     until: str | None
     old_name: str | None
     renamed_in: str | None
-    always: bool
     choices: tuple | None
     bounds: dict
     old_default: tuple | None = None  # (ms-swift's default before a version, that version)
@@ -470,7 +476,7 @@ def _decls(section: str, model: type[BaseModel]) -> list[ArgDecl]:
         default = info.get_default(call_default_factory=True)
         out.append(ArgDecl(section, name, info.description or "", sw["group"], sw["flag"] or name, default,
                            info.annotation, sw["since"], sw["until"], sw["old_name"], sw["renamed_in"],
-                           sw["always"], tuple(sw["choices"]) if sw["choices"] else None, _bounds(info),
+                           tuple(sw["choices"]) if sw["choices"] else None, _bounds(info),
                            tuple(sw["old_default"]) if sw.get("old_default") else None))
     return out
 
@@ -507,8 +513,8 @@ def validate_spec(data: dict, source: str = "spec") -> JobSpec:
 
 
 def spec_to_yaml(spec: JobSpec) -> str:
-    """YAML with only what differs from the defaults (plus name and version); loads back to an equal spec."""
-    data = spec.model_dump(mode="json", exclude_defaults=True)
+    """YAML with only the set fields (plus name and version); loads back to an equal spec, set fields included."""
+    data = spec.model_dump(mode="json", exclude_unset=True)
     data = {"name": spec.name, "swift_version": spec.swift_version, **data}
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=120)
 
@@ -555,23 +561,41 @@ def get_path(spec: JobSpec, path: str) -> Any:
     return obj
 
 
+def _set_data(value: Any) -> Any:
+    """A model's set fields as plain data (lists of models too); anything else unchanged."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="python", exclude_unset=True)
+    if isinstance(value, list):
+        return [_set_data(v) for v in value]
+    return value
+
+
+def _field(model: Any, part: str) -> re.Match:
+    m = _PATH_PART.fullmatch(part)
+    if m is None or m[1] not in type(model).model_fields:
+        raise KeyError(part)
+    return m
+
+
 def with_changes(spec: JobSpec, changes: dict[str, Any]) -> JobSpec:
-    """A new, validated spec with ``{dotted path: value}`` applied; SpecError names a bad path or value."""
-    data = spec.model_dump(mode="python")
+    """A new, validated spec with ``{dotted path: value}`` applied; the changed fields become set, the others keep
+    their set/unset state. SpecError names a bad path or value."""
+    data = _set_data(spec)
     for path, value in changes.items():
-        parts = path.split(".")
-        obj = data
+        *parents, leaf = path.split(".")
+        obj, model = data, spec
         try:
-            for part in parts[:-1]:
-                m = _PATH_PART.fullmatch(part)
-                obj = obj[m[1]] if m[2] is None else obj[m[1]][int(m[2])]
-            last = _PATH_PART.fullmatch(parts[-1])
-            if last[2] is None:
-                if last[1] not in obj:
-                    raise KeyError(last[1])
-                obj[last[1]] = value
+            for part in parents:
+                m = _field(model, part)
+                model = getattr(model, m[1])
+                obj = obj.setdefault(m[1], _set_data(model))
+                if m[2] is not None:
+                    model, obj = model[int(m[2])], obj[int(m[2])]
+            m = _field(model, leaf)
+            if m[2] is None:
+                obj[m[1]] = value
             else:
-                obj[last[1]][int(last[2])] = value
+                obj.setdefault(m[1], _set_data(getattr(model, m[1])))[int(m[2])] = value
         except (KeyError, IndexError, TypeError, AttributeError):
             raise SpecError([(path, "no such field")]) from None
     return validate_spec(data)

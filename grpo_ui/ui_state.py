@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
 
-from grpo_ui.spec import ArgDecl, JobSpec, SpecError, spec_from_yaml, spec_to_yaml
+from grpo_ui.spec import ARGS, ArgDecl, JobSpec, SpecError, spec_from_yaml, spec_to_yaml
 
 PRESETS = Path(__file__).parent / "data" / "presets"
 
@@ -76,6 +76,28 @@ def choices(decl: ArgDecl) -> list:
 
 def is_list(decl: ArgDecl) -> bool:
     return typing.get_origin(_parts(decl)[0]) is list
+
+
+def form_value(decl: ArgDecl, spec: JobSpec):
+    """The value a field's widget starts from: the spec's (ms-swift's default when unset), or the shell text an
+    imported script left unresolved there."""
+    if decl.path in spec.unresolved and decl.name not in getattr(spec, decl.section).model_fields_set:
+        return spec.unresolved[decl.path]
+    current = getattr(getattr(spec, decl.section), decl.name)
+    kind = widget_kind(decl)
+    if kind == "checkbox":
+        return bool(current)
+    if kind == "select":
+        options = choices(decl)
+        return current if current in options else options[0]
+    return to_text(decl, current)
+
+
+def changed_fields(spec: JobSpec, values: dict) -> dict:
+    """{path: form value} of the fields the form sets: the ones set before, and the ones whose widget no longer shows
+    its starting value. The others stay unset, so ms-swift's default keeps applying."""
+    return {d.path: values[d.path] for d in ARGS
+            if d.name in getattr(spec, d.section).model_fields_set or values[d.path] != form_value(d, spec)}
 
 
 def to_text(decl: ArgDecl, value) -> str:

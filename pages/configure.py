@@ -11,20 +11,20 @@ from grpo_ui.catalog import gpus
 from grpo_ui.check import check
 from grpo_ui.findings import SEVERITY_ICON, Finding, has_errors, sort_findings
 from grpo_ui.fit import suggest
+from grpo_ui.importer import import_uploads
 from grpo_ui.memory import MemoryReport, UnknownModel, estimate_spec
 from grpo_ui.render import render
 from grpo_ui.spec import (
     ARGS,
+    ARGS_BY_PATH,
     GROUPS,
     SUPPORTED_VERSIONS,
     JobSpec,
     SpecError,
     spec_from_yaml,
     spec_to_yaml,
-    validate_spec,
     with_changes,
 )
-from grpo_ui.swift_cli import import_scripts
 
 NODE_COLUMNS = ("host", "address", "user", "port", "gpus", "gpu_model", "python_env", "role")
 
@@ -46,15 +46,7 @@ def field_value(decl, base: JobSpec):
     """The field's form value: what the user set (kept while its section is hidden), else the base spec's."""
     key = "f:" + decl.path
     if key not in st.session_state:
-        current = getattr(getattr(base, decl.section), decl.name)
-        kind = ui_state.widget_kind(decl)
-        if kind == "checkbox":
-            st.session_state[key] = bool(current)
-        elif kind == "select":
-            options = ui_state.choices(decl)
-            st.session_state[key] = current if current in options else options[0]
-        else:
-            st.session_state[key] = ui_state.to_text(decl, current)
+        st.session_state[key] = ui_state.form_value(decl, base)
     return st.session_state[key]
 
 
@@ -83,18 +75,19 @@ def node_rows(base: JobSpec) -> list[dict]:
 
 
 def build_spec(base: JobSpec, values: dict, nodes: list[dict], cluster: dict) -> tuple[JobSpec, dict[str, str]]:
-    """The spec the form describes, and the fields whose text does not parse (path → message)."""
+    """The spec the form describes, and the fields whose text does not parse (path → message). Only fields set before
+    or changed on the form are set; a value typed over an imported script's unresolved text replaces it."""
     errors: dict[str, str] = {}
     changes = {}
-    for decl in ARGS:
-        raw = values[decl.path]
+    for path, raw in ui_state.changed_fields(base, values).items():
+        decl = ARGS_BY_PATH[path]
         if ui_state.widget_kind(decl) == "text":
             try:
                 raw = ui_state.from_text(decl, raw)
             except ValueError as e:
-                errors[decl.path] = str(e)
+                errors[path] = str(e)
                 continue
-        changes[decl.path] = raw
+        changes[path] = raw
     node_list = []
     for i, row in enumerate(nodes):
         if not row.get("host"):
@@ -107,14 +100,16 @@ def build_spec(base: JobSpec, values: dict, nodes: list[dict], cluster: dict) ->
         node = {k: (row.get(k) or None) for k in NODE_COLUMNS if k not in ("gpus",)}
         node["role"] = node["role"] or "trainer"
         node["port"] = int(node["port"]) if node["port"] else None
-        node_list.append({**node, "gpus": gpus_})
-    data = base.model_dump(mode="python")
-    for path, value in changes.items():
-        section, name = path.split(".")
-        data[section][name] = value
-    data["cluster"] = {**data["cluster"], **cluster, "nodes": node_list or data["cluster"]["nodes"]}
+        old = base.cluster.nodes[i].model_dump(exclude_unset=True) if i < len(base.cluster.nodes) else {}
+        node_list.append({**old, **{k: v for k, v in node.items() if v is not None or k in old}, "gpus": gpus_})
+    changes.update({f"cluster.{k}": v for k, v in cluster.items()})
+    if node_list:
+        changes["cluster.nodes"] = node_list
+    unresolved = {p: t for p, t in base.unresolved.items() if p not in changes}
+    if unresolved != base.unresolved:
+        changes["unresolved"] = unresolved
     try:
-        return validate_spec(data), errors
+        return with_changes(base, changes), errors
     except SpecError as e:
         errors.update(dict(e.problems))
         return base, errors
@@ -161,16 +156,13 @@ with st.sidebar:
     if st.button("Load preset", width="stretch"):
         reset_to(ui_state.presets()[chosen])
         st.rerun()
-    upload = st.file_uploader("Import a launch script or job YAML", type=["sh", "bash", "yaml", "yml", "txt"])
+    uploads = st.file_uploader("Import launch scripts (one per node, with the config YAML they name) or a job YAML",
+                               type=["sh", "bash", "yaml", "yml", "json", "txt"], accept_multiple_files=True)
     pasted = st.text_area("…or paste it", key="import_text", height=100)
-    if st.button("Import", width="stretch", disabled=not (upload or pasted.strip())):
-        text = upload.getvalue().decode() if upload else pasted
-        name = upload.name if upload else "pasted"
+    if st.button("Import", width="stretch", disabled=not (uploads or pasted.strip())):
+        files = {u.name: u.getvalue() for u in uploads} if uploads else {"pasted": pasted.encode()}
         try:
-            if "swift " in text or "swift/cli" in text:
-                imported, notes = import_scripts([(name, text)], base.swift_version)
-            else:
-                imported, notes = spec_from_yaml(text, name), []
+            imported, notes = import_uploads(files, base.swift_version)
             st.session_state["import_notes"] = [f.to_dict() for f in notes]
             reset_to(imported)
             st.rerun()

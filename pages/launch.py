@@ -52,6 +52,8 @@ if chosen.startswith("node_") and chosen != "node_0.sh":
                " line(s)")
     st.code("\n".join(diff), language="diff")
 st.code(text, language="yaml" if chosen.endswith(".yaml") else "bash")
+for flags, why in bundle.added:
+    st.caption(f"{SEVERITY_ICON['info']} grpo-ui adds `{flags}`: {why}")
 for f in (f for f in bundle.findings if f.severity != "error"):
     st.caption(f"{SEVERITY_ICON[f.severity]} {f.id}: {f.message}")
 

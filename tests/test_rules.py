@@ -9,7 +9,8 @@ from grpo_ui.rules import RULES, validate
 from grpo_ui.spec import JobSpec, load_spec, with_changes
 
 BASE = {"train.model": "Qwen/Qwen2.5-7B-Instruct", "train.dataset": ["d"], "train.reward_funcs": ["accuracy"],
-        "train.num_generations": 4, "train.dataloader_num_workers": 4, "rollout.vllm_gpu_memory_utilization": 0.5,
+        "train.num_generations": 4, "train.dataloader_num_workers": 4, "rollout.use_vllm": True,
+        "rollout.vllm_mode": "colocate", "rollout.vllm_gpu_memory_utilization": 0.5,
         "cluster.nodes": [{"host": "gpu-a", "gpus": [0, 1, 2, 3], "gpu_model": "A100 80GB"}]}
 TWO_NODES = [{"host": "gpu-a", "gpus": [0, 1, 2, 3]}, {"host": "gpu-b", "gpus": [0, 1, 2, 3]}]
 SERVER = {"rollout.vllm_mode": "server", "cluster.nodes": [{"host": "gpu-a", "gpus": [0, 1, 2, 3]},
@@ -17,6 +18,7 @@ SERVER = {"rollout.vllm_mode": "server", "cluster.nodes": [{"host": "gpu-a", "gp
 
 # id: (changes that trigger it, changes to the same spec that don't)
 CASES = {
+    "IMPORT-UNRESOLVED": ({"unresolved": {"train.model": "$MODEL"}}, {"unresolved": {}}),
     "SPEC-MODEL-MISSING": ({"train.model": ""}, {"train.model": "m"}),
     "SPEC-DATASET-MISSING": ({"train.dataset": []}, {"train.dataset": ["x"]}),
     "TRUNCATION-STRATEGY": ({"train.truncation_strategy": "right"}, {"train.truncation_strategy": "delete"}),

@@ -1,4 +1,5 @@
-"""`args job.yaml [--swift VERSION] [--rollout]`: the exact swift command line for the target ms-swift version."""
+"""`args job.yaml [--swift VERSION] [--rollout]`: the exact swift command line for the target ms-swift version, after
+the flags grpo-ui adds on its own (as comments saying why)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     spec = load_spec(args.spec)
     cmd = (rollout_command if args.rollout else train_command)(spec, args.swift)
+    for flags, why in cmd.added:
+        print(f"# grpo-ui adds {flags}: {why}")
     for key, value in cmd.env.items():
         print(f"export {key}={join([value])}")
     print(join(["swift", *cmd.argv]))

@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 from grpo_ui.findings import format_findings
+from grpo_ui.importer import import_scripts
 from grpo_ui.spec import SpecError, spec_to_yaml
-from grpo_ui.swift_cli import import_scripts
 
 
 def add_parser(sub) -> None:
@@ -18,13 +18,14 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    texts = []
+    scripts = []
     for path in args.scripts:
         try:
-            texts.append((path, Path(path).read_text()))
+            scripts.append((path, Path(path).read_bytes()))
         except OSError as e:
             raise SpecError([("scripts", f"cannot read {path}: {e.strerror}")]) from None
-    spec, findings = import_scripts(texts, args.swift, base_dir=Path(args.scripts[0]).resolve().parent)
+    # On the command line, config files a script names are read from its directory (the web page never does that).
+    spec, findings = import_scripts(scripts, args.swift, local_dir=Path(args.scripts[0]).resolve().parent)
     sys.stdout.write(spec_to_yaml(spec))
     if findings:
         print(format_findings(findings), file=sys.stderr)

@@ -22,6 +22,7 @@ from grpo_ui.monitor.metrics import (
 from grpo_ui.remote.launcher import Launcher
 from grpo_ui.remote.ssh import SshError
 from grpo_ui.spec import JobSpec, spec_from_yaml
+from grpo_ui.swift_cli import effective_output_dir
 
 LOGGING_PATH = "logging_jsonl"  # job_meta key: where rank 0 writes logging.jsonl, once known
 ROLLOUT_LEVERS = ("async_generate", "sleep_level", "offload_model", "offload_optimizer", "vllm_gpu_memory_utilization",
@@ -116,7 +117,7 @@ class Watcher:
     def _newest_run_dir(spec: JobSpec, n: dict, runner, workdir: str) -> str | None:
         """``<output_dir>/vN-YYYYMMDD-HHMMSS/logging.jsonl`` (or ``<output_dir>/logging.jsonl`` without versions)
         modified after the node script was written, the newest one: a listing on the node, by its own clock."""
-        out = spec.train.output_dir or "output"
+        out = effective_output_dir(spec)
         out = out if out.startswith("/") else "./" + out  # swift's own argument: relative to the workdir
         script = f"{n['run_dir']}/{n['script']}"
         res = runner.run(f"cd {shell.path(workdir)} && find {shell.quote(out)} -maxdepth 2 -name logging.jsonl "

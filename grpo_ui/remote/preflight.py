@@ -78,7 +78,7 @@ def _local_paths(spec: JobSpec, index: int) -> dict[str, str]:
     reads them: relative ones from the node's workdir, as ms-swift resolves them from its cwd (without a workdir,
     rule PATH-RELATIVE-NO-WORKDIR reports them instead)."""
     workdir = spec.cluster.nodes[index].workdir or spec.cluster.workdir
-    paths = [v.split("#")[0] for v in [spec.train.model, *spec.train.dataset] if v.startswith(("/", ".", "~"))]
+    paths = [v.split("#")[0] for v in [spec.train.model or "", *spec.train.dataset] if v.startswith(("/", ".", "~"))]
     return {p: posixpath.join(workdir, p) if p.startswith(".") else p for p in paths
             if workdir or not p.startswith(".")}
 
@@ -210,7 +210,7 @@ def _rollout_checks(spec: JobSpec, runners: dict[int, Runner], rank0: int) -> li
     """Server mode: every rollout server's HTTP port and NCCL group port free on its node and reachable from trainer
     rank 0 (through a short-lived listener); servers outside the cluster are only probed."""
     out, nodes = [], spec.cluster.nodes
-    endpoints, groups = spec.server_endpoints(), spec.rollout.vllm_server_group_port
+    endpoints, groups = spec.server_endpoints(), spec.rollout.vllm_server_group_port or []
     own = [] if spec.rollout.vllm_server_host else [i for i, n in enumerate(nodes) if n.role == "rollout"]
     r0, http_field = nodes[rank0].host, "rollout.vllm_server_port" if spec.rollout.vllm_server_host else "server.port"
     for k, (host, http) in enumerate(endpoints):
@@ -325,7 +325,7 @@ def _host_findings(spec: JobSpec, i: int, f: HostFacts) -> list[Finding]:
                            {"rollout.use_vllm": False, "rollout.vllm_mode": None}))
     for p, exists in f.paths.items():
         if not exists:
-            out.append(finding("PREFLIGHT-PATH-MISSING", "error", "train.model" if p in spec.train.model
+            out.append(finding("PREFLIGHT-PATH-MISSING", "error", "train.model" if p in (spec.train.model or "")
                                else "train.dataset", f"{node.host}: {p} does not exist.",
                                "Copy it to every node (same path) or use a shared file system."))
     if f.gpus:

@@ -1,0 +1,248 @@
+"""Expanded swift invocations → JobSpec + findings: config files spliced in the way ms-swift does, flags onto declared
+fields (unknown ones kept verbatim), the environment, and the cluster each script describes."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from grpo_ui.findings import Finding, finding
+from grpo_ui.importer.bash import Invocation, Notice, Word
+from grpo_ui.spec import JobSpec, SpecError, parse_version, validate_spec
+from grpo_ui.swift_cli import REMOVED, coerce
+
+LAUNCH_ENV = ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NPROC_PER_NODE", "CUDA_VISIBLE_DEVICES")
+SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+
+@dataclass
+class Flag:
+    """``--name v1 v2`` as written (``raw`` keeps the spelling, ``name`` has dashes read as underscores)."""
+
+    raw: str
+    values: list[Word]
+    line: int
+
+    @property
+    def name(self) -> str:
+        return self.raw.replace("-", "_")
+
+    def tokens(self) -> list[str]:
+        return [f"--{self.raw}", *(w.text for w in self.values)]
+
+
+@dataclass
+class Call:
+    """One invocation with its config file spliced in: kind, flags in argv order, environment, where it came from."""
+
+    kind: str
+    flags: list[Flag]
+    env: dict[str, Word]
+    source: str
+    line: int
+
+    def text(self, key: str) -> str | None:
+        w = self.env.get(key)
+        return None if w is None or w.unresolved else w.text
+
+
+@dataclass
+class Sources:
+    """Where referenced config files may be read from: uploaded files by name, and (CLI only) a local directory."""
+
+    files: dict[str, bytes] = field(default_factory=dict)
+    local_dir: Path | None = None
+
+    def read(self, path: str) -> bytes | None:
+        for name in (path, Path(path).name):
+            if name in self.files:
+                return self.files[name]
+        if self.local_dir is not None:
+            p = Path(path) if Path(path).is_absolute() else self.local_dir / path
+            try:
+                return p.read_bytes()
+            except OSError:
+                return None
+        return None
+
+
+def split_flags(args: list[Word]) -> tuple[list[Word], list[Flag]]:
+    """(positional words before the first flag, flags); ``--k=v`` is split as argparse does."""
+    positional: list[Word] = []
+    flags: list[Flag] = []
+    for w in args:
+        if w.text.startswith("--") and len(w.text) > 2 and not w.unresolved:
+            raw, eq, value = w.text[2:].partition("=")
+            flags.append(Flag(raw, [Word(value, w.line)] if eq else [], w.line))
+        elif flags:
+            flags[-1].values.append(w)
+        else:
+            positional.append(w)
+    return positional, flags
+
+
+def _config_flags(path: Word, sources: Sources, call_source: str, findings: list[Finding]) -> tuple[
+        list[Flag], dict[str, Word]]:
+    """A YAML/JSON config's keys as flags (lists expanded, dicts as JSON, scalars as str, as ms-swift's CLI does)
+    and its ENV block; a finding when the file was not given."""
+    data = sources.read(path.text)
+    if data is None:
+        findings.append(finding("IMPORT-CONFIG-MISSING", "error", "spec", f"{call_source} line {path.line} reads the "
+                                f"config file {path.text}, which was not among the imported files.",
+                                f"Import {Path(path.text).name} together with the script (the web page reads only "
+                                "uploaded files, never the server's disk)."))
+        return [], {}
+    try:
+        config = yaml.safe_load(data.decode("utf-8-sig")) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        findings.append(finding("IMPORT-CONFIG-MISSING", "error", "spec", f"{path.text} is not readable YAML/JSON: "
+                                f"{str(e).splitlines()[0]}", "Fix the config file and import it again."))
+        return [], {}
+    if not isinstance(config, dict):
+        findings.append(finding("IMPORT-CONFIG-MISSING", "error", "spec", f"{path.text}: the top level is not a "
+                                "mapping of flags.", "Give the config as `flag: value` lines."))
+        return [], {}
+    env = {str(k): Word(str(v), path.line) for k, v in (config.pop("ENV", None) or {}).items()}
+    flags = []
+    for key, value in config.items():
+        items = value if isinstance(value, list) else [
+            json.dumps(value, ensure_ascii=False) if isinstance(value, dict) else value]
+        flags.append(Flag(str(key), [Word(str(v), path.line) for v in items], path.line))
+    return flags, env
+
+
+def to_call(inv: Invocation, version: str, sources: Sources, findings: list[Finding]) -> Call:
+    """Splice a config file in where ms-swift would: ``swift rlhf cfg.yaml`` (≥ 4.1) before the command-line flags,
+    whose values win, with the shell's environment winning over its ENV block from 4.3; ``--config cfg.yaml``
+    (3.10–4.0) after them, so the file's values win."""
+    positional, flags = split_flags(inv.args)
+    env = dict(inv.env)
+    if positional and positional[0].text.endswith(CONFIG_SUFFIXES):
+        config, config_env = _config_flags(positional[0], sources, inv.source, findings)
+        flags = config + flags
+        shell_wins = parse_version(version) >= (4, 3, 0)
+        env = {**env, **config_env, **(env if shell_wins else {})}
+    config_flag = next((f for f in flags if f.name == "config" and f.values), None)
+    if config_flag is not None:
+        flags.remove(config_flag)
+        flags += _config_flags(config_flag.values[0], sources, inv.source, findings)[0]
+    return Call(inv.kind, flags, env, inv.source, inv.line)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Flags → fields
+
+@dataclass
+class Draft:
+    """The spec data being built, with what could not be placed."""
+
+    data: dict[str, Any]
+    findings: list[Finding]
+    flag_lines: dict[str, tuple[str, int, str]] = field(default_factory=dict)  # path → (source, line, shell text)
+
+    def unresolved(self, key: str, text: str, source: str, line: int, what: str) -> None:
+        self.data.setdefault("unresolved", {})[key] = text
+        self.findings.append(finding("IMPORT-UNRESOLVED", "error", key, f"{source} line {line}: {what} is `{text}`, "
+                                     "which only the shell that runs the script can expand (a variable the script "
+                                     "never sets, $(…), ~ or a script argument).",
+                                     f"Fill in {key} with the value it has when the script runs."))
+
+
+def _shell_text(flag: Flag) -> str:
+    return " ".join(w.unresolved or w.text for w in flag.values)
+
+
+def place_flags(call: Call, table: dict, draft: Draft, version: str, extra_key: str) -> None:
+    """Each flag onto its declared field (the last occurrence wins, as in argparse); unknown flags are kept verbatim
+    under ``extra_key``; removed ones are reported and left out."""
+    extra: list[str] = []
+    for flag in call.flags:
+        where = f"{call.source} line {flag.line}"
+        if flag.name == "rlhf_type" and call.kind == "rlhf":
+            if [w.text for w in flag.values] != ["grpo"]:
+                draft.findings.append(finding("IMPORT-NOT-GRPO", "error", "spec", f"{where}: --rlhf_type "
+                                              f"{_shell_text(flag)} is not GRPO.", "Import a GRPO launch script "
+                                              "(--rlhf_type grpo)."))
+            continue
+        if flag.name in REMOVED and parse_version(version) >= parse_version(REMOVED[flag.name][0]):
+            since, instead = REMOVED[flag.name]
+            draft.findings.append(finding("IMPORT-REMOVED-FLAG", "warning", "spec", f"{where}: --{flag.raw} "
+                                          f"{_shell_text(flag)} was removed in ms-swift {since}; it is not imported.",
+                                          instead[0].upper() + instead[1:] + "."))
+            continue
+        decl = table.get(flag.name)
+        if decl is None:
+            if any(w.unresolved for w in flag.values):
+                draft.unresolved(extra_key, " ".join(flag.tokens()), call.source, flag.line, f"--{flag.raw}")
+                continue
+            extra += flag.tokens()
+            draft.findings.append(finding("IMPORT-UNKNOWN-FLAG", "info", extra_key, f"{where}: --{flag.raw} is not a "
+                                          f"field grpo-ui models; it is kept verbatim in {extra_key}.",
+                                          "Nothing to do if ms-swift accepts it; check its spelling against "
+                                          "`swift rlhf --help` otherwise."))
+            continue
+        section = draft.data.setdefault(decl.section, {})
+        if any(w.unresolved for w in flag.values):
+            section.pop(decl.name, None)
+            draft.unresolved(decl.path, _shell_text(flag), call.source, flag.line, f"--{flag.raw}")
+            continue
+        draft.data.get("unresolved", {}).pop(decl.path, None)
+        if flag.name != decl.flag_for(version):
+            draft.findings.append(finding("IMPORT-RENAMED-FLAG", "info", decl.path, f"{where}: --{flag.raw} is called"
+                                          f" --{decl.flag_for(version)} in ms-swift {version}.",
+                                          "Nothing to do: grpo-ui writes the name the target version knows."))
+        if not decl.accepted_in(version):
+            draft.findings.append(finding("IMPORT-UNSUPPORTED-FLAG", "warning", decl.path, f"{where}: --{flag.raw} is "
+                                          f"not accepted by ms-swift {version}.",
+                                          f"Clear {decl.path} or change the target version."))
+        section[decl.name] = coerce(decl, [w.text for w in flag.values])
+        draft.flag_lines[decl.path] = (call.source, flag.line, _shell_text(flag))
+    if extra:
+        draft.data[extra_key] = extra
+
+
+def validated(draft: Draft) -> JobSpec:
+    """The spec; a flag value its field rejects (``--num_generations eight``) becomes a finding and an unresolved
+    entry the user fills in, instead of failing the whole import."""
+    while True:
+        try:
+            return validate_spec(draft.data)
+        except SpecError as e:
+            bad = {m[0]: msg for p, msg in e.problems if (m := re.match(r"\w+\.\w+", p)) and m[0] in draft.flag_lines}
+            if not bad:
+                raise
+            for path, msg in bad.items():
+                section, name = path.split(".")
+                draft.data[section].pop(name, None)
+                source, line, text = draft.flag_lines.pop(path)
+                draft.data.setdefault("unresolved", {})[path] = text
+                draft.findings.append(finding("IMPORT-BAD-VALUE", "error", path, f"{source} line {line}: {text!r} is "
+                                              f"not a valid {path}: {msg}.", f"Enter a valid {path}."))
+
+
+def notice_findings(notices: list[Notice], source: str) -> list[Finding]:
+    what = {
+        "flow": ("IMPORT-SHELL-FLOW", "warning", "swift runs inside an if/for/while/case (`{text}`); grpo-ui does not "
+                 "guess which branch runs, so that invocation was not imported.",
+                 "Import a script where swift runs unconditionally (one script per node)."),
+        "source": ("IMPORT-SHELL-SOURCE", "info", "`{text}` reads another file; what it sets is unknown here.",
+                   "Check the values that come from that file."),
+        "syntax": ("IMPORT-SHELL-SYNTAX", "error", "bash cannot parse `{text}`.", "Fix the script's syntax (run "
+                   "`bash -n` on it) and import it again."),
+        "orphan": ("IMPORT-ORPHAN-FLAGS", "warning", "`{text}` starts a new command: the line before ends the swift "
+                   "command (a comment or a missing backslash), so bash never passed these flags to swift and they "
+                   "were not imported.", "Join the lines with a trailing backslash if these flags were meant for swift."),
+    }
+    out = []
+    for n in notices:
+        id_, severity, message, fix = what[n.kind]
+        out.append(finding(id_, severity, "spec", f"{source} line {n.line}: " + message.format(text=n.text), fix))
+    return out
