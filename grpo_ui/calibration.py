@@ -74,6 +74,8 @@ def spec_of(row: dict) -> JobSpec:
     changes: dict = {"train.dataset": ["calibration"], "train.reward_funcs": ["accuracy"]}
     if row["workload"] == "sft":
         changes["rollout.use_vllm"] = False
+    else:  # rows name the vLLM settings they change; colocated vLLM is what they assume otherwise
+        changes.update({"rollout.use_vllm": True, "rollout.vllm_mode": "colocate"})
     vllm_section = "server" if row["workload"] == "vllm" else "rollout"
     for key, value in cfg.items():
         if key in TrainArgs.model_fields:

@@ -122,8 +122,10 @@ def train_command(spec: JobSpec, version: str | None = None) -> Command:
     dialect = dialect_of(version)
     cmd = Command(["rlhf", "--rlhf_type", "grpo"], dict(spec.env),
                   added=[("--rlhf_type grpo", "swift rlhf runs DPO unless told otherwise")])
+    # 3.2–3.4 had no vllm_mode: colocate is num_infer_workers (below), server is vllm_server_host
+    skip = frozenset({"vllm_mode"}) if dialect == "3.2-3.4" else frozenset()
     for section in ("train", "rollout"):
-        flags, findings = _emit(spec, section, version)
+        flags, findings = _emit(spec, section, version, skip)
         cmd.argv += flags
         cmd.findings += findings
     r = spec.rollout

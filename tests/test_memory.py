@@ -8,6 +8,7 @@ from grpo_ui.calibration import evaluate, predicted_gib, problems, summary
 from grpo_ui.calibration import load as load_calibration
 from grpo_ui.catalog import find_model
 from grpo_ui.fit import suggest
+from grpo_ui.importer import import_scripts
 from grpo_ui.memory import (
     GIB,
     UnknownModel,
@@ -22,9 +23,9 @@ from grpo_ui.memory import (
     zero_buffers,
 )
 from grpo_ui.spec import JobSpec, load_spec, with_changes
-from grpo_ui.swift_cli import import_scripts
 
 BASE = {"train.model": "Qwen/Qwen2.5-7B-Instruct", "train.dataset": ["d"], "train.reward_funcs": ["accuracy"],
+        "rollout.use_vllm": True, "rollout.vllm_mode": "colocate",
         "cluster.nodes": [{"host": "a", "gpus": list(range(8)), "gpu_model": "A100 80GB"}]}
 
 

@@ -18,7 +18,8 @@ from grpo_ui.swift_cli import train_command
 
 BASE = {"train.model": "Qwen/Qwen2.5-7B-Instruct", "train.dataset": ["AI-MO/NuminaMath-TIR#1000"],
         "train.reward_funcs": ["accuracy", "format"], "train.system": "You're a 'tutor': $HOME `id`",
-        "env": {"NCCL_DEBUG": "INFO"}, "secret_env": ["WANDB_API_KEY"]}
+        "env": {"NCCL_DEBUG": "INFO"}, "secret_env": ["WANDB_API_KEY"], "rollout.use_vllm": True,
+        "rollout.vllm_mode": "colocate"}
 
 
 def cluster(n, **node):
@@ -105,7 +106,8 @@ def test_yaml_export_is_read_by_ms_swift_into_the_same_command(tmp_path, swift_p
 
 def test_yaml_values_take_their_declared_type():
     s = spec(**cluster(2), **{"train.system": "true", "train.dataset": ["007"], "train.learning_rate": 2e-6,
-                              "train.gradient_checkpointing": False, "extra_args": ["--my_flag", "1"]})
+                              "train.gradient_checkpointing": False, "train.num_generations": 8,
+                              "extra_args": ["--my_flag", "1"]})
     data = yaml.safe_load(render(s, "job-1").files["swift_0.yaml"])
     assert data["system"] == "true" and data["dataset"] == ["007"]  # strings stay strings
     assert data["learning_rate"] == 2e-6 and data["gradient_checkpointing"] is False

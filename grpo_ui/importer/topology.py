@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from grpo_ui.findings import Finding, finding
 from grpo_ui.importer.build import LAUNCH_ENV, LOOPBACK, SECRET_ENV, Call, Draft
-from grpo_ui.spec import JobSpec, with_changes
+from grpo_ui.spec import JobSpec, parse_version, with_changes
 
 SHARED_WITH_ROLLOUT = ("model_type", "template", "external_plugins", "multi_turn_scheduler")  # rollout_command adds
 
@@ -41,6 +41,19 @@ def _nproc_finding(call: Call, gpus: list[int], nproc: int, vllm: bool) -> Findi
                    "Make NPROC_PER_NODE equal the number of GPUs in CUDA_VISIBLE_DEVICES.")
 
 
+def _spare_vllm_gpus(draft: Draft, nproc: int, gpus: int) -> bool:
+    """ms-swift 3.2–3.4 put vLLM alone on the last num_infer_workers GPUs (its default 1) when NPROC_PER_NODE + workers
+    is the GPU count; grpo-ui's unset num_infer_workers means vLLM on every GPU, so the script's layout is written."""
+    rollout = draft.data.setdefault("rollout", {})
+    if not ((3, 2, 0) <= parse_version(draft.data["swift_version"]) < (3, 5, 0) and rollout.get("use_vllm") is True):
+        return False
+    workers = rollout.get("num_infer_workers") or 1
+    if nproc + workers != gpus:
+        return False
+    rollout["num_infer_workers"] = workers
+    return True
+
+
 def trainer_nodes(trainers: list[Call], draft: Draft) -> list[dict]:
     """One node per trainer script (or NNODES copies of a single script run on every node)."""
     vllm = draft.data.get("rollout", {}).get("use_vllm") is True
@@ -49,8 +62,7 @@ def trainer_nodes(trainers: list[Call], draft: Draft) -> list[dict]:
         nproc = int_or_none(call.text("NPROC_PER_NODE"))
         gpus = _gpus(call, nproc or 1, draft)
         if nproc and (found := _nproc_finding(call, gpus, nproc, vllm)):
-            workers = draft.data.get("rollout", {}).get("num_infer_workers") or 1
-            if nproc + workers != len(gpus):  # 3.2–3.4: vLLM on the last GPUs, training on the others
+            if not _spare_vllm_gpus(draft, nproc, len(gpus)):
                 draft.findings.append(found)
         nodes.append({"host": "node0", "gpus": gpus})
     nnodes = int_or_none(trainers[0].text("NNODES"))
