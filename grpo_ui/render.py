@@ -116,10 +116,10 @@ def render(spec: JobSpec, job_id: str) -> Bundle:
                                 f"ms-swift {spec.swift_version} cannot take a positional YAML config (added in 4.1); "
                                 "no swift_<rank>.yaml was written.", "Use the node scripts, or ms-swift ≥ 4.1."))
     if server_mode and rollouts:
-        roll = rollout_command(spec)
-        findings += roll.findings
-        bundle.added += [(f"{flags} (swift rollout)", why) for flags, why in roll.added]
+        findings += rollout_command(spec).findings
         for k, (i, node) in enumerate(rollouts):
+            roll = rollout_command(spec, index=k)
+            bundle.added += [(f"{flags} (rollout_{k}.sh)", why) for flags, why in roll.added]
             ctx = {**_node_context(spec, node, job_id), "index": k, "argv": roll.argv}
             name = f"rollout_{k}.sh"
             files[name] = _env.get_template("rollout.sh.j2").render(ctx)

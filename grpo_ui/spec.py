@@ -404,6 +404,12 @@ class JobSpec(BaseModel):
         nodes = self.trainer_nodes()
         return self.cluster.master_addr or (nodes[0].routable if nodes else "127.0.0.1")
 
+    def rollout_port(self, index: int) -> int:
+        """The HTTP port rollout node ``index`` serves: its entry in vllm_server_port when the trainer lists the
+        servers itself, else server.port."""
+        ports = self.rollout.vllm_server_port
+        return ports[index] if self.rollout.vllm_server_host and index < len(ports) else self.server.port
+
     def server_endpoints(self) -> list[tuple[str, int]]:
         """(host, port) of every rollout server the trainer talks to in server mode."""
         if self.rollout.vllm_server_host:

@@ -143,9 +143,10 @@ def train_command(spec: JobSpec, version: str | None = None) -> Command:
     return cmd
 
 
-def rollout_command(spec: JobSpec, version: str | None = None) -> Command:
-    """``swift rollout`` argv for a rollout node (server mode): the policy model, the server section's set fields and
-    rollout_extra_args; the trainer's model_type, template and plugin settings are added unless those say them."""
+def rollout_command(spec: JobSpec, version: str | None = None, index: int = 0) -> Command:
+    """``swift rollout`` argv for rollout node ``index`` (server mode): the policy model, the server section's set
+    fields and rollout_extra_args; the trainer's model_type, template and plugin settings are added unless those say
+    them, and the port the trainer's vllm_server_port gives this node when it is not server.port."""
     version = version or spec.swift_version
     cmd = Command(["rollout"] + (["--model", spec.train.model] if spec.train.model else []), dict(spec.env))
     for name in ("model_type", "template", "external_plugins", "multi_turn_scheduler"):
@@ -155,6 +156,10 @@ def rollout_command(spec: JobSpec, version: str | None = None) -> Command:
             cmd.added.append((f"--{name}", f"the rollout server uses the trainer's {name}"))
     flags, cmd.findings = _emit(spec, "server", version)
     cmd.argv += flags + spec.rollout_extra_args
+    port = spec.rollout_port(index)
+    if port != spec.server.port:
+        cmd.argv += ["--port", str(port)]
+        cmd.added.append((f"--port {port}", f"the trainer's vllm_server_port names {port} for rollout node {index}"))
     return cmd
 
 

@@ -1,4 +1,5 @@
-"""Shared fixtures: where the ms-swift venv and the tiny model assets live (built by `make test`)."""
+"""Shared fixtures: where the ms-swift venvs (4.6, and 3.12's argument classes) and the tiny model assets live (built
+by `make test`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 SWIFT_VENV = Path(os.environ.get("GRPO_UI_SWIFT_VENV", Path.home() / ".cache/grpo-ui/swift-venv"))
+SWIFT3_VENV = Path(os.environ.get("GRPO_UI_SWIFT3_VENV", Path.home() / ".cache/grpo-ui/swift3-venv"))
 
 
 @pytest.fixture(scope="session")
@@ -16,6 +18,15 @@ def swift_python() -> Path:
     py = SWIFT_VENV / "bin" / "python"
     if not py.exists():
         pytest.fail(f"ms-swift venv missing at {SWIFT_VENV}: run `make swift-venv` (make test does it)")
+    return py
+
+
+@pytest.fixture(scope="session")
+def swift3_python() -> Path:
+    """The ms-swift 3.12 argument-classes venv's python (`make swift3-venv`); missing fails, never skips."""
+    py = SWIFT3_VENV / "bin" / "python"
+    if not py.exists():
+        pytest.fail(f"ms-swift 3.x venv missing at {SWIFT3_VENV}: run `make swift3-venv` (make test does it)")
     return py
 
 

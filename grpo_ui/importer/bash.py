@@ -153,7 +153,7 @@ class Shell:
     def _expand(self, node: Node, out: _Fields, split: bool) -> None:
         """Append what node expands to; ``split``: unquoted context, where expansion results split on blanks."""
         kind = node.type
-        if kind in ("word", "number"):
+        if kind in ("word", "number", "variable_name"):  # a name in ${X:-default}'s default is plain text
             text = _text(node)
             if text.startswith("~"):
                 raise _Unresolved  # the caller's home directory
@@ -255,7 +255,7 @@ class Shell:
 
         expr = re.sub(r"\$\{(\w+)\}|\$(\w+)|\b([A-Za-z_]\w*)\b", value, inner)
         try:
-            return _arith(ast.parse(expr.replace("/", "//"), mode="eval"))
+            return _arith(ast.parse(expr.replace("/", "//").strip(), mode="eval"))
         except (SyntaxError, ValueError, ZeroDivisionError):
             raise _Unresolved from None
 

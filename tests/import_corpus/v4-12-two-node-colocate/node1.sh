@@ -1,0 +1,34 @@
+# node 1 of 2 — the parameters of every node must be identical apart from NODE_RANK (and MASTER_ADDR on node 0)
+export CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7
+export NNODES=2
+export NODE_RANK=1
+export MASTER_ADDR=10.20.0.11
+export MASTER_PORT=29500
+export NPROC_PER_NODE=8
+
+swift rlhf \
+    --rlhf_type grpo \
+    --model Qwen/Qwen2.5-Math-7B \
+    --reward_funcs accuracy format \
+    --use_vllm true \
+    --vllm_mode colocate \
+    --vllm_gpu_memory_utilization 0.5 \
+    --vllm_max_model_len 4096 \
+    --tuner_type full \
+    --torch_dtype bfloat16 \
+    --dataset 'AI-MO/NuminaMath-TIR#5000' \
+    --max_completion_length 2048 \
+    --num_train_epochs 1 \
+    --per_device_train_batch_size 1 \
+    --learning_rate 1e-6 \
+    --gradient_accumulation_steps 2 \
+    --save_steps 200 \
+    --save_total_limit 2 \
+    --logging_steps 5 \
+    --output_dir /mnt/shared/grpo-math \
+    --warmup_ratio 0.05 \
+    --dataloader_num_workers 4 \
+    --num_generations 8 \
+    --temperature 0.9 \
+    --deepspeed zero2 \
+    --log_completions true

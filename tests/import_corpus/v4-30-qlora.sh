@@ -1,0 +1,14 @@
+CUDA_VISIBLE_DEVICES=0 swift rlhf \
+    --rlhf_type grpo \
+    --model Qwen/Qwen2.5-7B-Instruct \
+    --tuner_type lora \
+    --quant_bits 4 \
+    --quant_method bnb \
+    --dataset AI-MO/NuminaMath-TIR#1000 \
+    --reward_funcs format \
+    --num_generations 4 \
+    --per_device_train_batch_size 4 \
+    --gradient_checkpointing true \
+    --attn_impl sdpa \
+    --max_length 1024 \
+    --truncation_strategy left
