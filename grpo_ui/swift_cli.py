@@ -25,15 +25,29 @@ LAUNCH_ENV = ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NPROC_PER_NO
 SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
 SERVER_ONLY = {"vllm_server_host", "vllm_server_port", "vllm_server_group_port", "vllm_server_timeout",
                "async_generate"}
-# Flags ms-swift removed, with what replaces them (reference §2 'history').
-REMOVED = {
-    "num_infer_workers": ("3.6", "use --vllm_mode colocate (workers == GPUs) or a swift rollout server"),
-    "vllm_device": ("3.6", "use --vllm_mode colocate, or vllm_mode server with swift rollout nodes"),
-    "gc_collect_after_offload": ("3.10", "remove it; ms-swift collects garbage after offload itself"),
-    "use_lmdeploy": ("3.5", "use vLLM (--use_vllm true)"),
-    "multi_turn_func": ("3.10", "use --multi_turn_scheduler"),
-    "config": ("4.1", "pass the YAML file as the first positional argument: swift rlhf cfg.yaml"),
+# Flags grpo-ui does not model that exist only in some versions: (first version with it, first without it, what to
+# do instead). Outside that range ms-swift rejects them (reference §2 'history'; gc_collect_after_offload: bbf3bc4c4).
+FLAG_LIFETIMES = {
+    "num_infer_workers": (None, "3.6", "use --vllm_mode colocate (workers == GPUs) or a swift rollout server"),
+    "vllm_device": (None, "3.6", "use --vllm_mode colocate, or vllm_mode server with swift rollout nodes"),
+    "gc_collect_after_offload": ("3.2.1", "3.10", "remove it; ms-swift collects garbage after offload itself"),
+    "use_lmdeploy": (None, "3.5", "use vLLM (--use_vllm true)"),
+    "multi_turn_func": (None, "3.10", "use --multi_turn_scheduler"),
+    "config": ("3.10", "4.1", "pass the YAML file as the first positional argument: swift rlhf cfg.yaml"),
 }
+
+
+def flag_missing_in(name: str, version: str) -> str | None:
+    """Why ``--name`` does not exist in that version ('added in …' / 'removed in …'), or None."""
+    if name not in FLAG_LIFETIMES:
+        return None
+    since, until, _ = FLAG_LIFETIMES[name]
+    v = parse_version(version)
+    if since and v < parse_version(since):
+        return f"added in {since}"
+    if until and v >= parse_version(until):
+        return f"removed in {until}"
+    return None
 
 
 def dialect_of(version: str) -> str:

@@ -14,7 +14,7 @@ import yaml
 from grpo_ui.findings import Finding, finding
 from grpo_ui.importer.bash import Invocation, Notice, Word
 from grpo_ui.spec import JobSpec, SpecError, parse_version, validate_spec
-from grpo_ui.swift_cli import REMOVED, coerce
+from grpo_ui.swift_cli import FLAG_LIFETIMES, coerce, flag_missing_in
 
 LAUNCH_ENV = ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NPROC_PER_NODE", "CUDA_VISIBLE_DEVICES")
 SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
@@ -172,13 +172,14 @@ def place_flags(call: Call, table: dict, draft: Draft, version: str, extra_key: 
                                               f"{_shell_text(flag)} is not GRPO.", "Import a GRPO launch script "
                                               "(--rlhf_type grpo)."))
             continue
-        if flag.name in REMOVED and parse_version(version) >= parse_version(REMOVED[flag.name][0]):
-            since, instead = REMOVED[flag.name]
-            draft.findings.append(finding("IMPORT-REMOVED-FLAG", "warning", "spec", f"{where}: --{flag.raw} "
-                                          f"{_shell_text(flag)} was removed in ms-swift {since}; it is not imported.",
-                                          instead[0].upper() + instead[1:] + "."))
-            continue
         decl = table.get(flag.name)
+        missing = flag_missing_in(flag.name, version)
+        if missing and not (decl and decl.accepted_in(version)):
+            instead = FLAG_LIFETIMES[flag.name][2]
+            draft.findings.append(finding("IMPORT-REMOVED-FLAG", "warning", "spec", f"{where}: --{flag.raw} "
+                                          f"{_shell_text(flag)} does not exist in ms-swift {version} ({missing}); it "
+                                          "is not imported.", instead[0].upper() + instead[1:] + "."))
+            continue
         if decl is None:
             if any(w.unresolved for w in flag.values):
                 draft.unresolved(extra_key, " ".join(flag.tokens()), call.source, flag.line, f"--{flag.raw}")
