@@ -8,9 +8,10 @@ generation_batch_size = per_device_train_batch_size × world × steps_per_genera
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterator
 
-from grpo_ui.catalog import find_gpu, model_params_b
+from grpo_ui.catalog import find_gpu, find_model, model_params_b, params_from_name
 from grpo_ui.findings import Finding, finding
 from grpo_ui.spec import BUILTIN_REWARDS, JobSpec, parse_version
 
@@ -64,6 +65,7 @@ RULES: dict[str, tuple[str, str]] = {
     "SEED-ZERO3-KL0": ("ZeRO-3, per-device batch 1 and accumulation: parameters not updating", "seed 001"),
     "SEED-OFFLOAD-STALL": ("offload on a large model stalls between rollout and training", "seed 000"),
     "SEED-VLLM-UTIL-LOW": ("vLLM share too small for the model's weights and KV cache", "seeds 000, 004"),
+    "SEED-TP-SPANS-NODE": ("colocated TP over every GPU with async/offload on them", "seed 000"),
     "SEED-OFFLOAD-SMALL": ("offload on a small model leaves GPUs idle", "seed 002"),
     "SEED-DATALOADER-WORKERS": ("too few dataloader workers starve the GPUs", "seed 002"),
     "SEED-NODE-DIFFER": ("per-node settings differ in more than NODE_RANK", "seed 003"),
@@ -137,6 +139,20 @@ def beta(spec: JobSpec) -> float:
 
 def model_size_b(spec: JobSpec) -> float | None:
     return model_params_b(spec.train.model or "")
+
+
+def size_label(spec: JobSpec) -> str:
+    """'32B' for Qwen2.5-32B (the size its name gives, not the 32.8 counted), else two significant digits."""
+    named = params_from_name(spec.train.model or "")
+    size = named or model_size_b(spec) or 0
+    return f"{size:g}B" if named else f"{float(f'{size:.2g}'):g}B"
+
+
+def is_multimodal(spec: JobSpec) -> bool:
+    """A vision(-language) policy: the catalogue says it has a vision tower, or its name says VL/vision/omni."""
+    arch = find_model(spec.train.model or "")
+    return bool(arch and arch.vision) or bool(re.search(r"(?i)(\bvl\b|-vl|vl-|vision|omni|llava|internvl|qvq)",
+                                                          spec.train.model or ""))
 
 
 def gpu_memory_gib(spec: JobSpec) -> float | None:
@@ -240,14 +256,28 @@ def vllm_mode(spec):
                       {"rollout.vllm_tensor_parallel_size": 1})
 
 
+def _async_needs_own_gpus(spec) -> Finding:
+    """async_generate rolls out while training: vLLM must not share the training GPUs. From 3.5 that means server
+    mode; 3.2–3.4 had no vllm_mode and ran it on GPUs of its own (NPROC_PER_NODE + num_infer_workers = GPUs) or a
+    server (vllm_server_host, from 3.3.1)."""
+    if version(spec) >= (3, 5, 0):
+        return finding("ASYNC-NEEDS-SERVER", "error", ("rollout.async_generate", "rollout.vllm_mode"),
+                       "async_generate requires vllm_mode server.",
+                       "Use server mode with swift rollout nodes, or turn async_generate off.",
+                       {"rollout.async_generate": False})
+    return finding("ASYNC-NEEDS-SERVER", "error", ("rollout.async_generate", "rollout.num_infer_workers"),
+                   f"In ms-swift {spec.swift_version} async_generate needs vLLM on GPUs of its own, but it shares "
+                   "all the training GPUs (num_infer_workers is the GPU count).",
+                   "Set num_infer_workers below the GPU count (training uses the rest), use a rollout server "
+                   "(vllm_server_host, 3.3.1+), or turn async_generate off.", {"rollout.async_generate": False})
+
+
 @rule
 def server_mode(spec):
     r = spec.rollout
-    if r.async_generate and not is_server(spec):
-        yield finding("ASYNC-NEEDS-SERVER", "error", ("rollout.async_generate", "rollout.vllm_mode"),
-                      "async_generate requires vllm_mode server.",
-                      "Use server mode with swift rollout nodes, or turn async_generate off.",
-                      {"rollout.async_generate": False})
+    own_gpus = version(spec) < (3, 5, 0) and (spec.spare_rollout_gpus() or r.vllm_server_host)
+    if r.async_generate and not is_server(spec) and not own_gpus:
+        yield _async_needs_own_gpus(spec)
     if r.async_generate and spec.train.multi_turn_scheduler:
         yield finding("ASYNC-MULTI-TURN", "error", ("rollout.async_generate", "train.multi_turn_scheduler"),
                       "async_generate is not supported with multi-turn rollouts.", "Turn async_generate off.",
@@ -586,29 +616,65 @@ def seed_offload_large(spec):
     offloading = (r.offload_model and is_colocate(spec)) or (t.deepspeed or "").endswith("offload")
     if size and size >= 30 and offloading:
         yield finding("SEED-OFFLOAD-STALL", "warning", ("rollout.offload_model", "train.deepspeed"),
-                      f"A {size:.0f}B model with offload_model / ZeRO offload: moving the weights "
+                      f"A {size_label(spec)} model with offload_model / ZeRO offload: moving the weights "
                       "between CPU and GPU around every rollout stalled training without an error (field report 000).",
                       "Prefer a separate rollout node (server mode), or ZeRO-3 without offload and move_model_batches "
                       "8–12 if memory allows; watch for a hang alert.", {"rollout.offload_model": False})
 
 
+def _vllm_share(spec):
+    """(section, memory utilisation, TP, GPU memory in GiB or None) of the GPUs vLLM runs on: the trainers' when
+    colocated, the rollout nodes' in server mode; None without vLLM."""
+    if is_colocate(spec):
+        r = spec.rollout
+        return "rollout", r.vllm_gpu_memory_utilization, r.vllm_tensor_parallel_size, gpu_memory_gib(spec)
+    if is_server(spec):
+        s, rollouts = spec.server, spec.rollout_nodes()
+        gpu = find_gpu(rollouts[0].gpu_model) if rollouts else None
+        return "server", s.vllm_gpu_memory_utilization, s.vllm_tensor_parallel_size, gpu.memory_gib if gpu else None
+    return None
+
+
 @rule
 def seed_vllm_share(spec):
-    gib, size = gpu_memory_gib(spec), model_size_b(spec)
-    r = spec.rollout
-    if not (is_colocate(spec) and gib and size):
+    size, share = model_size_b(spec), _vllm_share(spec)
+    if not (size and share):
         return
-    weights = size * 2 / r.vllm_tensor_parallel_size  # bf16 GB ≈ GiB×1.07; kept simple on purpose
-    share = r.vllm_gpu_memory_utilization * gib
-    if share < weights * 1.25:
+    section, util, tp, gib = share
+    fields = (f"{section}.vllm_gpu_memory_utilization", f"{section}.vllm_tensor_parallel_size")
+    weights = size * 2 / tp  # bf16 GB ≈ GiB×1.07; kept simple on purpose
+    if gib is None:
+        if size >= 30 and util <= 0.5:  # field report 000: 0.5 on a 32B model, GPUs unknown to us
+            yield finding("SEED-VLLM-UTIL-LOW", "info", fields,
+                          f"vLLM may use {util} of each GPU for ≈{weights:.0f} GB of {size_label(spec)} weights per GPU "
+                          f"(TP {tp}) plus the KV cache of every rollout; field report 000 found 0.5 too small for a "
+                          "32B model.", "Set the GPUs' model on the Cluster page so the estimate can check it; 0.6–0.7 "
+                          "is where that report landed.")
+        return
+    if util * gib < weights * 1.25:
         need = min(0.95, round(weights * 1.25 / gib + 0.05, 2))
-        yield finding("SEED-VLLM-UTIL-LOW", "warning", ("rollout.vllm_gpu_memory_utilization",
-                                                        "rollout.vllm_tensor_parallel_size"),
-                      f"vLLM may use {r.vllm_gpu_memory_utilization} × {gib:.0f} GiB = {share:.1f} GiB per GPU, but "
-                      f"the weights alone take ≈{weights:.1f} GiB (TP {r.vllm_tensor_parallel_size}), leaving little "
-                      "or no KV cache: rollouts crawl or fail (field reports 000, 004).",
-                      f"Raise vllm_gpu_memory_utilization to ≈{need} (check the memory estimate) or raise "
-                      "vllm_tensor_parallel_size.", {"rollout.vllm_gpu_memory_utilization": need})
+        yield finding("SEED-VLLM-UTIL-LOW", "warning", fields,
+                      f"vLLM may use {util} × {gib:.0f} GiB = {util * gib:.1f} GiB per GPU, but the weights alone take "
+                      f"≈{weights:.1f} GiB (TP {tp}), leaving little or no KV cache: rollouts crawl or fail (field "
+                      "reports 000, 004).", f"Raise vllm_gpu_memory_utilization to ≈{need} (check the memory estimate) "
+                      "or raise vllm_tensor_parallel_size.", {fields[0]: need})
+
+
+@rule
+def seed_tp_spans_node(spec):
+    """Field report 000: TP 8 with 8 inference workers on the 8 training GPUs, with async generation and offload."""
+    r, nproc = spec.rollout, spec.nproc_per_node()
+    tp = r.vllm_tensor_parallel_size
+    busy = [what for what, on in (("async_generate", r.async_generate), ("offload_model", r.offload_model),
+                                  ("ZeRO offload", (spec.train.deepspeed or "").endswith("offload"))) if on]
+    if is_colocate(spec) and tp >= 4 and tp == nproc and busy:
+        workers = f" with num_infer_workers {r.num_infer_workers}" if r.num_infer_workers else ""
+        yield finding("SEED-TP-SPANS-NODE", "warning", ("rollout.vllm_tensor_parallel_size", "rollout.async_generate",
+                                                        "rollout.offload_model"),
+                      f"vLLM TP {tp}{workers} spans all {nproc} training GPUs of the node while {', '.join(busy)} "
+                      "moves work on the same GPUs: every rollout waits for all of them; field report 000 stalled "
+                      "this way without an error.", "Use a smaller TP (more, smaller engines) or move rollouts to a "
+                      "rollout server node; keep async_generate and offload off on shared GPUs.")
 
 
 @rule
@@ -623,7 +689,7 @@ def seed_offload_small(spec):
                             ("rollout.move_model_batches", bool(r.move_model_batches))) if on]
     if what:
         yield finding("SEED-OFFLOAD-SMALL", "warning", tuple(what),
-                      f"Offloading on a {size:g}B model ({', '.join(what)}): GPUs wait on host copies, utilisation "
+                      f"Offloading on a {size_label(spec)} model ({', '.join(what)}): GPUs wait on host copies, utilisation "
                       "swings 0–90% and training ran over 2× slower (field report 002).",
                       "Use ZeRO-3 (or ZeRO-2) without offload, offload_* false, no move_model_batches.",
                       {"rollout.offload_model": False, "rollout.offload_optimizer": False,
@@ -634,10 +700,10 @@ def seed_offload_small(spec):
 @rule
 def seed_dataloader(spec):
     workers = spec.train.dataloader_num_workers
-    if workers is None or workers < 2:
+    if is_multimodal(spec) and (workers is None or workers < 2):
         yield finding("SEED-DATALOADER-WORKERS", "info", "train.dataloader_num_workers",
-                      f"dataloader_num_workers is {workers if workers is not None else 'unset (1)'}: data preparation "
-                      "can leave GPUs idle between steps, most with images (field report 002).",
+                      f"dataloader_num_workers is {workers if workers is not None else 'unset (1)'} for a vision-language "
+                      "model: decoding and resizing images can leave the GPUs idle between steps (field report 002).",
                       "Set dataloader_num_workers to 4–16 (fewer than the CPU cores per GPU).",
                       {"train.dataloader_num_workers": 4})
 

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from grpo_ui.check import check
+from grpo_ui.importer import import_scripts
 from grpo_ui.rules import RULES, validate
 from grpo_ui.spec import JobSpec, load_spec, with_changes
 
@@ -100,7 +101,10 @@ CASES = {
                            {"train.model": "Qwen/Qwen2.5-32B-Instruct", "rollout.vllm_gpu_memory_utilization": 0.6,
                             "rollout.vllm_tensor_parallel_size": 2}),
     "SEED-OFFLOAD-SMALL": ({"train.deepspeed": "zero3_offload"}, {"train.deepspeed": "zero3"}),
-    "SEED-DATALOADER-WORKERS": ({"train.dataloader_num_workers": 1}, {"train.dataloader_num_workers": 8}),
+    "SEED-DATALOADER-WORKERS": ({"train.dataloader_num_workers": 1, "train.model": "Qwen/Qwen2.5-VL-7B-Instruct"},
+                                {"train.dataloader_num_workers": 8, "train.model": "Qwen/Qwen2.5-VL-7B-Instruct"}),
+    "SEED-TP-SPANS-NODE": ({"rollout.vllm_tensor_parallel_size": 4, "rollout.offload_model": True},
+                           {"rollout.vllm_tensor_parallel_size": 2, "rollout.offload_model": True}),
     "SEED-NODE-DIFFER": ({"cluster.nodes": [TWO_NODES[0], {**TWO_NODES[1], "python_env": "/opt/other"}],
                           "cluster.master_addr": "10.0.0.1"},
                          {"cluster.nodes": TWO_NODES, "cluster.master_addr": "10.0.0.1"}),
@@ -192,3 +196,51 @@ SEEDS = Path(__file__).parent / "fixtures" / "seeds"
 def test_field_report_situations_yield_their_advisory(name, expected):
     found = {f.id for f in check(load_spec(SEEDS / name))}
     assert expected <= found, found
+
+
+# Advisories on the field reports' own scripts (issue 13: each miss seen on a script, now said or no longer wrong).
+REPORT_000 = """# field report 000: 32B full, zero3_offload, vLLM TP 8 with 8 workers on the 8 training GPUs, async
+CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 NPROC_PER_NODE=8 swift rlhf --rlhf_type grpo \\
+  --model Qwen/Qwen2.5-32B-Instruct --train_type full --deepspeed zero3_offload --dataset d --reward_funcs accuracy \\
+  --use_vllm true --vllm_gpu_memory_utilization 0.5 --vllm_max_model_len 2048 --tensor_parallel_size 8 \\
+  --num_infer_workers 8 --async_generate true --offload_model true --move_model_batches 16 --num_generations 8
+"""
+
+
+def script_findings(text: str, version: str) -> dict[str, list]:
+    spec, _ = import_scripts([("run.sh", text)], version)
+    out = {}
+    for f in check(spec):
+        out.setdefault(f.id, []).append(f)
+    return out
+
+
+def test_report_000_script_says_what_the_report_saw():
+    found = script_findings(REPORT_000, "3.4")
+    assert "0.5" in found["SEED-VLLM-UTIL-LOW"][0].message and "32B" in found["SEED-VLLM-UTIL-LOW"][0].message
+    assert "TP 8 with num_infer_workers 8" in found["SEED-TP-SPANS-NODE"][0].message
+    assert "A 32B model" in found["SEED-OFFLOAD-STALL"][0].message  # its name's size, not the 33B counted
+
+
+def test_async_advisory_before_3_5_does_not_name_vllm_mode():
+    (f,) = script_findings(REPORT_000, "3.4")["ASYNC-NEEDS-SERVER"]
+    assert "vllm_mode" not in f.message + f.fix and "rollout.vllm_mode" not in f.fields
+    assert "num_infer_workers" in f.message
+    spare = REPORT_000.replace("--num_infer_workers 8", "--num_infer_workers 2").replace("NPROC_PER_NODE=8",
+                                                                                       "NPROC_PER_NODE=6")
+    assert "ASYNC-NEEDS-SERVER" not in script_findings(spare, "3.4")  # vLLM on the last 2 GPUs, training on 6
+    assert "vllm_mode" in script_findings(REPORT_000, "4.6")["ASYNC-NEEDS-SERVER"][0].message
+
+
+def test_dataloader_advisory_only_for_vision_models():
+    text = "swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-7B-Instruct --dataset d --reward_funcs accuracy\n"
+    assert "SEED-DATALOADER-WORKERS" not in script_findings(text, "4.6")
+    vl = script_findings(text.replace("Qwen2.5-7B", "Qwen2.5-VL-3B"), "4.6")["SEED-DATALOADER-WORKERS"][0]
+    assert "vision-language" in vl.message and "3.75" not in vl.message
+
+
+def test_sizes_read_as_people_write_them():
+    text = ("swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-VL-3B-Instruct --dataset d --reward_funcs accuracy "
+            "--use_vllm true --vllm_mode colocate --offload_model true\n")
+    (f,) = script_findings(text, "4.6")["SEED-OFFLOAD-SMALL"]
+    assert "a 3B model" in f.message and "3.75" not in f.message
