@@ -62,6 +62,31 @@ def test_a_value_survives_its_section_being_hidden(app):
     assert field(app, "train.num_generations").value == "16"
 
 
+def test_the_form_sets_only_what_the_user_changes(app):
+    """Untouched fields stay unset (ms-swift's default applies, nothing is rendered for them); a changed one is set;
+    typing the starting text back undoes the change. A field the loaded spec had set stays set."""
+    field(app, "train.temperature").run()  # drawn, not changed
+    assert "temperature" not in load_draft().train.model_fields_set
+    field(app, "train.temperature").set_value("0.9").run()  # its default, typed over: unchanged text, still unset
+    assert "temperature" not in load_draft().train.model_fields_set
+    field(app, "train.temperature").set_value("1.0").run()
+    assert load_draft().train.temperature == 1.0 and "temperature" in load_draft().train.model_fields_set
+    field(app, "train.temperature").set_value("0.9").run()  # back to where it started: unset again
+    assert "temperature" not in load_draft().train.model_fields_set
+    field(app, "train.logging_steps").set_value("5").run()  # the preset sets 1; 5 is ms-swift's default, still set
+    assert load_draft().train.logging_steps == 5 and "logging_steps" in load_draft().train.model_fields_set
+
+
+def test_an_unresolved_imported_value_is_shown_and_replaced_by_what_the_user_types(app):
+    app.text_area(key="import_text").set_value(OLD_SCRIPT.replace("Qwen/Qwen2.5-7B-Instruct", "$MODEL")).run()
+    next(b for b in app.button if b.label == "Import").click().run()
+    assert field(app, "train.model").value == "$MODEL"
+    assert any(label.startswith(SEVERITY_ICON["error"] + " IMPORT-UNRESOLVED") for label in labels(app))
+    field(app, "train.model").set_value("Qwen/Qwen2.5-7B-Instruct").run()
+    assert not load_draft().unresolved and load_draft().train.model == "Qwen/Qwen2.5-7B-Instruct"
+    assert not any("IMPORT-UNRESOLVED" in label for label in labels(app))
+
+
 def test_bad_text_names_the_field(app):
     field(app, "train.lora_rank").set_value("sixteen").run()
     assert any("train.lora_rank" in e.value for e in app.error)
