@@ -12,22 +12,24 @@ SWIFT_VENV = Path(os.environ.get("GRPO_UI_SWIFT_VENV", Path.home() / ".cache/grp
 SWIFT3_VENV = Path(os.environ.get("GRPO_UI_SWIFT3_VENV", Path.home() / ".cache/grpo-ui/swift3-venv"))
 
 
+def _python(venv: Path, target: str) -> Path:
+    """A venv's python; a missing venv fails the test (`make TARGET` builds it, make test does), never skips."""
+    py = venv / "bin" / "python"
+    if not py.exists():
+        pytest.fail(f"ms-swift venv missing at {venv}: run `make {target}` (make test does it)")
+    return py
+
+
 @pytest.fixture(scope="session")
 def swift_python() -> Path:
-    """The ms-swift venv's python; a missing venv fails the test (run `make swift-venv`), it is never skipped."""
-    py = SWIFT_VENV / "bin" / "python"
-    if not py.exists():
-        pytest.fail(f"ms-swift venv missing at {SWIFT_VENV}: run `make swift-venv` (make test does it)")
-    return py
+    """ms-swift 4.6 (CPU torch): real GRPO runs and its argument parser."""
+    return _python(SWIFT_VENV, "swift-venv")
 
 
 @pytest.fixture(scope="session")
 def swift3_python() -> Path:
-    """The ms-swift 3.12 argument-classes venv's python (`make swift3-venv`); missing fails, never skips."""
-    py = SWIFT3_VENV / "bin" / "python"
-    if not py.exists():
-        pytest.fail(f"ms-swift 3.x venv missing at {SWIFT3_VENV}: run `make swift3-venv` (make test does it)")
-    return py
+    """ms-swift 3.12's argument classes (the import corpus's 3.x oracle)."""
+    return _python(SWIFT3_VENV, "swift3-venv")
 
 
 pytest_plugins = ["tests.hosts"]

@@ -3,6 +3,8 @@ what only the caller's shell knows, topology and disagreements. End-to-end fidel
 tests/test_import_corpus.py; these are the single constructs, each shown on its own."""
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from grpo_ui.findings import has_errors
 from grpo_ui.importer import import_scripts, import_uploads
@@ -287,3 +289,18 @@ def test_a_flag_the_target_version_does_not_have_yet_is_not_accepted():
     assert f.id == "IMPORT-REMOVED-FLAG" and "3.2.1" in f.message
     spec, findings = import_scripts([("a.sh", HEAD + "--model m --gc_collect_after_offload true")], "3.5")
     assert spec.extra_args == ["--gc_collect_after_offload", "true"]
+
+
+SHELL_BITS = ["swift", "rlhf", "rollout", "--model", "m", "$X", "${X:-1}", "${A[@]}", "$((1/0))", "$((X+", "'", '"',
+              "\\", "\n", " ", "#", "&", "|", ";", "(", ")", "{", "}", "X=1", "export", "A=(", "<<EOF", "`", "$(",
+              "torchrun", "swift/cli/rlhf.py", "--nproc_per_node=", "if", "then", "fi", "f()", "${#X}", "~", "\r"]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(SHELL_BITS), max_size=40))
+def test_any_shell_text_imports_or_fails_with_a_clear_error(bits):
+    """Whatever the script says: a spec with findings, or a SpecError; never another exception."""
+    try:
+        import_scripts([("fuzz.sh", "swift rlhf --model m " + " ".join(bits))])
+    except SpecError:
+        pass

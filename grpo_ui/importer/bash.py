@@ -99,7 +99,6 @@ class _Fields:
         self.line = line
         self.words: list[Word] = []
         self.current: list[str] | None = None
-        self.unresolved = False
 
     def add(self, text: str, split: bool = False) -> None:
         if not split:
@@ -192,9 +191,6 @@ class Shell:
         text = raw.decode("utf-8", "surrogateescape")
         return re.sub(r"\\([\\\"$`\n])", lambda m: "" if m[1] == "\n" else m[1], text)
 
-    def _lookup(self, name: str) -> list[Word] | None:
-        return self.vars.get(name)
-
     def _parameter(self, node: Node, out: _Fields, split: bool) -> None:
         """$VAR, ${VAR}, ${VAR:-x}, ${VAR-x}, ${VAR:=x}, ${VAR:+x}, ${ARR[@]}, ${ARR[*]}, ${ARR[i]}, ${#VAR}."""
         named = [c for c in node.children if c.is_named]
@@ -207,14 +203,16 @@ class Shell:
             index = _text(target.child_by_field_name("index") or target.named_children[-1])
             target = target.named_children[0]
         name = _text(target)
-        values = self._lookup(name)
+        values = self.vars.get(name)
         if index is not None and values is not None and index not in ("@", "*"):
             try:
                 values = [values[int(index)]]
             except (ValueError, IndexError):
                 values = []
         if ops == ["#"]:
-            out.add(str(len(values) if index in ("@", "*") else len((values or [Word("", 0)])[0].text)))
+            if values is None:
+                raise _Unresolved
+            out.add(str(len(values) if index in ("@", "*") else len(values[0].text) if values else 0))
             return
         operand = named[1] if len(named) > 1 else None
         if ops:
@@ -248,7 +246,7 @@ class Shell:
         inner = _text(node)[3:-2]
 
         def value(m: re.Match) -> str:
-            words = self._lookup(m[1] or m[2] or m[3])
+            words = self.vars.get(m[1] or m[2] or m[3])
             if words is None or len(words) != 1 or words[0].unresolved:
                 raise _Unresolved
             return words[0].text.strip() or "0"
