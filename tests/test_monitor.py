@@ -424,7 +424,8 @@ def test_real_completions_rows_parse():
 # write there is the real captured 4.6 output, appended by the test (test hosts share this file system).
 
 @pytest.fixture
-def sleeper_job(ssh_env, tmp_path):
+def sleeper_job(ssh_env, tmp_path, request):
+    """A launched job whose swift sleeps; the train section's output_dir is "out" unless the test's param says."""
     env = tmp_path / "env"
     (env / "bin").mkdir(parents=True)
     (env / "bin/swift").write_text("#!/bin/bash\nexec sleep 300\n")
@@ -432,7 +433,8 @@ def sleeper_job(ssh_env, tmp_path):
     (h,) = ssh_env.add(1)
     spec = validate_spec({
         "name": "watch", "train": {"model": "Qwen/Qwen2.5-0.5B", "dataset": ["d.jsonl"], "reward_funcs": ["format"],
-                                   "num_generations": 2, "per_device_train_batch_size": 2, "output_dir": "out"},
+                                   "num_generations": 2, "per_device_train_batch_size": 2,
+                                   **getattr(request, "param", {"output_dir": "out"})},
         "rollout": {"use_vllm": False, "vllm_mode": None},
         "cluster": {"nodes": [{"host": h.name, "address": h.addr, "gpus": [0], "python_env": str(env)}],
                     "run_root": str(tmp_path / "runs")}})
@@ -489,6 +491,15 @@ def test_without_log_anchors_the_newest_run_dir_since_launch_is_found(sleeper_jo
     assert watcher.poll(job)["new_steps"] == 2
     assert launcher.store.meta(job, "logging_jsonl") == str(rd / "out/v1-20261122-114336/logging.jsonl")
     assert sorted({s for rows in launcher.store.metrics(job).values() for s, _ in rows}) == [1, 2]
+
+
+@pytest.mark.parametrize("sleeper_job", [{}], indirect=True)
+def test_without_output_dir_the_run_dir_is_listed_where_ms_swift_puts_it(sleeper_job):
+    """No --output_dir: ms-swift writes output/<model name>/vN-…/ under the working directory."""
+    launcher, job, rd = sleeper_job
+    swift_prints(rd, [line for line in STDOUT_LINES if "[INFO:swift]" not in line and "{'" not in line])
+    swift_logs(rd / "output/Qwen2.5-0.5B/v0-20261122-114336", JSONL[:2])
+    assert Watcher(launcher).poll(job)["new_steps"] == 2
 
 
 def test_stdout_dicts_stand_in_until_logging_jsonl_appears_without_double_counting(sleeper_job):

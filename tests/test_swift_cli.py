@@ -140,3 +140,18 @@ def test_spec_to_argv_to_import_round_trip(changes):
     assert back.train == s.train and back.rollout == s.rollout
     assert back.train.model_fields_set == s.train.model_fields_set
     assert not [f for f in findings if f.severity != "info"]
+
+
+def test_import_then_args_on_the_command_line(tmp_path, capsys):
+    """`import` reads a config next to the script (the command line may); `args` prints what grpo-ui adds, and why."""
+    from grpo_ui.__main__ import main
+
+    (tmp_path / "cfg.yaml").write_text("model: Qwen/Qwen3-8B\ndataset: [d]\nreward_funcs: [format]\n")
+    (tmp_path / "run.sh").write_text("NPROC_PER_NODE=2 swift rlhf cfg.yaml --rlhf_type grpo --logging_steps 1\n")
+    assert main(["import", str(tmp_path / "run.sh")]) == 0
+    (tmp_path / "job.yaml").write_text(capsys.readouterr().out)
+    assert main(["args", str(tmp_path / "job.yaml")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "# grpo-ui adds --rlhf_type grpo: swift rlhf runs DPO unless told otherwise"
+    assert shlex.split(out[-1]) == ["swift", "rlhf", "--rlhf_type", "grpo", "--model", "Qwen/Qwen3-8B", "--reward_funcs",
+                                    "format", "--dataset", "d", "--logging_steps", "1"]
