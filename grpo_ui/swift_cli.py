@@ -92,8 +92,8 @@ def _emit(spec: JobSpec, section: str, version: str, skip: frozenset[str] = froz
     obj = getattr(spec, section)
     for d in (d for d in ARGS if d.section == section and d.name in obj.model_fields_set and d.name not in skip):
         value = getattr(obj, d.name)
-        if value is None or value == []:
-            continue
+        if value is None or value == [] or (not d.accepted_in(version) and value == d.default):
+            continue  # no argv form, or the default a version without the flag behaves as
         if not d.accepted_in(version):
             when = f"added in {d.since}" if d.since and parse_version(version) < parse_version(d.since) \
                 else f"removed in {d.until}"

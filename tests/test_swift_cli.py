@@ -57,6 +57,12 @@ def test_flag_the_version_lacks_is_a_finding_not_a_silent_drop():
     assert [f.id for f in cmd.findings] == ["VERSION-FLAG-UNSUPPORTED"]
     assert "3.4" in cmd.findings[0].message and cmd.findings[0].fields == ("train.generation_batch_size",)
     assert not train_command(spec(train__generation_batch_size=32), "3.5").findings
+    s = spec(train__importance_sampling_level="sequence")
+    old = train_command(s, "3.6")
+    assert [f.id for f in old.findings] == ["VERSION-FLAG-UNSUPPORTED"]
+    fixed = with_changes(s, old.findings[0].apply)  # the one-click fix: back to the default, nothing to say
+    assert not train_command(fixed, "3.6").findings and "--importance_sampling_level" not in train_command(fixed,
+                                                                                                         "3.6").argv
 
 
 def test_only_set_fields_are_rendered_and_unset_ones_mean_ms_swifts_default():
