@@ -9,6 +9,7 @@ the field, never a literal ``$VAR`` in the spec.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from grpo_ui.findings import Finding, finding
@@ -79,8 +80,7 @@ def _place_server_flags(call: Call, draft: Draft, version: str) -> None:
                 value if isinstance(value, list) else [str(value)]):
             continue
         kept.append(flag)
-    call.flags = kept
-    place_flags(call, SERVER_FLAGS, draft, version, "rollout_extra_args")
+    place_flags(replace(call, flags=kept), SERVER_FLAGS, draft, version, "rollout_extra_args")
 
 
 def import_uploads(files: dict[str, bytes], version: str = "4.6") -> tuple[JobSpec, list[Finding]]:
