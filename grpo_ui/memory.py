@@ -720,14 +720,13 @@ def _vllm_colocate(i: Inputs, ms: dict, extras: float, training: list[Term], rol
                          "0: weights + KV kept; 1: weights to CPU RAM, KV freed; 2: both freed"))
 
 
-def _allocator_reserve(phases: list[Phase], capacity: float | None) -> Term:
-    """The caching allocator's reserve above the allocated peak: ALLOCATOR_RESERVE × the peak phase's dynamic memory,
-    bounded by what the card has left (torch frees its cache before it would fail an allocation)."""
-    peak = max(phases, key=lambda p: p.needed)
-    dynamic = sum(t.gib for t in peak.terms if t.name in DYNAMIC)
-    reserve = ALLOCATOR_RESERVE * dynamic
+def _allocator_reserve(phase: Phase, capacity: float | None) -> Term:
+    """The caching allocator's reserve above what the training phase allocates: ALLOCATOR_RESERVE × its dynamic
+    memory, bounded by what the card has left (torch frees its cache before it would fail an allocation; ms-swift
+    empties it before vLLM wakes, so it belongs to the training phase)."""
+    reserve = ALLOCATOR_RESERVE * sum(t.gib for t in phase.terms if t.name in DYNAMIC)
     if capacity is not None:
-        reserve = max(0.0, min(reserve, capacity - peak.needed))
+        reserve = max(0.0, min(reserve, capacity - phase.needed))
     return Term("allocator cache", reserve, f"{ALLOCATOR_RESERVE:.0%} of dynamic memory, up to the free memory "
                 "(reclaimable)", reclaimable=True)
 
@@ -751,8 +750,7 @@ def estimate(i: Inputs) -> MemoryReport:
                             "generation sequences"))
         phases.append(Phase("rollout", rollout))
     phases.insert(1, optimizer_step_phase(i, ms["trainable"], training))
-    peak = max(phases, key=lambda p: p.needed)
-    peak.terms.append(_allocator_reserve(phases, i.capacity_gib))
+    phases[0].terms.append(_allocator_reserve(phases[0], i.capacity_gib))
     roles = [RoleReport("trainer", i.gpu_name, i.capacity_gib, phases, notes)]
     if i.vllm == "server":
         roles.append(_server_role(i))
