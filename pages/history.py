@@ -66,7 +66,7 @@ with c2:
     st.markdown("**Final metrics**")
     st.json({k: v[-1][1] for k, v in sorted(metrics.items())} or {})
     st.markdown("**Memory per GPU: estimate at launch vs measured peak**")
-    st.dataframe(comparison(db, pick, spec_from_yaml(job["spec_yaml"])), hide_index=True, width="stretch")
+    st.table(comparison(db, pick, spec_from_yaml(job["spec_yaml"])))
 
 st.subheader("Compare two runs")
 pair = st.multiselect("Runs", ids, max_selections=2, default=ids[:2] if len(ids) > 1 else ids[:1])

@@ -100,7 +100,7 @@ def memory_table(job: dict) -> None:
     error = (lz.store.memory_estimate(job["id"]) or {}).get("error")
     if error:
         st.caption(f"No estimate at launch: {error}")
-    st.dataframe(comparison(lz.store, job["id"], spec), hide_index=True, width="stretch", key="memory_loop")
+    st.table(comparison(lz.store, job["id"], spec))
 
 
 st.title("Monitor")
