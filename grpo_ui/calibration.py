@@ -40,7 +40,7 @@ WORKLOADS = ("grpo", "sft", "vllm")
 UNITS = ("GiB", "GB", "G", "MiB")
 # Row keys that are not JobSpec fields: the layout, the environment, and facts of the run's software
 LAYOUT_KEYS = {"nodes", "gpus_per_node", "swift_version", "seq_len", "env", "framework", "freeze_vit",
-               "vit_gradient_checkpointing"}
+               "vit_gradient_checkpointing", "fixed_length"}
 # peak: everything on the GPU (nvidia-smi); torch: what torch's allocator reserved (ms-swift's memory(GiB));
 # allocated: what torch's tensors held at most (torch.cuda.max_memory_allocated)
 COMPARE = ("peak", "torch", "allocated")
@@ -130,10 +130,11 @@ def inputs_of(row: dict) -> Inputs:
     - SFT scores the whole sequence with a cross-entropy loss, loads no other model and keeps the ZeRO-3 prefetch
       bucket at transformers' 'auto' (0.9·h²), which ms-swift's GRPO config zeroes (GRPOConfig.__post_init__);
     - TRL prepares a quantised model with PEFT's prepare_model_for_kbit_training (fp32 unquantised weights);
+    - fixed_length: every step has the same shapes (packing, padding to the maximum length);
     - freeze_vit / vit_gradient_checkpointing (ms-swift flags the JobSpec does not declare)."""
     cfg = row["config"]
     i = inputs_from_spec(spec_of(row))
-    i = replace(i, kbit_fp32=cfg.get("framework") == "trl" and bool(i.quant),
+    i = replace(i, kbit_fp32=cfg.get("framework") == "trl" and bool(i.quant), fixed_shapes=bool(cfg.get("fixed_length")),
                 vit_trainable=cfg.get("freeze_vit") is False,
                 vit_ckpt=cfg.get("vit_gradient_checkpointing", i.grad_ckpt))
     if row["workload"] == "sft":

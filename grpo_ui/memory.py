@@ -41,8 +41,8 @@ VLLM_OVERHEAD_GIB = 0.5     # vLLM profile activations and sampler buffers beyon
 # The caching allocator keeps freed blocks reserved; with shapes that vary from step to step (sequence lengths) the
 # reserve above the allocated peak grows with the dynamic memory, until memory runs short and torch frees its cache
 # before an OOM (c10/cuda/CUDACachingAllocator.cpp: release_cached_blocks on a failed cudaMalloc). Fitted on the
-# calibration rows of the fit set (bench/memory_accuracy.py).
-ALLOCATOR_RESERVE = 0.5
+# calibration rows of the fit set (bench/memory_accuracy.py; rows with fixed shapes have none).
+ALLOCATOR_RESERVE = 1.3
 CKPT_LIVE_LAYERS = 2        # gradient checkpointing: the recomputed layer's activations and their gradients
 TRAINING_PHASE = "training"
 
@@ -203,6 +203,7 @@ class Inputs:
     server_max_len: int
     loss: str = "grpo"          # "grpo" (per-token log-probs of the completion) or "ce" (SFT cross entropy)
     kbit_fp32: bool = False     # PEFT prepare_model_for_kbit_training: unquantised weights upcast to fp32 (TRL)
+    fixed_shapes: bool = False  # every step has the same tensor shapes (packing, padding to the maximum length)
     zero3_prefetch: float = 0.0  # stage3_prefetch_bucket_size (elements): ms-swift GRPO sets 0, HF 'auto' is 0.9·h²
 
     @property
@@ -720,11 +721,13 @@ def _vllm_colocate(i: Inputs, ms: dict, extras: float, training: list[Term], rol
                          "0: weights + KV kept; 1: weights to CPU RAM, KV freed; 2: both freed"))
 
 
-def _allocator_reserve(phase: Phase, capacity: float | None) -> Term:
+def _allocator_reserve(i: Inputs, phase: Phase) -> Term:
     """The caching allocator's reserve above what the training phase allocates: ALLOCATOR_RESERVE × its dynamic
     memory, bounded by what the card has left (torch frees its cache before it would fail an allocation; ms-swift
-    empties it before vLLM wakes, so it belongs to the training phase)."""
-    reserve = ALLOCATOR_RESERVE * sum(t.gib for t in phase.terms if t.name in DYNAMIC)
+    empties it before vLLM wakes, so it belongs to the training phase). Blocks are reused exactly when every step
+    has the same shapes (packing, padding to the maximum length): no reserve grows then. GRPO's completions vary."""
+    capacity = i.capacity_gib
+    reserve = 0.0 if i.fixed_shapes else ALLOCATOR_RESERVE * sum(t.gib for t in phase.terms if t.name in DYNAMIC)
     if capacity is not None:
         reserve = max(0.0, min(reserve, capacity - phase.needed))
     return Term("allocator cache", reserve, f"{ALLOCATOR_RESERVE:.0%} of dynamic memory, up to the free memory "
@@ -750,7 +753,7 @@ def estimate(i: Inputs) -> MemoryReport:
                             "generation sequences"))
         phases.append(Phase("rollout", rollout))
     phases.insert(1, optimizer_step_phase(i, ms["trainable"], training))
-    phases[0].terms.append(_allocator_reserve(phases[0], i.capacity_gib))
+    phases[0].terms.append(_allocator_reserve(i, phases[0]))
     roles = [RoleReport("trainer", i.gpu_name, i.capacity_gib, phases, notes)]
     if i.vllm == "server":
         roles.append(_server_role(i))
