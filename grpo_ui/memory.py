@@ -12,6 +12,12 @@ docstring gives its formula and source:
 - vLLM: its gpu_memory_utilization budget (vllm#10511), KV cache per token, sleep levels (vllm cumem.py);
 - the caching allocator's reserve (what torch's memory_reserved and nvidia-smi show above what is allocated).
 Checked against published measurements: bench/memory_accuracy.py, tests/data/memory_measurements.jsonl.
+
+Known gaps: ZeRO-3 and FSDP2 LoRA rows measure about the whole model per GPU (perhaps loaded before it is
+sharded) and run ~40 % low, as does the one DDP LoRA row; TRL's QLoRA GRPO notebook rows run ~2× high (their prompt
+lengths are assumed at the 512 cap); teacher and value models are modelled (ExtraModel) but the JobSpec has no field
+for them yet; an omni model's audio tower counts as weights only; vLLM memory outside its cuMem pool (CUDA graphs)
+stays while it sleeps and is not counted.
 """
 
 from __future__ import annotations
