@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from grpo_ui import rules
+from grpo_ui.catalog import UnknownGpu
+from grpo_ui.engines import EngineConfigError
 from grpo_ui.findings import Finding, finding
 from grpo_ui.fit import suggest
 from grpo_ui.memory import UnknownModel, estimate_spec
@@ -10,34 +12,50 @@ from grpo_ui.spec import JobSpec
 from grpo_ui.swift_cli import rollout_command, train_command
 
 
-def memory_findings(spec: JobSpec) -> list[Finding]:
-    """A predicted OOM (with the cheapest fix that fits) or an unknown architecture, as findings."""
+def estimate_error_finding(spec: JobSpec, e: ValueError) -> Finding:
+    """Why the estimate cannot be made, as a finding on the field to fix (the message starts with its path)."""
+    if isinstance(e, UnknownGpu):
+        k = next((n for n, node in enumerate(spec.cluster.nodes) if node.gpu_model == e.name), 0)
+        path = f"cluster.nodes[{k}].gpu_model"
+        return finding("MEMORY-UNKNOWN-GPU", "error", path, str(e),
+                       f"Pick the name nvidia-smi prints{f' (closest: {e.closest[0]})' if e.closest else ''}, or set "
+                       f"cluster.nodes[{k}].gpu_memory_gib.", {path: e.closest[0]} if e.closest else {})
+    path = str(e).split(":", 1)[0]
+    if isinstance(e, EngineConfigError):
+        return finding("MEMORY-ENGINE-CONFIG", "warning", path, str(e),
+                       "Use a preset (zero0…zero3_offload, fsdp2), inline JSON, or a readable JSON file.")
+    return finding("MEMORY-UNKNOWN-MODEL", "info", path, str(e),
+                   "Choose a catalogue model name or import the model's config.json on the Configure page.")
+
+
+def memory_findings(spec: JobSpec, arch=None) -> list[Finding]:
+    """A predicted OOM (with the cheapest fix that fits), or why no estimate can be made, as findings (``arch``: a
+    config.json the user supplied)."""
     if not spec.train.model:
         return []
     try:
-        report = estimate_spec(spec)
-    except UnknownModel as e:
-        return [finding("MEMORY-UNKNOWN-MODEL", "info", "train.model", str(e),
-                        "Choose a catalogue model name or import the model's config.json on the Configure page.")]
+        report = estimate_spec(spec, arch=arch)
+    except (UnknownModel, UnknownGpu, EngineConfigError) as e:
+        return [estimate_error_finding(spec, e)]
     role = next(r for r in report.roles if r.verdict == report.verdict)
     if report.verdict != "oom":
         return []
-    advice = suggest(spec)
+    advice = suggest(spec, arch=arch)
     fix = (f"Cheapest change that fits: {advice[0].why}." if advice else
            "No single or paired knob fits: use more or larger GPUs, or a smaller model.")
     return [finding("MEMORY-OOM", "warning", ("train.per_device_train_batch_size", "rollout.vllm_gpu_memory_utilization",
                                               "train.deepspeed"),
                     f"Predicted out of memory on the {role.role} GPU: peak {role.peak_gib:.1f} GiB in the "
-                    f"{role.peak_phase} phase on a {role.capacity_gib:.1f} GiB {role.gpu}.",
+                    f"{role.peak_phase} phase on a {role.capacity_gib:.1f} GiB {role.gpu or 'GPU'}.",
                     fix, advice[0].changes if advice else {})]
 
 
-def check(spec: JobSpec) -> list[Finding]:
+def check(spec: JobSpec, arch=None) -> list[Finding]:
     """rules.validate + what the argv rendering reports + the memory verdict, without duplicates."""
     found = list(rules.validate(spec)) + train_command(spec).findings
     if spec.rollout.use_vllm and spec.rollout.vllm_mode == "server" and spec.rollout_nodes():
         found += rollout_command(spec).findings
-    found += memory_findings(spec)
+    found += memory_findings(spec, arch)
     seen, out = set(), []
     for f in found:
         key = (f.id, f.fields)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import combinations
 
-from grpo_ui.memory import UnknownModel, estimate_spec
+from grpo_ui.memory import estimate_spec
 from grpo_ui.spec import JobSpec, SpecError, with_changes
 
 
@@ -62,11 +62,13 @@ def _knobs(spec: JobSpec) -> list[tuple[dict, str, float]]:
     return out
 
 
-def suggest(spec: JobSpec, gpu: str | None = None, limit: int = 3) -> list[Suggestion]:
-    """Cheapest changes after which the job fits (verdict fits or tight); empty if it already fits or none does."""
+def suggest(spec: JobSpec, gpu: str | None = None, limit: int = 3, gpu_gib: float | None = None,
+            arch=None) -> list[Suggestion]:
+    """Cheapest changes after which the job fits (verdict fits or tight); empty if it already fits, none does, or
+    no estimate can be made. ``gpu``, ``gpu_gib`` and ``arch`` as for memory.estimate_spec."""
     try:
-        base = estimate_spec(spec, gpu)
-    except UnknownModel:
+        base = estimate_spec(spec, gpu, arch, gpu_gib)
+    except ValueError:  # memory.EstimateError, catalog.UnknownGpu, engines.EngineConfigError
         return []
     if base.verdict in ("fits", "unknown") or (base.verdict == "tight" and not base.trainer.wasteful):
         return []
@@ -78,7 +80,7 @@ def suggest(spec: JobSpec, gpu: str | None = None, limit: int = 3) -> list[Sugge
             if len(changes) < sum(len(c) for c, _, _ in combo):
                 continue  # two options for the same knob
             try:
-                report = estimate_spec(with_changes(spec, changes), gpu)
+                report = estimate_spec(with_changes(spec, changes), gpu, arch, gpu_gib)
             except SpecError:
                 continue
             if report.verdict in ("fits", "tight"):

@@ -1,35 +1,64 @@
-"""Per-GPU memory estimate for a GRPO job: every term, both phases (training step, rollout), and a verdict.
+"""Per-GPU memory estimate for a GRPO job: every term, each phase (forward/backward, optimizer step, rollout), and a
+verdict against the GPU's capacity.
 
-Pure functions, no I/O. GiB = 2**30 bytes. Each term's docstring or comment gives its formula and source:
-- model states: ZeRO paper (Rajbhandari et al. 2020) §3 and DeepSpeed's estimate_zero{2,3}_model_states_mem_needs;
-- activations: Korthikanti et al. 2022 ("Reducing Activation Recomputation") adapted to gated MLPs and flash attention;
-- vLLM: its gpu_memory_utilization budget (vLLM docs, "engine arguments") and the KV-cache size per token;
-- GRPO specifics (reference model, logits of completions, sleep levels): ms-swift GRPO docs and rollout_mixin.py;
-- optimizer step: PyTorch's foreach AdamW and DeepSpeed's fp32 gradient partition (see step_temporaries);
-- DeepSpeed/DDP buffers and dtypes: DeepSpeed's engine.py, stage_1_and_2.py, stage3.py and
-  partitioned_param_coordinator.py (v0.16), ms-swift's zero3.json, transformers' 'auto' fill-in, torch's DDP Reducer.
+Pure functions over ``Inputs``; ``inputs_from_spec`` is the one adapter from a JobSpec. GiB = 2**30 bytes. Each term's
+docstring gives its formula and source:
+- model states: ZeRO paper (Rajbhandari et al. 2020) §3, DeepSpeed's stage_1_and_2.py / stage3.py / bf16_optimizer.py,
+  PyTorch FSDP2 (fully_shard), PEFT's adapter dtypes;
+- activations: Korthikanti et al. 2022 ("Reducing Activation Recomputation") adapted to gated MLPs, GQA, MoE,
+  Gated DeltaNet layers, flash/sdpa/eager attention, PEFT's LoRA dropout, gradient checkpointing;
+- logits: TRL's selective_log_softmax (ms-swift GRPO), the causal-LM cross entropy (12 B per logit measured on
+  transformers 5: github.com/MakazhanAlpamys/Soup/pull/610), Liger's chunked losses;
+- vLLM: its gpu_memory_utilization budget (vllm#10511), KV cache per token, sleep levels (vllm cumem.py);
+- the caching allocator's reserve (what torch's memory_reserved and nvidia-smi show above what is allocated).
 Checked against published measurements: bench/memory_accuracy.py, tests/data/memory_measurements.jsonl.
 
-Known gaps (not yet checked against a measurement): the rollout phase keeps the reference model resident, but
-ms-swift's offload_context offloads it with offload_model (grpo_trainer.py from 3.6 on), and under ZeRO-3 offload_model
-moves nothing before 4.0 (param.data is empty; rollout_mixin.py moves ds_tensor from 4.0 on); vLLM memory outside its
-cuMem pool (CUDA graphs) stays while it sleeps and is not counted; GRPO rows are few (3), one held-out row is 15 % under.
+Known gaps: ZeRO-3 and FSDP2 LoRA rows measure about the whole model per GPU (perhaps loaded before it is
+sharded) and run ~40 % low, as does the one DDP LoRA row; TRL's QLoRA GRPO notebook rows run ~2× high (their prompt
+lengths are assumed at the 512 cap); teacher and value models are modelled (ExtraModel) but the JobSpec has no field
+for them yet; an omni model's audio tower counts as weights only; vLLM memory outside its cuMem pool (CUDA graphs)
+stays while it sleeps and is not counted.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+import math
+from dataclasses import asdict, dataclass, field, replace
 
-from grpo_ui.catalog import Gpu, ModelArch, find_gpu, find_model, from_hf_config
+from grpo_ui.catalog import (
+    QUANT_BYTES,
+    ModelArch,
+    closest_models,
+    find_gpu,
+    find_model,
+    from_hf_config,
+    parse_hf_config,
+    quant_from_hf_config,
+    quant_of,
+    resolve_gpu,
+)
+from grpo_ui.engines import FsdpConfig, ZeroConfig, fsdp_config, zero_config
 from grpo_ui.spec import JobSpec
 
 GIB = 2 ** 30
 CUDA_CONTEXT_GIB = 0.5      # CUDA context + kernels per process (typ. 0.3–0.6 GiB with lazy module loading)
 NCCL_GIB = 0.5              # NCCL communicator buffers when world > 1 (channels × NCCL_BUFFSIZE 4 MiB, plus streams)
-FRAGMENTATION = 0.08        # caching-allocator fragmentation, fraction of dynamic (activation/logit) memory
 VLLM_OVERHEAD_GIB = 0.5     # vLLM profile activations and sampler buffers beyond weights and KV cache
-LORA_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# The caching allocator keeps freed blocks reserved; with shapes that vary from step to step (sequence lengths) the
+# reserve above the allocated peak grows with the dynamic memory, until memory runs short and torch frees its cache
+# before an OOM (c10/cuda/CUDACachingAllocator.cpp: release_cached_blocks on a failed cudaMalloc). Fitted on the
+# calibration rows of the fit set (bench/memory_accuracy.py; rows with fixed shapes have none).
+ALLOCATOR_RESERVE = 1.3
+CKPT_LIVE_LAYERS = 2        # gradient checkpointing: the recomputed layer's activations and their gradients
+TRAINING_PHASE = "training"
+
+
+class EstimateError(ValueError):
+    """The estimate cannot be made; the message names the field and what to do."""
+
+
+class UnknownModel(EstimateError):
+    """The model's architecture is not known: name it from the catalogue or give its config.json."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +66,7 @@ class Term:
     name: str
     gib: float
     formula: str
+    reclaimable: bool = False  # held by torch's cache, freed before an OOM: not counted against the capacity
 
 
 @dataclass
@@ -46,7 +76,13 @@ class Phase:
 
     @property
     def total(self) -> float:
+        """Everything on the GPU, the allocator's reserve included (what nvidia-smi shows)."""
         return sum(t.gib for t in self.terms)
+
+    @property
+    def needed(self) -> float:
+        """What the phase must have to run (the reserve left out)."""
+        return sum(t.gib for t in self.terms if not t.reclaimable)
 
 
 @dataclass
@@ -61,11 +97,16 @@ class RoleReport:
 
     @property
     def peak_gib(self) -> float:
-        return max(p.total for p in self.phases)
+        return max(p.needed for p in self.phases)
 
     @property
     def peak_phase(self) -> str:
-        return max(self.phases, key=lambda p: p.total).name
+        return max(self.phases, key=lambda p: p.needed).name
+
+    @property
+    def expected_gib(self) -> float:
+        """What nvidia-smi is expected to show at the peak, the allocator's reserve included."""
+        return max(p.total for p in self.phases)
 
     @property
     def headroom_gib(self) -> float | None:
@@ -105,7 +146,8 @@ class MemoryReport:
     def to_dict(self) -> dict:
         return {"model": self.model, "params_b": round(self.params_b, 3), "verdict": self.verdict,
                 "roles": [{"role": r.role, "gpu": r.gpu, "capacity_gib": r.capacity_gib,
-                           "peak_gib": round(r.peak_gib, 2), "peak_phase": r.peak_phase, "verdict": r.verdict,
+                           "peak_gib": round(r.peak_gib, 2), "expected_gib": round(r.expected_gib, 2),
+                           "peak_phase": r.peak_phase, "verdict": r.verdict,
                            "headroom_gib": None if r.headroom_gib is None else round(r.headroom_gib, 2),
                            "notes": r.notes,
                            "phases": [{"name": p.name, "total_gib": round(p.total, 2),
@@ -115,32 +157,42 @@ class MemoryReport:
                 "assumptions": self.assumptions}
 
 
-class UnknownModel(ValueError):
-    """The model's architecture is not known: name it from the catalogue or give its config.json."""
+@dataclass(frozen=True)
+class ExtraModel:
+    """Another model the job holds on every trainer GPU (reference, reward, teacher, value), sharded like the
+    policy under ZeRO-3 / FSDP; a value model trains (weights, gradients and AdamW states)."""
+
+    role: str
+    arch: ModelArch
+    trainable: bool = False
 
 
 @dataclass(frozen=True)
 class Inputs:
-    """Everything the estimate needs, as plain numbers (derived from a JobSpec by ``inputs_from_spec``)."""
+    """Everything the estimate needs, as plain values (derived from a JobSpec by ``inputs_from_spec``)."""
 
     arch: ModelArch
-    param_bytes: float          # bytes per base weight (2 bf16/fp16, 4 fp32, ~0.56 4-bit, ~1.06 8-bit)
-    compute_bytes: float        # bytes per weight of the compute dtype (what quantization leaves unquantized)
+    compute_bytes: float        # bytes per weight of the model dtype (2 bf16/fp16, 4 fp32)
+    quant: str                  # '' or a catalog.QUANT_BYTES kind: the decoder's linears are packed
     full: bool                  # full tuning (else LoRA-style adapters)
     lora_rank: int
     lora_targets: tuple[str, ...]
-    zero_stage: int             # 0 = plain DDP (no DeepSpeed)
-    offload_optimizer_ds: bool  # DeepSpeed offload_optimizer (zero*_offload)
-    offload_param_ds: bool      # DeepSpeed offload_param (zero3_offload)
+    lora_dropout: float
+    zero: ZeroConfig | None     # DeepSpeed (stage 0 is DeepSpeed too)
+    fsdp: FsdpConfig | None
     world: int
     nproc: int
-    micro_batch: int            # completions per device per micro-step
+    micro_batch: int            # sequences per device per micro-step
     prompt_len: int
-    completion_len: int
+    completion_len: int         # tokens whose logits are computed (GRPO: the completion; SFT: the whole sequence)
     grad_ckpt: bool
-    flash_attn: bool
+    attn: str                   # "flash", "sdpa" or "eager"
     liger: bool
-    ref_model: bool
+    sequence_parallel: int
+    image_tokens: int           # vision tokens per sequence (images + video frames)
+    vit_trainable: bool
+    vit_ckpt: bool
+    extra_models: tuple[ExtraModel, ...]
     vllm: str                   # "none", "colocate" or "server"
     vllm_util: float
     vllm_tp: int
@@ -149,243 +201,403 @@ class Inputs:
     sleep_level: int
     offload_model: bool
     offload_optimizer: bool
-    gpu: Gpu | None
+    generation_batch: int       # sequences one device generates at once without vLLM
+    capacity_gib: float | None
+    gpu_name: str | None
     server_util: float
     server_tp: int
     server_max_len: int
+    loss: str = "grpo"          # "grpo" (per-token log-probs of the completion) or "ce" (SFT cross entropy)
+    kbit_fp32: bool = False     # PEFT prepare_model_for_kbit_training: unquantised weights upcast to fp32 (TRL)
+    fixed_shapes: bool = False  # every step has the same tensor shapes (packing, padding to the maximum length)
     zero3_prefetch: float = 0.0  # stage3_prefetch_bucket_size (elements): ms-swift GRPO sets 0, HF 'auto' is 0.9·h²
 
+    @property
+    def param_bytes(self) -> float:
+        """Bytes per packed decoder weight."""
+        return QUANT_BYTES[self.quant] if self.quant else self.compute_bytes
 
-def _zero(deepspeed: str | None) -> tuple[int, bool, bool]:
-    """(stage, offload optimizer, offload params) from a preset name or an inline JSON config."""
-    if not deepspeed:
-        return 0, False, False
-    ds = deepspeed.strip()
-    if ds.startswith("zero") and ds[4:5].isdigit():
-        stage = int(ds[4])
-        return stage, ds.endswith("_offload"), ds == "zero3_offload"
-    import json
-    try:
-        cfg = json.loads(ds) if ds.startswith("{") else json.loads(Path(ds).read_text())
-        z = cfg.get("zero_optimization", {})
-        dev = lambda k: (z.get(k) or {}).get("device", "none") not in ("none", None)  # noqa: E731
-        return int(z.get("stage", 0)), dev("offload_optimizer"), dev("offload_param")
-    except (OSError, ValueError, AttributeError):
-        return 2, False, False  # an unreadable custom config: assume ZeRO-2 and say so in the assumptions
+    @property
+    def deepspeed(self) -> bool:
+        return self.zero is not None
+
+    @property
+    def stage(self) -> int:
+        return self.zero.stage if self.zero else 0
+
+    @property
+    def shards_weights(self) -> bool:
+        return self.stage == 3 or self.fsdp is not None
+
+    @property
+    def weights_offloaded(self) -> bool:
+        return bool(self.zero and self.zero.offload_param) or bool(self.fsdp and self.fsdp.offload)
 
 
-def find_arch(model: str) -> ModelArch:
+# ---------------------------------------------------------------------------------------------------------------
+# The adapter from a JobSpec
+
+def resolve_arch(model: str, field_name: str = "train.model") -> ModelArch:
+    """The architecture of a hub id or local path: the catalogue (spellings and quantised variants included), else
+    the directory's config.json. UnknownModel names the field, the closest catalogue names and the fix."""
     arch = find_model(model)
     if arch:
         return arch
-    p = Path(model).expanduser()
-    if (p / "config.json").is_file():
-        return from_hf_config(p, name=p.name)
-    raise UnknownModel(f"unknown architecture for {model!r}: pick a catalogue model or import its config.json")
+    try:
+        return from_hf_config(parse_hf_config(model), name=model.rstrip("/").split("/")[-1])
+    except ValueError:
+        near = closest_models(model)
+        hint = f" Closest catalogue models: {', '.join(near)}." if near else ""
+        raise UnknownModel(f"{field_name}: unknown architecture for {model!r}.{hint} Pick a catalogue model, paste its "
+                           "config.json on the Configure page, or point at a directory holding it.") from None
 
 
-def inputs_from_spec(spec: JobSpec, gpu: str | None = None, arch: ModelArch | None = None) -> Inputs:
+def _env_int(env: dict, key: str) -> int | None:
+    try:
+        return int(float(env[key])) if env.get(key) else None
+    except ValueError:
+        return None
+
+
+def vision_tokens(arch: ModelArch, env: dict, prompt_len: int) -> tuple[int, str | None]:
+    """LLM tokens one prompt's images and video take, from the variables ms-swift's templates read (MAX_PIXELS,
+    IMAGE_MAX_TOKEN_NUM, VIDEO_MAX_PIXELS, FPS_MAX_FRAMES, VIDEO_MAX_TOKEN_NUM): pixels / (patch × merge)² per
+    image, frames merged by the temporal patch; bounded by the prompt. Returns (tokens, an assumption or None)."""
+    if not arch.vision:
+        return 0, None
+    v = arch.vision
+    image = _env_int(env, "IMAGE_MAX_TOKEN_NUM") or (
+        _env_int(env, "MAX_PIXELS") // v.pixels_per_token if _env_int(env, "MAX_PIXELS") else None)
+    video = None
+    if _env_int(env, "VIDEO_MAX_PIXELS") or _env_int(env, "VIDEO_MAX_TOKEN_NUM"):
+        per_frame = _env_int(env, "VIDEO_MAX_TOKEN_NUM") or _env_int(env, "VIDEO_MAX_PIXELS") // v.pixels_per_token
+        video = per_frame * math.ceil((_env_int(env, "FPS_MAX_FRAMES") or 16) / v.temporal_patch_size)
+    if image is None and video is None:
+        tokens = min(prompt_len, 1024)
+        return tokens, f"no MAX_PIXELS / IMAGE_MAX_TOKEN_NUM in the job's environment: {tokens} vision tokens assumed"
+    return min(prompt_len, (image or 0) + (video or 0)), None
+
+
+def _lora_targets(targets: list[str], arch: ModelArch) -> tuple[str, ...]:
+    names = [name for name, *_ in arch.linears()]
+    if "all-linear" in targets:
+        return tuple(names)
+    return tuple(n for n in names if any(n == t or n.endswith(t) for t in targets))
+
+
+def inputs_from_spec(spec: JobSpec, gpu: str | None = None, arch: ModelArch | None = None,
+                     gpu_gib: float | None = None) -> Inputs:
+    """The estimate's inputs for a spec. ``gpu`` / ``gpu_gib`` override node 0's gpu_model / gpu_memory_gib; ``arch``
+    a config.json the user supplied. Raises EstimateError (UnknownModel, UnknownGpu, EngineConfigError)."""
     t, r, s = spec.train, spec.rollout, spec.server
-    arch = arch or find_arch(t.model or "")
+    model = t.model or ""
+    arch = arch or resolve_arch(model)
     compute = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, None: 2.0}[t.torch_dtype]
-    dtype = {4: 0.5625, 8: 1.0625}[t.quant_bits] if t.quant_bits else compute  # packed weights + group scales
-    stage, off_opt, off_par = _zero(t.deepspeed)
+    quant = ({4: "bnb4", 8: "bnb8"}[t.quant_bits] if t.quant_bits else quant_of(model)
+             or _local_quant(model))
     nodes = spec.trainer_nodes()
-    gpu_name = gpu or (nodes[0].gpu_model if nodes else None)
+    node = nodes[0] if nodes else None
+    gpu_name, capacity = gpu or (node.gpu_model if node else None), gpu_gib or (node.gpu_memory_gib if node else None)
+    if gpu_name:
+        found = find_gpu(gpu_name)
+        if found:
+            gpu_name, capacity = found.name, capacity or found.memory_gib
+        elif capacity is None:
+            resolve_gpu(gpu_name)  # raises UnknownGpu naming the closest catalogue GPUs
     spare = spec.spare_rollout_gpus() > 0  # ms-swift 3.2–3.4: vLLM alone on the node's last GPU(s)
     vllm = "none" if not r.use_vllm else ("server" if r.vllm_mode == "server" or spare else "colocate")
     prompt = t.max_length or 1024
     max_len = r.vllm_max_model_len or prompt + t.max_completion_length
-    # the GPU vLLM has to itself: a swift rollout server's settings, or the trainer's vLLM flags on a spare GPU
     own_gpu = (r.vllm_gpu_memory_utilization, 1, max_len) if spare else (
         s.vllm_gpu_memory_utilization, s.vllm_tensor_parallel_size, s.vllm_max_model_len or prompt + t.max_completion_length)
     spg = t.steps_per_generation or t.gradient_accumulation_steps or 1
-    targets = tuple(LORA_LINEARS) if "all-linear" in t.target_modules else tuple(
-        m for m in t.target_modules if m in LORA_LINEARS)
+    env = {**spec.env, **(node.env if node else {})}
+    images, _ = vision_tokens(arch, env, prompt)
+    fsdp = fsdp_config(t.fsdp)
+    beta = 0.04 if t.beta is None else t.beta
+    extra = []
+    if beta > 0 and (t.tuner_type == "full" or t.ref_model):
+        extra.append(ExtraModel("reference", resolve_arch(t.ref_model, "train.ref_model") if t.ref_model else arch))
+    extra += [ExtraModel("reward", resolve_arch(m, f"train.reward_model[{k}]")) for k, m in enumerate(t.reward_model or [])]
     return Inputs(
-        arch=arch, param_bytes=dtype, compute_bytes=compute, full=t.tuner_type == "full", lora_rank=t.lora_rank,
-        lora_targets=targets,
-        zero_stage=stage, offload_optimizer_ds=off_opt, offload_param_ds=off_par,
-        world=max(spec.world_size(), 1), nproc=max(spec.nproc_per_node(), 1),
+        arch=arch, compute_bytes=compute, quant=quant, full=t.tuner_type == "full", lora_rank=t.lora_rank,
+        lora_targets=_lora_targets(t.target_modules, arch), lora_dropout=t.lora_dropout,
+        zero=zero_config(t.deepspeed), fsdp=fsdp, world=max(spec.world_size(), 1), nproc=max(spec.nproc_per_node(), 1),
         micro_batch=t.per_device_train_batch_size, prompt_len=prompt, completion_len=t.max_completion_length,
-        grad_ckpt=t.gradient_checkpointing, flash_attn="flash" in (t.attn_impl or "flash_attn") or
-        t.attn_impl == "sdpa", liger=t.use_liger_kernel,
-        ref_model=t.tuner_type == "full" and (0.04 if t.beta is None else t.beta) > 0,
-        vllm=vllm, vllm_util=r.vllm_gpu_memory_utilization, vllm_tp=r.vllm_tensor_parallel_size,
-        vllm_max_len=max_len,
+        grad_ckpt=t.gradient_checkpointing or bool(fsdp and fsdp.activation_checkpointing),
+        attn={"flash_attn": "flash", "sdpa": "sdpa", "eager": "eager"}.get(t.attn_impl or "", "flash"),
+        liger=t.use_liger_kernel, sequence_parallel=t.sequence_parallel_size, image_tokens=images,
+        vit_trainable=False, vit_ckpt=t.gradient_checkpointing, extra_models=tuple(extra),
+        vllm=vllm, vllm_util=r.vllm_gpu_memory_utilization, vllm_tp=r.vllm_tensor_parallel_size, vllm_max_len=max_len,
         vllm_max_num_seqs=r.vllm_max_num_seqs or t.per_device_train_batch_size * r.vllm_tensor_parallel_size * spg,
         sleep_level=r.sleep_level if vllm == "colocate" else 0, offload_model=r.offload_model and vllm == "colocate",
         offload_optimizer=r.offload_optimizer and vllm == "colocate",
-        gpu=find_gpu(gpu_name), server_util=own_gpu[0], server_tp=own_gpu[1], server_max_len=own_gpu[2])
+        generation_batch=t.per_device_train_batch_size * spg, capacity_gib=capacity, gpu_name=gpu_name,
+        server_util=own_gpu[0], server_tp=own_gpu[1], server_max_len=own_gpu[2])
+
+
+def _local_quant(model: str) -> str:
+    """The quantisation a local checkpoint's config.json declares ('' when there is none or it cannot be read)."""
+    try:
+        return quant_from_hf_config(parse_hf_config(model))
+    except ValueError:
+        return ""
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Terms (bytes)
+# Model states (bytes)
 
 def lora_params(i: Inputs) -> int:
-    """r × (in + out) per adapted linear, per layer (A: in×r, B: r×out); MoE experts each get their own adapters."""
-    shapes = i.arch.linear_shapes()
-    per_layer = 0
-    for name in i.lora_targets:
-        fan_in, fan_out = shapes[name]
-        copies = i.arch.num_experts if i.arch.num_experts and name in ("gate_proj", "up_proj", "down_proj") else 1
-        per_layer += copies * i.lora_rank * (fan_in + fan_out)
-    return per_layer * i.arch.num_hidden_layers
+    """r × (in + out) per adapted linear (A: in×r, B: r×out), once per layer and per MoE expert it appears in."""
+    return sum(i.lora_rank * (fan_in + fan_out) * count for name, fan_in, fan_out, count in i.arch.linears()
+               if name in i.lora_targets)
 
 
 def base_weight_bytes(i: Inputs) -> float:
-    """Bytes of the base model's weights. Quantization (QLoRA) packs only the decoder's linear layers: bitsandbytes
-    replaces nn.Linear modules and keeps lm_head in the compute dtype (transformers' get_keys_to_not_convert), GPTQ
-    checkpoints quantize the decoder linears; embeddings, lm_head and a vision tower stay at compute_bytes."""
+    """The base model's weights. Quantisation packs only the decoder's linear layers (bitsandbytes replaces nn.Linear
+    and keeps lm_head: transformers' get_keys_to_not_convert; GPTQ/AWQ checkpoints quantise the decoder linears);
+    embeddings, norms, lm_head and the vision tower stay in the model dtype, or fp32 after PEFT's
+    prepare_model_for_kbit_training (which TRL calls for quantised models: it upcasts every non-int8 parameter)."""
     p = i.arch.total_params()
-    if i.param_bytes == i.compute_bytes:
-        return p * i.param_bytes
-    layers = i.arch.num_hidden_layers * i.arch.layer_params()
-    return layers * i.param_bytes + (p - layers) * i.compute_bytes
+    if not i.quant:
+        return p * i.compute_bytes
+    linears = sum(fan_in * fan_out * count for _, fan_in, fan_out, count in i.arch.linears())
+    rest = 4.0 if i.kbit_fp32 else i.compute_bytes
+    return linears * i.param_bytes + (p - linears) * rest
 
 
 def model_states(i: Inputs) -> dict[str, float]:
-    """Weights, gradients and optimizer states per GPU (bytes), following ZeRO's partitioning.
+    """Weights, gradients and optimizer states per GPU (bytes).
 
-    Full tuning under DeepSpeed (mixed precision): 2 B weights + 2 B grads + 12 B fp32 master, momentum, variance
-    = 16 B/param before sharding; stage 1 shards the 12 B, stage 2 also the grads, stage 3 also the weights.
-    Without DeepSpeed, HF/ms-swift keep bf16 params with AdamW states in the param dtype: 2 + 2 + 4 B/param.
-    LoRA: the frozen base keeps only its weights (sharded by ZeRO-3). Without DeepSpeed the adapters are fp32 (PEFT
-    casts them) with fp32 grads and 8 B Adam states. DeepSpeed casts the whole module, adapters included, to the
-    compute dtype (engine.py _configure_distributed_model: module.bfloat16()/half()) and accumulates gradients in it
-    under ZeRO (engine.py get_data_types), the fp32 master copy living in the optimizer: 2 + 2 + 12 B per adapter.
+    Full tuning, plain DDP (HF Trainer): params, grads and AdamW's two states in the param dtype: 2 + 2 + 4 B (fp32:
+    4 + 4 + 8). FSDP2 shards the same over the world. DeepSpeed with bf16 keeps an fp32 master copy and AdamW states
+    in the optimizer (12 B): ZeRO-1 shards them, ZeRO-2 the 2 B gradients too, ZeRO-3 the weights as well; ZeRO-0
+    runs DeepSpeed's BF16_Optimizer, which also accumulates fp32 gradients (bf16_optimizer.py
+    fp32_groups_gradients): 2 + 2 + 4 + 12 B, unsharded.
+    LoRA: the frozen base keeps its weights (sharded by ZeRO-3/FSDP). PEFT keeps adapters in fp32 (fp32 grads, 8 B
+    AdamW); DeepSpeed casts the whole module, adapters included, to bf16 (engine.py _configure_distributed_model) with
+    the fp32 master in its optimizer: 2 + 2 + 12 B per adapter parameter.
     """
-    p = i.arch.total_params()
     w = i.world
-    weights = base_weight_bytes(i)
-    if i.zero_stage == 3:
-        weights = 0.0 if i.offload_param_ds else weights / w
+    shard = w if i.shards_weights else 1
+    weights = 0.0 if i.weights_offloaded else base_weight_bytes(i) / shard
+    offload_opt = bool(i.zero and i.zero.offload_optimizer) or bool(i.fsdp and i.fsdp.offload)
     if i.full:
-        trainable, grad_b = p, i.param_bytes
-        opt_b = 12.0 if i.zero_stage or i.param_bytes == 4 else 2 * i.param_bytes
-        if i.param_bytes == 4 and not i.zero_stage:
-            opt_b = 8.0
+        trainable = i.arch.total_params()
+        b = i.compute_bytes
+        if i.deepspeed:
+            grad_b, opt_b = (b + 4.0 if i.stage == 0 else b), (12.0 if b == 2 else 8.0)
+        else:
+            grad_b, opt_b = b, 2 * b
     else:
         trainable = lora_params(i)
-        adapter_b = i.compute_bytes if i.zero_stage else 4.0
-        weights += trainable * adapter_b / (w if i.zero_stage == 3 else 1)
-        grad_b, opt_b = adapter_b, (12.0 if i.zero_stage else 8.0)
-    grads = trainable * grad_b / (w if i.zero_stage >= 2 else 1)
-    optim = 0.0 if i.offload_optimizer_ds else trainable * opt_b / (w if i.zero_stage >= 1 else 1)
+        adapter_b = i.compute_bytes if i.deepspeed else 4.0
+        weights += trainable * adapter_b / shard
+        grad_b, opt_b = adapter_b, (12.0 if i.deepspeed else 8.0)
+    grad_shard = w if (i.stage >= 2 or i.fsdp) else 1
+    opt_shard = w if (i.stage >= 1 or i.fsdp) else 1
+    grads = 0.0 if (i.fsdp and i.fsdp.offload) else trainable * grad_b / grad_shard
+    optim = 0.0 if offload_opt else trainable * opt_b / opt_shard
     return {"weights": weights, "grads": grads, "optimizer": optim, "trainable": trainable}
 
 
-def zero_buffers(i: Inputs, trainable: int) -> float:
-    """Communication buffers (bytes): DeepSpeed's per stage, or DDP's gradient buckets without DeepSpeed.
+def sharding_buffers(i: Inputs, trainable: int) -> float:
+    """Communication and gather buffers (bytes).
 
-    ZeRO-1/2: reduce + allgather buckets of 2e8 elements each in bf16 (ms-swift zero2.json), doubled by
-    overlap_comm, capped by the trainable parameter count. ZeRO-3: see zero3_buffers. Plain DDP on more than one GPU:
-    the Reducer copies every trainable gradient into flat bucket tensors (torch reducer.cpp initialize_buckets) that
-    do not alias .grad unless gradient_as_bucket_view (off in HF Trainer): trainable × grad bytes.
+    - Plain DDP on more than one GPU: the Reducer's flat gradient buckets copy every trainable gradient (torch
+      reducer.cpp initialize_buckets; HF Trainer leaves gradient_as_bucket_view off): trainable × grad bytes.
+    - DeepSpeed ZeRO-0/1/2: the reduce bucket (doubled by overlap_comm, stage_1_and_2.py ipg_buffer) and the
+      allgather bucket, in bf16, each at most the trainable count.
+    - ZeRO-3: zero3_buffers.
+    - FSDP2: the current layer gathered unsharded plus the next one prefetched (2 layers), and the current layer's
+      unsharded gradients before reduce-scatter when it trains.
     """
-    if i.zero_stage in (1, 2):
-        return 3 * min(2e8, trainable) * 2
-    if i.zero_stage == 3:
+    b = i.compute_bytes
+    if i.fsdp:
+        layer = i.arch.layer_params() * b
+        return 2 * layer + (layer if i.full else 0)
+    if i.stage == 3:
         return zero3_buffers(i)
+    if i.deepspeed:
+        reduce = min(i.zero.reduce_bucket_size or 2e8, trainable) * (2 if i.zero.overlap_comm else 1)
+        gather = min(i.zero.allgather_bucket_size or 2e8, trainable) if i.stage else 0
+        return (reduce + gather) * 2
     if i.world > 1:
-        return trainable * (i.param_bytes if i.full else 4.0)  # LoRA adapters and their grads are fp32
+        return trainable * (i.compute_bytes if i.full else 4.0)
     return 0.0
 
 
 def zero3_buffers(i: Inputs) -> float:
-    """ZeRO-3 memory beyond the partitions at the logits peak (bytes, compute dtype), from DeepSpeed's stage 3:
+    """ZeRO-3 memory beyond the partitions at the logits peak (bytes, model dtype), from DeepSpeed's stage 3:
 
     - gathered parameters: the lm_head (V·h) is all-gathered for its forward and, its next use being its own backward,
       kept until then (partitioned_param_coordinator.py __params_to_release: parameters reused within
       stage3_max_reuse_distance, 1e9 in ms-swift's zero3.json, are not released); a decoder layer recomputed for
       backward is kept the same way while within that distance, so at most max(V·h, one layer);
-    - prefetch (fetch_sub_module): whole parameters of the next modules in the trace until stage3_prefetch_bucket_size
-      elements, capped by stage3_max_live_parameters (1e9), the last one overshooting by at most one linear weight;
-    - reduce bucket (stage3.py __init__, contiguous_gradients): torch.empty(reduce_bucket_size) = h² ('auto',
-      transformers trainer_config_finalize);
-    - full tuning: a gradient larger than the bucket is reduced from its own full-size tensor
-      (__add_grad_to_ipg_bucket), the lm_head's V·h at the logits peak.
+    - prefetch (fetch_sub_module): whole parameters of the next modules until stage3_prefetch_bucket_size elements,
+      capped by stage3_max_live_parameters, the last one overshooting by at most one linear weight;
+    - reduce bucket (stage3.py __init__, contiguous_gradients): reduce_bucket_size, 'auto' = h²;
+    - full tuning: a gradient larger than the bucket is reduced from its own full-size tensor (__add_grad_to_ipg_bucket),
+      the lm_head's V·h at the logits peak.
     """
     a = i.arch
     lm_head = a.vocab_size * a.hidden_size
-    largest_linear = max(fan_in * fan_out for fan_in, fan_out in a.linear_shapes().values())
-    prefetch = min(i.zero3_prefetch, 1e9) + largest_linear if i.zero3_prefetch else 0.0
-    elements = max(lm_head, a.layer_params()) + prefetch + a.hidden_size ** 2 + (lm_head if i.full else 0)
+    prefetch = i.zero.prefetch_bucket_size if i.zero.prefetch_bucket_size is not None else i.zero3_prefetch
+    prefetch = min(prefetch, i.zero.max_live_parameters) + a.largest_linear() if prefetch else 0.0
+    bucket = i.zero.reduce_bucket_size or a.hidden_size ** 2
+    elements = max(lm_head, a.layer_params()) + prefetch + bucket + (lm_head if i.full else 0)
     return elements * i.compute_bytes
 
 
-def activations(i: Inputs) -> float:
-    """Activation memory of one micro-batch (bytes), bf16.
+# ---------------------------------------------------------------------------------------------------------------
+# Dynamic memory (bytes): activations, logits, vision tower
 
-    Per token and layer without checkpointing: attention ≈ 2·(4h + 2·kv) (norm input, q/k/v, output, o_proj input),
-    gated MLP 2h + 8i (input, gate, up, act, product), two norms 4h; eager attention adds 5·heads·s bytes per token
-    for scores, softmax and dropout (Korthikanti et al. 2022 eq. 2). With gradient checkpointing only each layer's
-    input (2h per token) is kept, plus one layer recomputed during backward.
+def tokens(i: Inputs) -> float:
+    """Tokens one GPU holds per micro-step: micro-batch × (prompt + completion), split by sequence parallelism."""
+    return i.micro_batch * (i.prompt_len + i.completion_len) / i.sequence_parallel
+
+
+def _lora_dropout_elements(i: Inputs, linear_attention: bool) -> float:
+    """PEFT applies lora_dropout to each adapter's input (lora_B(lora_A(dropout(x)))): a copy of x per adapted
+    linear, saved for lora_A's backward, plus its 1-byte mask (counted as half an element)."""
+    if i.full or i.lora_dropout <= 0:
+        return 0.0
+    own = {"in_proj_qkvz", "in_proj_ba", "out_proj"} if linear_attention else {"q_proj", "k_proj", "v_proj", "o_proj"}
+    mlp = {"gate_proj", "up_proj", "down_proj"}
+    return 1.5 * sum(fan_in for name, fan_in, _, _ in i.arch.linears() if name in i.lora_targets and name in own | mlp)
+
+
+def layer_activation_elements(i: Inputs, linear_attention: bool = False) -> float:
+    """Activations one decoder layer saves for backward, in elements per token (Korthikanti et al. 2022, §4):
+
+    - full attention: the norm's input h, q, k and v, the attention output (o_proj's input), the output gate's
+      activation when the model has one;
+    - Gated DeltaNet: the projections (2·k + 2·v), the convolved q/k/v (2·k + v), the core output and its gated norm
+      (2·v), the decay/beta gates (2·Hv) and the chunked scan's per-chunk matrices (64 per value head);
+    - gated MLP: the norm's input h, gate, up, act(gate) and their product (4·i); MoE: the routed copies of each
+      token for its top-k experts (k·(h + 4·i_moe)), the router logits in fp32 (2·E), a shared expert (h + 4·i_s);
+    - the residual stream and the norms' fp32 statistics: 2h.
     """
     a = i.arch
-    s = i.prompt_len + i.completion_len
-    tokens = i.micro_batch * s
-    inter = (a.moe_intermediate_size * a.num_experts_per_tok) if a.num_experts else a.intermediate_size
-    kv = a.num_key_value_heads * a.hd
-    per_layer_token = 2 * (4 * a.hidden_size + 2 * kv) + 2 * a.hidden_size + 8 * inter + 4 * a.hidden_size
-    if not i.flash_attn:
-        per_layer_token += 5 * a.num_attention_heads * s
-    full_layer = tokens * per_layer_token
+    h, q, kv = a.hidden_size, a.num_attention_heads * a.hd, a.num_key_value_heads * a.hd
+    if linear_attention:
+        k = a.linear_num_key_heads * a.linear_key_head_dim
+        v = a.linear_num_value_heads * a.linear_value_head_dim
+        attn = h + (2 * k + 2 * v) + (2 * k + v) + 2 * v + 2 * a.linear_num_value_heads + 64 * a.linear_num_value_heads
+    else:
+        attn = h + q + 2 * kv + q + (q if a.attn_output_gate else 0)
+    if a.num_experts:
+        mlp = h + a.num_experts_per_tok * (h + 4 * a.moe_intermediate_size) + 2 * a.num_experts
+        if a.shared_expert_intermediate_size:
+            mlp += h + 4 * a.shared_expert_intermediate_size
+    else:
+        mlp = h + 4 * a.intermediate_size
+    return attn + mlp + 2 * h + _lora_dropout_elements(i, linear_attention)
+
+
+def layer_activation_bytes(i: Inputs, linear_attention: bool = False) -> float:
+    """One layer's saved activations for the micro-batch; eager attention adds its score and softmax matrices
+    (heads × s × (2·b + 1) bytes per token: Korthikanti's 5·a·s in 16-bit), flash and sdpa kernels keep none."""
+    per_token = layer_activation_elements(i, linear_attention) * i.compute_bytes
+    if i.attn == "eager" and not linear_attention:
+        per_token += i.arch.num_attention_heads * (i.prompt_len + i.completion_len) * (2 * i.compute_bytes + 1)
+    return tokens(i) * per_token
+
+
+def activations(i: Inputs) -> float:
+    """Saved activations of one micro-batch (bytes). Without checkpointing every layer keeps its activations and
+    backward needs one more layer's worth of gradients; with gradient checkpointing each layer keeps only its input
+    (h per token) while one layer is recomputed and back-propagated (CKPT_LIVE_LAYERS layers' worth). The embedding
+    output and the final norm add 2h per token."""
+    a = i.arch
+    full = layer_activation_bytes(i)
+    linear = layer_activation_bytes(i, linear_attention=True) if a.linear_attention_layers else 0.0
+    edges = 2 * tokens(i) * a.hidden_size * i.compute_bytes
     if i.grad_ckpt:
-        return a.num_hidden_layers * tokens * 2 * a.hidden_size + full_layer
-    return a.num_hidden_layers * full_layer
+        return a.num_hidden_layers * tokens(i) * a.hidden_size * i.compute_bytes + CKPT_LIVE_LAYERS * max(
+            full, linear) + edges
+    return a.full_attention_layers * full + a.linear_attention_layers * linear + max(full, linear) + edges
+
+
+def vision_activations(i: Inputs) -> float:
+    """The vision tower's activations for the micro-batch's images (bytes): (vision tokens × merge²) patches per
+    sequence, each ViT layer saving like a dense layer (7·h + 4·i elements per patch). A frozen tower (ms-swift's
+    freeze_vit default) runs without saving anything: one layer's forward is live at a time, twice for its output;
+    a trained one saves every layer, or only layer inputs under vit_gradient_checkpointing."""
+    v = i.arch.vision
+    if not v or not i.image_tokens:
+        return 0.0
+    patches = i.micro_batch * i.image_tokens * v.spatial_merge_size ** 2
+    layer = patches * (7 * v.hidden_size + 4 * v.intermediate_size) * i.compute_bytes
+    if not i.vit_trainable:
+        return 2 * layer
+    if i.vit_ckpt:
+        return v.depth * patches * v.hidden_size * i.compute_bytes + CKPT_LIVE_LAYERS * layer
+    return (v.depth + 1) * layer
 
 
 def logits(i: Inputs) -> float:
-    """Logits of the completion tokens (bytes). ms-swift/TRL compute log-probs for completion_length + 1 positions:
-    the bf16 logits stay for backward (2 B per vocab entry) and get a bf16 gradient (2 B), while the fp32
-    log-softmax runs one sequence at a time (selective_log_softmax: 8 B × completion × vocab, transient).
-    Liger's fused linear + loss works in chunks and never materialises them (≈ 2 chunks of 2048 tokens in fp32)."""
-    a = i.arch
-    per_seq = (i.completion_len + 1) * a.vocab_size
+    """Logits and what the loss keeps of them (bytes), over E = micro-batch × scored tokens × vocab (÷ SP).
+
+    - GRPO (ms-swift and TRL: logits[:, -(C+1):-1] → selective_log_softmax, one sequence at a time in 16-bit): the
+      model's logits (b·E) and every row's saved log-softmax (b·E) in the forward; backward assembles the gradient of
+      the rows (b·E) and of the slice (b·E) while the saved rows are freed: 3·b·E at the peak.
+    - SFT cross entropy: 12 B per logit in bf16 (logits, their fp32 upcast in the loss, its gradient, the bf16
+      gradient; measured invariant across vocabularies, Soup#610); fp32 models 16 B.
+    - Liger's fused linear losses work in chunks and never materialise them: one sequence's fp32 logits and their
+      gradient (GRPO), two chunks of 2048 tokens in fp32 (cross entropy).
+    """
+    v = i.arch.vocab_size
+    scored = i.micro_batch * (i.completion_len + (1 if i.loss == "grpo" else 0)) / i.sequence_parallel
     if i.liger:
-        return min(i.micro_batch * (i.completion_len + 1), 2 * 2048) * a.vocab_size * 4
-    return i.micro_batch * per_seq * 4 + per_seq * 8
+        chunk = (i.completion_len + 1) if i.loss == "grpo" else 2048
+        return min(scored, chunk) * v * 4 * 2
+    if i.loss == "grpo":
+        return 3 * i.compute_bytes * scored * v
+    per_logit = 8 + 2 * i.compute_bytes
+    return per_logit * scored * v
+
+
+def dequant_buffers(i: Inputs) -> float:
+    """Quantised linears are dequantised to the compute dtype for each matmul (bitsandbytes matmul_4bit:
+    F.dequantize_4bit, GPTQ/AWQ training kernels): the largest linear's weight, live in the forward and again in the
+    backward (bytes)."""
+    return 2 * i.arch.largest_linear() * i.compute_bytes if i.quant else 0.0
 
 
 def largest_trainable_tensor(i: Inputs) -> int:
     """Elements of the largest trainable parameter: the embedding or lm_head (V·h) or a linear weight for full
     tuning, the largest LoRA matrix (r × the wider side of its linear) otherwise."""
-    shapes = i.arch.linear_shapes()
     if i.full:
-        return max(i.arch.vocab_size * i.arch.hidden_size, *(a * b for a, b in shapes.values()))
-    return max(i.lora_rank * max(shapes[name]) for name in i.lora_targets) if i.lora_targets else 0
+        return max(i.arch.vocab_size * i.arch.hidden_size, i.arch.largest_linear())
+    sides = [max(fan_in, fan_out) for name, fan_in, fan_out, _ in i.arch.linears() if name in i.lora_targets]
+    return i.lora_rank * max(sides) if sides else 0
 
 
 def step_temporaries(i: Inputs, trainable: int) -> float:
     """Memory the optimizer step allocates on top of the model states (bytes), while activations are freed.
 
     Plain torch AdamW (foreach, the default on CUDA) works on whole tensor lists and "uses roughly sizeof(params)
-    more peak memory" (PyTorch torch.optim docs, 'Algorithms'): trainable × grad bytes. DeepSpeed ZeRO-1/2
-    (stage_1_and_2.py step) builds the fp32 gradient of its partition as flatten(averaged_gradients).to(fp32): a bf16
-    flat copy (2 B) and its fp32 cast (4 B) exist together while the bf16 gradients are still held, so 6 B ×
-    trainable ÷ world; ZeRO-3 does the same per sub-group (_prepare_fp32_grad_for_sub_group, sub_group_size 1e9
-    elements). Before that, the gradient norm (get_grad_norm_direct) casts one gradient tensor at a time to fp64:
-    8 B × the largest trainable tensor (or the partition, if smaller; ZeRO-3: its 1/world slice); the larger of the
-    two moments counts.
+    more peak memory" (PyTorch torch.optim docs, 'Algorithms'): trainable × grad bytes (FSDP: of the shard).
+    DeepSpeed ZeRO-1/2 (stage_1_and_2.py step) builds the fp32 gradient of its partition as
+    flatten(averaged_gradients).to(fp32): a bf16 flat copy (2 B) and its fp32 cast (4 B) while the bf16 gradients are
+    still held, 6 B × trainable ÷ world; ZeRO-3 does the same per sub-group (sub_group_size 1e9 elements). Before
+    that, the gradient norm (get_grad_norm_direct) casts one gradient tensor at a time to fp64: 8 B × the largest
+    trainable tensor (or the partition, if smaller; ZeRO-3: its 1/world slice). ZeRO-0's BF16_Optimizer steps on
+    its fp32 copies in place (the norm's fp64 copy only).
     """
-    if i.zero_stage == 0:
-        return trainable * (i.param_bytes if i.full else 4.0)  # LoRA adapters are fp32
-    if i.offload_optimizer_ds:
+    largest = largest_trainable_tensor(i)
+    if not i.deepspeed:
+        adapter_b = i.compute_bytes if i.full else 4.0
+        return trainable * adapter_b / (i.world if i.fsdp else 1)
+    if i.zero.offload_optimizer:
         return 0.0  # the step runs on the CPU
-    partition, largest = trainable / i.world, largest_trainable_tensor(i)
-    if i.zero_stage == 3:  # every parameter's gradient is partitioned
+    if i.stage == 0:
+        return 8 * largest
+    partition = trainable / i.world
+    if i.stage == 3:
         return max(6 * min(1e9, partition), 8 * largest / i.world)
     return max(6 * partition, 8 * min(largest, partition))
-
-
-def optimizer_step_phase(i: Inputs, trainable: int, training: list[Term]) -> Phase:
-    """The optimizer step: everything resident in training except activations and logits, plus the step's
-    temporaries. The training peak is the larger of this phase and the forward/backward one."""
-    dynamic = ("activations", "logits", "fragmentation", "autocast weight cache")
-    kept = [t for t in training if t.name not in dynamic]
-    return Phase("optimizer step", kept + [Term("optimizer-step temporaries", step_temporaries(i, trainable) / GIB,
-                                                "foreach AdamW: one params-sized list; ZeRO: fp32 grad partition")])
 
 
 def autocast_cache(i: Inputs, trainable: int) -> float:
@@ -396,123 +608,175 @@ def autocast_cache(i: Inputs, trainable: int) -> float:
     the matmuls save those copies for backward: trainable × compute bytes. DeepSpeed casts the module itself (no
     autocast copies); full tuning in bf16 has nothing to cast.
     """
-    if i.zero_stage or i.full or i.compute_bytes >= 4:
+    if i.deepspeed or i.full or i.compute_bytes >= 4:
         return 0.0
     return trainable * i.compute_bytes
 
 
-def reference_model(i: Inputs) -> float:
-    """A frozen copy of the policy (full tuning with beta > 0); sharded like the weights under ZeRO-3.
-    LoRA uses the base model with adapters disabled, beta = 0 loads none."""
-    if not i.ref_model:
+def extra_model_bytes(i: Inputs, model: ExtraModel) -> float:
+    """A reference / reward / teacher model in the model dtype, sharded like the policy (ms-swift prepares them with
+    the same DeepSpeed config; ZeRO-3 offload and FSDP offload keep them in host RAM); a value model also trains:
+    its gradients and AdamW states as for a fully tuned policy."""
+    p = model.arch.total_params()
+    if i.weights_offloaded:
         return 0.0
-    w = base_weight_bytes(i)
-    return 0.0 if (i.zero_stage == 3 and i.offload_param_ds) else w / (i.world if i.zero_stage == 3 else 1)
-
-
-def vllm_need(arch: ModelArch, param_bytes: float, tp: int, seqs: int, max_len: int) -> tuple[float, float]:
-    """(weights, KV cache) bytes vLLM needs per GPU: bf16 weights / TP, and seqs × max_len tokens of KV
-    (2 × layers × kv_heads × head_dim × 2 B per token, KV heads split over TP; GQA keeps it small)."""
-    weights = arch.total_params() * max(param_bytes, 2.0) / tp
-    kv = seqs * max_len * arch.kv_bytes_per_token() / tp
-    return weights, kv
+    weights = p * i.compute_bytes / (i.world if i.shards_weights else 1)
+    if not model.trainable:
+        return weights
+    states = model_states(replace(i, arch=model.arch, full=True, quant=""))
+    return states["weights"] + states["grads"] + states["optimizer"]
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# vLLM
+
+def vllm_weight_bytes(i: Inputs, tp: int) -> float:
+    """vLLM's copy of the weights per GPU: a pre-quantised checkpoint (GPTQ/AWQ/FP8) loads packed, a bitsandbytes
+    job's vLLM loads the original 16-bit checkpoint; ÷ TP."""
+    packed = i.quant and not i.quant.startswith("bnb")
+    per = replace(i, quant=i.quant if packed else "", compute_bytes=max(i.compute_bytes, 2.0) if not packed else
+                  i.compute_bytes, kbit_fp32=False)
+    return base_weight_bytes(per) / tp
+
+
+def vllm_kv(i: Inputs, tp: int, seqs: int, max_len: int) -> float:
+    """KV cache for seqs × max_len tokens (2 × full-attention layers × kv_heads × head_dim × 2 B per token, heads
+    split over TP) plus each sequence's linear-attention state (hybrid models)."""
+    return seqs * (max_len * i.arch.kv_bytes_per_token() + i.arch.linear_state_bytes()) / tp
+
 
 def vllm_asleep(i: Inputs, reserve: float) -> float:
     """GPU memory a colocated vLLM keeps while the trainer trains (bytes): its whole reservation at sleep_level 0,
     nothing of its weights or KV cache at sleep levels 1 and 2.
 
     With enable_sleep_mode vLLM allocates its weights and KV cache through CuMemAllocator (vllm/device_allocator/
-    cumem.py, tags "weights" and "kv_cache"); the worker's sleep(level) calls allocator.sleep(offload_tags=("weights",)
-    if level == 1 else ()), which unmaps every tagged allocation, copying the "weights" ones to CPU first at level 1
-    (vllm/v1/worker/gpu_worker.py; vLLM docs, 'Sleep Mode': "Level 1 sleep will offload the model weights and discard
-    the KV cache ... Level 2 sleep will discard both"). Level 1 and 2 differ in host RAM (see host_ram), not on the
-    GPU. What vLLM allocated outside the pool (CUDA graphs, a few hundred MiB) is not counted.
+    cumem.py, tags "weights" and "kv_cache"); the worker's sleep(level) unmaps every tagged allocation, copying the
+    "weights" ones to CPU first at level 1 (vLLM docs, 'Sleep Mode'). What vLLM allocated outside the pool (CUDA
+    graphs, a few hundred MiB) is not counted.
     """
     return reserve if i.sleep_level == 0 else 0.0
 
 
-def estimate(i: Inputs) -> MemoryReport:
-    ms = model_states(i)
-    buffers = zero_buffers(i, ms["trainable"])
-    act, lg, ref = activations(i), logits(i), reference_model(i)
-    dynamic = act + lg
-    base = [Term("CUDA context", CUDA_CONTEXT_GIB, "per process, measured typical"),
+# ---------------------------------------------------------------------------------------------------------------
+# The estimate
+
+def _base_terms(i: Inputs) -> list[Term]:
+    return [Term("CUDA context", CUDA_CONTEXT_GIB, "per process, measured typical"),
             Term("NCCL buffers", NCCL_GIB if i.world > 1 or i.vllm == "server" else 0.0,
                  "communicator buffers when world > 1")]
-    cap = i.gpu.memory_gib if i.gpu else None
-    notes: list[str] = []
-    training = [Term("weights", ms["weights"] / GIB, "P × bytes/param (÷ world under ZeRO-3); LoRA adapters fp32"),
-                Term("gradients", ms["grads"] / GIB, "trainable × grad bytes (÷ world from ZeRO-2)"),
-                Term("optimizer states", ms["optimizer"] / GIB,
-                     "AdamW: 12 B/param fp32 under DeepSpeed (÷ world from ZeRO-1), else 2 × param dtype"),
-                Term("ZeRO/DDP buffers", buffers / GIB,
-                     "ZeRO-1/2 buckets, ZeRO-3 gathered lm_head/layer + prefetch + reduce bucket, or DDP buckets"),
-                Term("activations", act / GIB, "micro-batch × (prompt + completion) tokens, per layer"),
-                Term("logits", lg / GIB, "completion tokens × vocab × 4 B + one sequence's fp32 log-softmax"),
-                Term("autocast weight cache", autocast_cache(i, ms["trainable"]) / GIB,
-                     "bf16 copies of fp32 LoRA adapters under autocast (no DeepSpeed)"),
-                Term("reference model", ref / GIB, "frozen policy copy when beta > 0 and full tuning"),
-                Term("fragmentation", FRAGMENTATION * dynamic / GIB, f"{FRAGMENTATION:.0%} of dynamic memory"),
-                *base]
-    rollout = [Term("weights", 0.0 if i.offload_model else ms["weights"] / GIB,
-                    "policy weights (0 with offload_model)"),
+
+
+def _training_terms(i: Inputs, ms: dict, extras: float) -> list[Term]:
+    return [Term("weights", ms["weights"] / GIB, "base weights (quantised linears packed) + adapters; ÷ world when "
+                 "sharded (ZeRO-3, FSDP)"),
+            Term("gradients", ms["grads"] / GIB, "trainable × grad bytes (÷ world from ZeRO-2, FSDP)"),
+            Term("optimizer states", ms["optimizer"] / GIB, "AdamW: 12 B/param fp32 under DeepSpeed (÷ world from "
+                 "ZeRO-1), else 2 × param dtype"),
+            Term("ZeRO/FSDP/DDP buffers", sharding_buffers(i, ms["trainable"]) / GIB,
+                 "reduce/allgather buckets, gathered layers (ZeRO-3, FSDP) or DDP buckets"),
+            Term("activations", activations(i) / GIB, "micro-batch × sequence tokens, per layer (checkpointing: layer "
+                 "inputs + a recomputed layer)"),
+            Term("logits", logits(i) / GIB, "scored tokens × vocab: 3 × dtype bytes (GRPO log-probs), 12 B (SFT)"),
+            Term("vision tower", vision_activations(i) / GIB, "ViT patches of the micro-batch's images"),
+            Term("dequantisation buffers", dequant_buffers(i) / GIB, "largest linear dequantised, fwd + bwd"),
+            Term("autocast weight cache", autocast_cache(i, ms["trainable"]) / GIB,
+                 "bf16 copies of fp32 LoRA adapters under autocast (no DeepSpeed)"),
+            Term("reference/reward models", extras / GIB, "frozen models on the trainer GPU, sharded like the policy"),
+            *_base_terms(i)]
+
+
+DYNAMIC = ("activations", "logits", "vision tower", "dequantisation buffers", "autocast weight cache")
+
+
+def optimizer_step_phase(i: Inputs, trainable: int, training: list[Term]) -> Phase:
+    """The optimizer step: everything resident in training except activations and logits, plus the step's
+    temporaries. The training peak is the larger of this phase and the forward/backward one."""
+    kept = [t for t in training if t.name not in DYNAMIC]
+    return Phase("optimizer step", kept + [Term("optimizer-step temporaries", step_temporaries(i, trainable) / GIB,
+                                                "foreach AdamW: one params-sized list; ZeRO: fp32 grad partition")])
+
+
+def _vllm_colocate(i: Inputs, ms: dict, extras: float, training: list[Term], rollout: list[Term],
+                   notes: list[str]) -> None:
+    """Adds vLLM's terms to both phases and its notes. vLLM's budget is its own share on top of what training holds:
+    its memory profiling counts only what the instance adds to a baseline snapshot (vllm-project/vllm#10511, v0.6.5+)."""
+    w = vllm_weight_bytes(i, i.vllm_tp)
+    kv_want = vllm_kv(i, i.vllm_tp, i.vllm_max_num_seqs, i.vllm_max_len)
+    need = w + vllm_kv(i, i.vllm_tp, 1, i.vllm_max_len) + VLLM_OVERHEAD_GIB * GIB  # one full sequence at least
+    cap = i.capacity_gib
+    if cap is None:
+        reserve = w + kv_want + VLLM_OVERHEAD_GIB * GIB
+        notes.append("No GPU model chosen: vLLM counted at what it needs, not its reservation.")
+    else:
+        budget = i.vllm_util * cap * GIB
+        reserve = max(budget, need)
+        if budget < need:
+            notes.append(f"vLLM cannot start: its budget ({budget / GIB:.1f} GiB = util × capacity) is below its "
+                         f"weights + one sequence of KV ({need / GIB:.1f} GiB).")
+        elif budget - w - VLLM_OVERHEAD_GIB * GIB < kv_want:
+            seqs = int((budget - w - VLLM_OVERHEAD_GIB * GIB) / (kv_want / i.vllm_max_num_seqs))
+            notes.append(f"vLLM's KV cache holds ~{seqs} of the {i.vllm_max_num_seqs} sequences a rollout wants at "
+                         "once: generation runs in more waves (slower, not an error).")
+        resident = ms["weights"] + extras + CUDA_CONTEXT_GIB * GIB
+        if resident + budget > cap * GIB:
+            notes.append(f"vLLM checks at start that util × capacity ({i.vllm_util * cap:.1f} GiB) is free, but "
+                         f"training already holds {resident / GIB:.1f} GiB.")
+    rollout += [Term("vLLM weights", w / GIB, "weights / TP"),
+                Term("vLLM KV cache + overhead", (reserve - w) / GIB,
+                     "reservation (util × capacity) beyond the weights: KV cache, CUDA graphs")]
+    training.append(Term(f"vLLM while training (sleep_level {i.sleep_level})", vllm_asleep(i, reserve) / GIB,
+                         "0: weights + KV kept; 1: weights to CPU RAM, KV freed; 2: both freed"))
+
+
+def _allocator_reserve(i: Inputs, phase: Phase) -> Term:
+    """The caching allocator's reserve above what the training phase allocates: ALLOCATOR_RESERVE × its dynamic
+    memory, bounded by what the card has left (torch frees its cache before it would fail an allocation; ms-swift
+    empties it before vLLM wakes, so it belongs to the training phase). Blocks are reused exactly when every step
+    has the same shapes (packing, padding to the maximum length): no reserve grows then. GRPO's completions vary."""
+    capacity = i.capacity_gib
+    reserve = 0.0 if i.fixed_shapes else ALLOCATOR_RESERVE * sum(t.gib for t in phase.terms if t.name in DYNAMIC)
+    if capacity is not None:
+        reserve = max(0.0, min(reserve, capacity - phase.needed))
+    return Term("allocator cache", reserve, f"{ALLOCATOR_RESERVE:.0%} of dynamic memory, up to the free memory "
+                "(reclaimable)", reclaimable=True)
+
+
+def estimate(i: Inputs) -> MemoryReport:
+    ms = model_states(i)
+    extras = sum(extra_model_bytes(i, m) for m in i.extra_models)
+    training = _training_terms(i, ms, extras)
+    rollout = [Term("weights", 0.0 if i.offload_model else ms["weights"] / GIB, "policy weights (0 with offload_model)"),
                Term("optimizer states", 0.0 if i.offload_optimizer else ms["optimizer"] / GIB,
                     "kept unless offload_optimizer"),
-               Term("reference model", ref / GIB, "stays resident"), *base]
-    phases = [Phase("training", training)]
+               Term("reference/reward models", extras / GIB, "stay resident"), *_base_terms(i)]
+    notes: list[str] = []
+    phases = [Phase(TRAINING_PHASE, training)]
     if i.vllm == "colocate":
-        w, kv_want = vllm_need(i.arch, i.param_bytes, i.vllm_tp, i.vllm_max_num_seqs, i.vllm_max_len)
-        kv_min = i.vllm_max_len * i.arch.kv_bytes_per_token() / i.vllm_tp  # vLLM must fit one full sequence
-        need = w + kv_min + VLLM_OVERHEAD_GIB * GIB
-        resident = ms["weights"] + ref + CUDA_CONTEXT_GIB * GIB  # what training holds when vLLM starts
-        if cap is None:
-            reserve = w + kv_want + VLLM_OVERHEAD_GIB * GIB
-            notes.append("No GPU model chosen: vLLM counted at what it needs, not its reservation.")
-        else:
-            # vLLM's own share on top of what training holds: its memory profiling counts only what the instance
-            # adds to a baseline snapshot (vllm-project/vllm#10511, v0.6.5+; it logs "the current vLLM instance can
-            # use total_gpu_memory x gpu_memory_utilization"). Calibration row swift-issue3426 (ms-swift 3.2, util
-            # 0.6 on 80 GB, ~70 GiB per card) agrees; a whole-process budget gave 54 GiB.
-            budget = i.vllm_util * cap * GIB
-            reserve = max(budget, need)
-            if budget < need:
-                notes.append(f"vLLM cannot start: its budget ({budget / GIB:.1f} GiB"
-                             " = util × capacity) is below its weights + one sequence of KV "
-                             f"({need / GIB:.1f} GiB).")
-            elif budget - w - VLLM_OVERHEAD_GIB * GIB < kv_want:
-                seqs = int((budget - w - VLLM_OVERHEAD_GIB * GIB) / (kv_want / i.vllm_max_num_seqs))
-                notes.append(f"vLLM's KV cache holds ~{seqs} of the {i.vllm_max_num_seqs} sequences a rollout "
-                             "wants at once: generation runs in more waves (slower, not an error).")
-            if resident + i.vllm_util * cap * GIB > cap * GIB:
-                notes.append(f"vLLM checks at start that util × capacity ({i.vllm_util * cap:.1f} GiB) is "
-                             f"free, but training already holds {resident / GIB:.1f} GiB.")
-        awake = [Term("vLLM weights", w / GIB, "weights / TP"),
-                 Term("vLLM KV cache + overhead", (reserve - w) / GIB,
-                      "reservation (util × capacity) beyond the weights: KV cache, CUDA graphs")]
-        rollout += awake
-        training.append(Term(f"vLLM while training (sleep_level {i.sleep_level})", vllm_asleep(i, reserve) / GIB,
-                             "0: weights + KV kept; 1: weights to CPU RAM, KV freed; 2: both freed"))
+        _vllm_colocate(i, ms, extras, training, rollout, notes)
         phases.append(Phase("rollout", rollout))
     elif i.vllm == "none":
-        gen_kv = i.micro_batch * (i.prompt_len + i.completion_len) * i.arch.kv_bytes_per_token()
-        rollout.append(Term("generate() KV cache", gen_kv / GIB, "transformers generation for the micro-batch"))
+        kv = vllm_kv(i, 1, i.generation_batch, i.prompt_len + i.completion_len)
+        rollout.append(Term("generate() KV cache", kv / GIB, "transformers generation: micro-batch × steps per "
+                            "generation sequences"))
         phases.append(Phase("rollout", rollout))
     phases.insert(1, optimizer_step_phase(i, ms["trainable"], training))
-    roles = [RoleReport("trainer", i.gpu.name if i.gpu else None, cap, phases, notes)]
+    phases[0].terms.append(_allocator_reserve(i, phases[0]))
+    roles = [RoleReport("trainer", i.gpu_name, i.capacity_gib, phases, notes)]
     if i.vllm == "server":
-        w, kv = vllm_need(i.arch, i.param_bytes, i.server_tp, 1, i.server_max_len)  # at least one sequence
-        need = w + kv + VLLM_OVERHEAD_GIB * GIB
-        reserve = max(i.server_util * cap * GIB, need) if cap else need
-        srv = Phase("rollout", [Term("vLLM weights", w / GIB, "weights / TP"),
-                                Term("vLLM KV cache + overhead", (reserve - w) / GIB,
-                                     "util × capacity beyond the weights (≥ one max_model_len sequence)"),
-                                Term("CUDA context", CUDA_CONTEXT_GIB, "per process")])
-        roles.append(RoleReport("rollout", i.gpu.name if i.gpu else None, cap, [srv]))
-    return MemoryReport(i.arch.name, i.arch.total_params() / 1e9, roles, host_ram(i, ms),
-                        _assumptions(i))
+        roles.append(_server_role(i))
+    return MemoryReport(i.arch.name, i.arch.total_params() / 1e9, roles, host_ram(i, ms), _assumptions(i))
+
+
+def _server_role(i: Inputs) -> RoleReport:
+    w = vllm_weight_bytes(i, i.server_tp)
+    need = w + vllm_kv(i, i.server_tp, 1, i.server_max_len) + VLLM_OVERHEAD_GIB * GIB  # at least one sequence
+    cap = i.capacity_gib
+    reserve = max(i.server_util * cap * GIB, need) if cap else need
+    srv = Phase("rollout", [Term("vLLM weights", w / GIB, "weights / TP"),
+                            Term("vLLM KV cache + overhead", (reserve - w) / GIB,
+                                 "util × capacity beyond the weights (≥ one max_model_len sequence)"),
+                            Term("CUDA context", CUDA_CONTEXT_GIB, "per process")])
+    return RoleReport("rollout", i.gpu_name, cap, [srv])
 
 
 def host_ram(i: Inputs, ms: dict) -> dict[str, float]:
@@ -520,40 +784,50 @@ def host_ram(i: Inputs, ms: dict) -> dict[str, float]:
     rollout, vLLM's weights backed up by sleep_level 1, plus ~1.5 × one shard of weights while loading safetensors
     (page cache excluded)."""
     per_proc = 0.0
-    if i.offload_optimizer_ds:
-        per_proc += ms["trainable"] * 12 / (i.world if i.zero_stage >= 1 else 1)
-    if i.offload_param_ds:
-        per_proc += i.arch.total_params() * i.param_bytes / i.world
+    if (i.zero and i.zero.offload_optimizer) or (i.fsdp and i.fsdp.offload):
+        per_proc += ms["trainable"] * 12 / i.world
+    if i.weights_offloaded:
+        per_proc += base_weight_bytes(i) / i.world
     if i.offload_model:
         per_proc += ms["weights"]
     if i.offload_optimizer:
         per_proc += ms["optimizer"]
     if i.vllm == "colocate" and i.sleep_level == 1:  # vLLM's CPU backup of its weights (vllm_asleep)
-        per_proc += vllm_need(i.arch, i.param_bytes, i.vllm_tp, 1, 1)[0]
-    load = i.arch.total_params() * i.param_bytes * 1.5 / (i.world if i.zero_stage == 3 else 1)
+        per_proc += vllm_weight_bytes(i, i.vllm_tp)
+    load = base_weight_bytes(i) * 1.5 / (i.world if i.shards_weights else 1)
     return {"per_trainer_node": (per_proc * i.nproc + load * i.nproc) / GIB + 4.0}
 
 
 def _assumptions(i: Inputs) -> list[str]:
+    engine = (f"DeepSpeed ZeRO-{i.stage}" + (" (optimizer offload)" if i.zero.offload_optimizer else "")
+              if i.zero else "FSDP2" + (" (offload)" if i.fsdp.offload else "") if i.fsdp else "plain DDP")
     out = [f"sequence = prompt {i.prompt_len} + completion {i.completion_len} tokens, micro-batch {i.micro_batch}",
-           f"ZeRO stage {i.zero_stage} over {i.world} GPUs" if i.zero_stage else "no DeepSpeed (plain DDP)"]
+           f"{engine} over {i.world} GPUs", f"attention kernel {i.attn}" + (", gradient checkpointing" if i.grad_ckpt
+                                                                              else "")]
+    if i.quant:
+        out.append(f"decoder linears quantised ({i.quant})")
+    if i.image_tokens:
+        out.append(f"{i.image_tokens} vision tokens per sequence")
+    out += [f"{m.role} model {m.arch.name} on every trainer GPU" for m in i.extra_models]
     if i.vllm == "colocate":
         out.append(f"vLLM colocate: {i.vllm_max_num_seqs} seqs × {i.vllm_max_len} tokens, TP {i.vllm_tp}, "
                    "vLLM's budget = util × capacity on top of training")
     return out
 
 
-def estimate_spec(spec: JobSpec, gpu: str | None = None) -> MemoryReport:
-    """The estimate for a spec (``gpu`` overrides node 0's gpu_model). Raises UnknownModel."""
-    return estimate(inputs_from_spec(spec, gpu))
+def estimate_spec(spec: JobSpec, gpu: str | None = None, arch: ModelArch | None = None,
+                  gpu_gib: float | None = None) -> MemoryReport:
+    """The estimate for a spec (see inputs_from_spec for the overrides). Raises EstimateError."""
+    return estimate(inputs_from_spec(spec, gpu, arch, gpu_gib))
 
 
 def format_report(report: MemoryReport) -> str:
     lines = [f"{report.model} ({report.params_b:.2f} B params) — verdict: {report.verdict.upper()}"]
     for r in report.roles:
-        cap = f"{r.capacity_gib:.1f} GiB {r.gpu}" if r.capacity_gib else "no GPU model chosen"
+        cap = f"{r.capacity_gib:.1f} GiB {r.gpu or ''}".rstrip() if r.capacity_gib else "no GPU model chosen"
         lines.append(f"\n[{r.role} GPU: {cap}] peak {r.peak_gib:.1f} GiB in {r.peak_phase} → {r.verdict}"
-                     + (f", headroom {r.headroom_gib:+.1f} GiB" if r.headroom_gib is not None else ""))
+                     + (f", headroom {r.headroom_gib:+.1f} GiB" if r.headroom_gib is not None else "")
+                     + f"; nvidia-smi will show about {r.expected_gib:.1f} GiB")
         for p in r.phases:
             lines.append(f"  {p.name} phase: {p.total:.1f} GiB")
             lines += [f"    {t.name:<36} {t.gib:8.2f}  {t.formula}" for t in p.terms if t.gib]

@@ -156,9 +156,12 @@ def is_multimodal(spec: JobSpec) -> bool:
 
 
 def gpu_memory_gib(spec: JobSpec) -> float | None:
+    """Memory per trainer GPU: node 0's gpu_memory_gib, else its catalogue GPU's."""
     nodes = spec.trainer_nodes()
-    gpu = find_gpu(nodes[0].gpu_model) if nodes else None
-    return gpu.memory_gib if gpu else None
+    if not nodes:
+        return None
+    gpu = find_gpu(nodes[0].gpu_model)
+    return nodes[0].gpu_memory_gib or (gpu.memory_gib if gpu else None)
 
 
 def _near(values, current, k=2) -> list[int]:

@@ -294,7 +294,10 @@ class Node(BaseModel):
     identity_file: str | None = Field(None, description="SSH private key file.")
     address: str | None = Field(None, description="Address other nodes use to reach it (default: host).")
     gpus: list[int] = Field(default_factory=lambda: [0], description="CUDA device ids to use.")
-    gpu_model: str | None = Field(None, description="GPU model (from the catalogue or filled in by preflight).")
+    gpu_model: str | None = Field(None, description="GPU model as nvidia-smi names it (from the catalogue or filled in "
+                                                     "by preflight).")
+    gpu_memory_gib: float | None = Field(None, gt=0, le=4096, description="Memory per GPU in GiB, for a GPU the "
+                                         "catalogue does not know (the memory estimate uses it over gpu_model's).")
     python_env: str | None = Field(None, description="venv or conda env directory to activate.")
     role: Literal["trainer", "rollout"] = Field("trainer", description="trainer runs swift rlhf; rollout runs "
                                                                         "swift rollout.")

@@ -41,6 +41,11 @@ CREATE TABLE IF NOT EXISTS gpu_processes (
     job_id TEXT, host TEXT NOT NULL, gpu_index INTEGER, gpu_uuid TEXT, pid INTEGER NOT NULL, used_mib REAL,
     ts REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS gpu_processes_job ON gpu_processes (job_id, host);
+CREATE TABLE IF NOT EXISTS memory_estimates (
+    job_id TEXT PRIMARY KEY, estimate TEXT NOT NULL, created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS memory_peaks (
+    job_id TEXT NOT NULL, host TEXT NOT NULL, gpu_index INTEGER NOT NULL, source TEXT NOT NULL, peak_gib REAL NOT NULL,
+    ts REAL NOT NULL, PRIMARY KEY (job_id, host, gpu_index, source));
 CREATE TABLE IF NOT EXISTS alerts (
     job_id TEXT NOT NULL, alert_id TEXT NOT NULL, severity TEXT NOT NULL, message TEXT NOT NULL, evidence TEXT,
     fix TEXT, first_seen REAL NOT NULL, last_seen REAL NOT NULL, PRIMARY KEY (job_id, alert_id));
@@ -205,6 +210,36 @@ class Store:
         return [dict(r) for r in self.conn().execute(
             "SELECT host, gpu_index, gpu_uuid, pid, used_mib, ts FROM gpu_processes WHERE job_id = ? "
             "ORDER BY host, gpu_index, used_mib DESC", (job_id,))]
+
+    # memory: the estimate a job was launched with, and the peaks measured while it ran
+    def set_memory_estimate(self, job_id: str, estimate: dict) -> None:
+        with self.conn() as c:
+            c.execute("INSERT OR REPLACE INTO memory_estimates VALUES (?, ?, ?)",
+                      (job_id, json.dumps(estimate), time.time()))
+
+    def memory_estimate(self, job_id: str) -> dict | None:
+        row = self.conn().execute("SELECT estimate FROM memory_estimates WHERE job_id = ?", (job_id,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def update_memory_peaks(self, job_id: str, rank0: tuple[str, int] | None) -> None:
+        """Raise the stored peaks to what the samples show: nvidia-smi's used memory per GPU (gpu_samples, MiB) and
+        rank 0's logged memory(GiB) (the metrics; ms-swift logs it on global rank 0 only) on ``rank0`` (host, GPU)."""
+        now = time.time()
+        upsert = ("ON CONFLICT (job_id, host, gpu_index, source) DO UPDATE SET peak_gib = MAX(peak_gib, "
+                  "excluded.peak_gib), ts = excluded.ts")
+        with self.conn() as c:
+            c.execute("INSERT INTO memory_peaks SELECT job_id, host, gpu_index, 'nvidia-smi', MAX(mem_used) / 1024.0, ? "
+                      "FROM gpu_samples WHERE job_id = ? AND mem_used IS NOT NULL GROUP BY host, gpu_index "
+                      + upsert, (now, job_id))
+            if rank0:
+                c.execute("INSERT INTO memory_peaks SELECT job_id, ?, ?, 'memory(GiB)', MAX(value), ? FROM metrics "
+                          "WHERE job_id = ? AND key = 'memory(GiB)' AND value IS NOT NULL GROUP BY job_id " + upsert,
+                          (*rank0, now, job_id))
+
+    def memory_peaks(self, job_id: str) -> list[dict]:
+        return [dict(r) for r in self.conn().execute(
+            "SELECT host, gpu_index, source, peak_gib, ts FROM memory_peaks WHERE job_id = ? "
+            "ORDER BY host, gpu_index, source", (job_id,))]
 
     def upsert_alert(self, job_id: str, alert_id: str, severity: str, message: str, evidence: str, fix: str) -> None:
         now = time.time()

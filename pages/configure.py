@@ -7,12 +7,12 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from grpo_ui import ui_state
-from grpo_ui.catalog import gpus
+from grpo_ui.catalog import ModelArch, from_hf_config, gpus, parse_hf_config
 from grpo_ui.check import check
 from grpo_ui.findings import SEVERITY_ICON, Finding, has_errors, sort_findings
 from grpo_ui.fit import suggest
 from grpo_ui.importer import import_uploads
-from grpo_ui.memory import MemoryReport, UnknownModel, estimate_spec
+from grpo_ui.memory import MemoryReport, estimate_spec
 from grpo_ui.render import render
 from grpo_ui.spec import (
     ARGS,
@@ -26,7 +26,7 @@ from grpo_ui.spec import (
     with_changes,
 )
 
-NODE_COLUMNS = ("host", "address", "user", "port", "gpus", "gpu_model", "python_env", "role")
+NODE_COLUMNS = ("host", "address", "user", "port", "gpus", "gpu_model", "gpu_memory_gib", "python_env", "role")
 
 
 def reset_to(spec: JobSpec) -> None:
@@ -140,6 +140,28 @@ def show_findings(slot, findings: list[Finding], parse_error: str | None = None)
         slot.markdown("\n\n".join(lines))
 
 
+def pasted_arch(model: str) -> ModelArch | None:
+    """The architecture from a config.json the user gave for this model (kept in the session), or None."""
+    pasted = st.session_state.get("model_config")
+    return from_hf_config(pasted[1], name=model.split("/")[-1]) if pasted and pasted[0] == model else None
+
+
+def config_json_import(model: str) -> None:
+    """Paste or upload the model's config.json when the catalogue does not know it (the estimate then uses it)."""
+    with st.expander("Model architecture from its config.json", expanded=pasted_arch(model) is None):
+        upload = st.file_uploader("config.json", type=["json"], key="config_json_file")
+        text = st.text_area("…or paste it", key="config_json_text", height=120)
+        if st.button("Use this config.json", disabled=not (upload or text.strip())):
+            try:
+                cfg = parse_hf_config(upload.getvalue().decode() if upload else text)
+                from_hf_config(cfg)  # the fields the estimate needs are there
+            except ValueError as e:
+                st.error(str(e))
+            else:
+                st.session_state["model_config"] = (model, cfg)
+                st.rerun()
+
+
 def apply_fix(spec: JobSpec, changes: dict) -> None:
     reset_to(with_changes(spec, changes))
 
@@ -188,7 +210,10 @@ with st.container(border=True):
     st.caption("One row per machine. role trainer runs swift rlhf; role rollout runs swift rollout (server mode).")
     nodes = st.data_editor(node_rows(base), key="nodes", num_rows="dynamic", width="stretch",
                            column_config={
-                               "gpu_model": st.column_config.SelectboxColumn("gpu_model", options=list(gpus())),
+                               "gpu_model": st.column_config.SelectboxColumn("gpu_model", options=sorted(
+                                   set(gpus()) | {n.gpu_model for n in base.cluster.nodes if n.gpu_model})),
+                               "gpu_memory_gib": st.column_config.NumberColumn(
+                                   "GPU GiB", min_value=1, help="memory per GPU, for a GPU the catalogue lacks"),
                                "role": st.column_config.SelectboxColumn("role", options=["trainer", "rollout"]),
                                "port": st.column_config.NumberColumn("ssh port", min_value=1, max_value=65535),
                                "gpus": st.column_config.TextColumn("gpus", help="CUDA ids, e.g. 0,1,2,3")})
@@ -210,7 +235,8 @@ with st.sidebar:
 
 spec, parse_errors = build_spec(base.model_copy(update={"name": name, "swift_version": version}), values,
                                 list(nodes), cluster)
-findings = sort_findings(check(spec)) if not parse_errors else []
+arch = pasted_arch(spec.train.model)
+findings = sort_findings(check(spec, arch)) if not parse_errors else []
 placed: set[int] = set()
 for path, slot in slots.items():
     here = [f for f in findings if any(fp == path or (path == "cluster" and fp.startswith(("cluster", "spec")))
@@ -241,10 +267,12 @@ with top:
     with left:
         st.subheader("GPU memory per device")
         try:
-            report = estimate_spec(spec)
-        except UnknownModel as e:
+            report = estimate_spec(spec, arch=arch)
+        except ValueError as e:  # an unknown model or GPU, an unreadable DeepSpeed/FSDP config
             report = None
-            st.info(f"{e}.")
+            st.info(str(e))
+        if arch or not report:
+            config_json_import(spec.train.model)
         if report:
             cols = st.columns(len(report.roles) + 1)
             cols[0].metric("Verdict", report.verdict.upper())
@@ -256,7 +284,7 @@ with top:
             st.plotly_chart(memory_chart(report), width="stretch")
             for note in (n for r in report.roles for n in r.notes):
                 st.caption(f"{SEVERITY_ICON['warning']} {note}")
-            for k, s in enumerate(suggest(spec)):
+            for k, s in enumerate(suggest(spec, arch=arch)):
                 st.button(f"Make it fit: {s.why} → {s.peak_gib:.1f} GiB", key=f"fit:{k}", on_click=apply_fix,
                           args=(spec, s.changes))
 

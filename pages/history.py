@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from grpo_ui import ui_state
+from grpo_ui.monitor.memory_loop import comparison
 from grpo_ui.spec import spec_from_yaml
 from grpo_ui.store import Store
 
@@ -16,6 +17,14 @@ from grpo_ui.store import Store
 @st.cache_resource
 def store() -> Store:
     return Store()
+
+
+def memory_columns(job: dict) -> dict:
+    """The trainer GPU's estimated peak at launch and the highest measured peak (nvidia-smi or memory(GiB))."""
+    est = db.memory_estimate(job["id"]) or {}
+    trainer = next((r for r in est.get("roles", []) if r["role"] == "trainer"), {})
+    peaks = [p["peak_gib"] for p in db.memory_peaks(job["id"])]
+    return {"estimate GiB": trainer.get("peak_gib"), "measured GiB": round(max(peaks), 1) if peaks else None}
 
 
 def final(metrics: dict, key: str):
@@ -35,7 +44,7 @@ for j in jobs:
                  "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(j["started"] or j["created"])),
                  "minutes": round(((j["ended"] or time.time()) - (j["started"] or j["created"])) / 60, 1),
                  "steps": int(m["max_steps"][-1][0]) if m.get("max_steps") else 0, "reward": final(m, "reward"),
-                 "kl": final(m, "kl"), "alerts": len(db.alerts(j["id"]))})
+                 "kl": final(m, "kl"), **memory_columns(j), "alerts": len(db.alerts(j["id"]))})
 st.dataframe(rows, hide_index=True, width="stretch")
 
 ids = [j["id"] for j in jobs]
@@ -56,6 +65,8 @@ with c2:
     metrics = db.metrics(pick)
     st.markdown("**Final metrics**")
     st.json({k: v[-1][1] for k, v in sorted(metrics.items())} or {})
+    st.markdown("**Memory per GPU: estimate at launch vs measured peak**")
+    st.table(comparison(db, pick, spec_from_yaml(job["spec_yaml"])))
 
 st.subheader("Compare two runs")
 pair = st.multiselect("Runs", ids, max_selections=2, default=ids[:2] if len(ids) > 1 else ids[:1])

@@ -12,6 +12,7 @@ from plotly.subplots import make_subplots
 from grpo_ui.findings import SEVERITY_ICON
 from grpo_ui.monitor.gpu import APPS, SmiChannel, nvml_processes, nvml_samples
 from grpo_ui.monitor.logs import ERROR_PATTERN
+from grpo_ui.monitor.memory_loop import comparison, record_peaks
 from grpo_ui.monitor.watch import Watcher
 from grpo_ui.remote.launcher import Launcher, LaunchError
 from grpo_ui.remote.ssh import SshError
@@ -91,6 +92,17 @@ def gpu_figure(samples: list[dict], step_times: list[float]) -> go.Figure:
     return fig
 
 
+def memory_table(job: dict) -> None:
+    """The estimate the job was launched with next to each GPU's measured peak."""
+    spec = spec_from_yaml(job["spec_yaml"])
+    record_peaks(lz.store, job["id"], spec)
+    st.caption("Memory per GPU: the estimate at launch vs the measured peak")
+    error = (lz.store.memory_estimate(job["id"]) or {}).get("error")
+    if error:
+        st.caption(f"No estimate at launch: {error}")
+    st.table(comparison(lz.store, job["id"], spec))
+
+
 st.title("Monitor")
 lz = launcher()
 jobs = lz.store.jobs()
@@ -158,6 +170,7 @@ def live():
         st.plotly_chart(gpu_figure(samples, step_times), width="stretch", key="gpu_chart")
     else:
         st.caption("No GPU samples (no NVIDIA GPU reported by the nodes).")
+    memory_table(job)
     procs = process_rows(job_id)
     if procs:
         st.caption("GPU memory by process (latest listing per node)")

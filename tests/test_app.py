@@ -1,5 +1,6 @@
 """The Configure page's logic through Streamlit's AppTest: widget → findings and estimate, errors block export,
-import fills the form, fixes apply in one click, the draft survives a restart."""
+import fills the form, fixes apply in one click, a pasted config.json stands in for an unknown model, the draft
+survives a restart; every page renders over a stored job (Monitor and History with its memory estimate vs peaks)."""
 
 from pathlib import Path
 
@@ -7,6 +8,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from grpo_ui.findings import SEVERITY_ICON
+from grpo_ui.memory import estimate_spec
 from grpo_ui.spec import ARGS_BY_PATH
 from grpo_ui.ui_state import load_draft
 
@@ -112,6 +114,25 @@ def test_import_fills_the_form_and_reports_renamed_flags(app):
     assert any("--train_type" in c.value for c in app.caption)
 
 
+QWEN25_7B_CONFIG = ('{"architectures": ["Qwen2ForCausalLM"], "hidden_size": 3584, "intermediate_size": 18944, '
+                    '"num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4, '
+                    '"vocab_size": 152064, "tie_word_embeddings": false}')
+
+
+def test_an_unknown_model_is_estimated_from_a_pasted_config_json(app):
+    field(app, "train.model").set_value("acme/house-model-7b").run()
+    assert "Verdict" not in [m.label for m in app.metric]
+    assert any("unknown architecture for 'acme/house-model-7b'" in i.value for i in app.info)
+    use = next(b for b in app.button if b.label == "Use this config.json")
+    app.text_area(key="config_json_text").set_value("{not json").run()
+    next(b for b in app.button if b.label == "Use this config.json").click().run()
+    assert any("not valid JSON" in e.value for e in app.error) and use
+    app.text_area(key="config_json_text").set_value(QWEN25_7B_CONFIG).run()
+    next(b for b in app.button if b.label == "Use this config.json").click().run()
+    assert "Verdict" in [m.label for m in app.metric]
+    assert not any("MEMORY-UNKNOWN-MODEL" in label for label in labels(app))
+
+
 def test_draft_survives_an_app_restart(tmp_path, monkeypatch):
     monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
     at = AppTest.from_file(APP, default_timeout=60).run()
@@ -138,12 +159,23 @@ def test_every_page_renders_with_a_job_in_the_store(tmp_path, monkeypatch):
     store.upsert_alert("job-a", "NO-LEARNING-SIGNAL", "error", "No learning signal: x", "reward_std [0]", "fix it")
     store.set_gpu_processes("job-a", {"host": "localhost", "ts": 1.0, "processes": [
         {"gpu_index": 0, "gpu_uuid": "GPU-a", "pid": 4242, "used_mib": 61234.0}]})
+    host = spec.trainer_nodes()[0].host
+    store.set_memory_estimate("job-a", estimate_spec(spec).to_dict())
+    store.add_gpu_samples("job-a", [{"host": host, "gpu_index": 0, "ts": 1.0, "mem_used": 61234.0}])
+    store.add_metrics("job-a", 2, {"memory(GiB)": 65.09})
     for page, expect in (("cluster", "Preflight"), ("launch", "Launch"), ("monitor", "Alerts (1)"),
                          ("history", "Compare two runs")):
         at = AppTest.from_file(str(Path(APP).parent / "pages" / f"{page}.py"), default_timeout=60).run()
         assert not at.exception, (page, at.exception)
         texts = [h.value for h in at.subheader] + [t.value for t in at.title] + [b.label for b in at.button]
         assert any(expect in t for t in texts), (page, texts)
+        if page in ("monitor", "history"):  # the estimate at launch next to each GPU's measured peak
+            gpu0 = next(d.value for d in at.table if "estimated peak GiB" in d.value.columns).to_dict("records")[0]
+            assert (gpu0["host"], gpu0["rank"], gpu0["nvidia-smi peak GiB"], gpu0["memory(GiB) logged"]) == (
+                host, 0, round(61234 / 1024, 2), 65.09) and gpu0["estimated peak GiB"] > 0
+        if page == "history":
+            runs = next(d.value for d in at.dataframe if "measured GiB" in d.value.columns).to_dict("records")[0]
+            assert runs["measured GiB"] == 65.1 and runs["estimate GiB"] > 0
         if page == "monitor":  # which process of which node holds how much on each GPU
             procs = next(d.value for d in at.dataframe if "pid" in d.value.columns)
             assert procs.to_dict("records")[0] | {"listed": None} == {

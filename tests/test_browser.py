@@ -1,8 +1,8 @@
 """The app in a real browser: Debian's Chromium driven by Playwright against `streamlit run app.py`.
 
 Configure: fill the form, watch the estimate change, trigger and clear a validation error, download the YAML and
-scripts. Then launch the tiny real ms-swift job onto a namespace test host over SSH and watch its log lines and
-metric charts arrive. Screenshots of every page go to artifacts/screenshots/ (and docs/screenshots/ for the README).
+scripts. Then launch the tiny real ms-swift job onto a namespace test host over SSH and watch its log lines,
+metric charts and memory (the estimate at launch next to measured peaks) arrive. Screenshots of every page go to artifacts/screenshots/ (and docs/screenshots/ for the README).
 """
 
 import os
@@ -132,7 +132,24 @@ def test_configure_in_the_browser(app_url, page, tmp_path):
     shot(page, "configure")
 
 
-def test_launch_and_watch_a_real_job_in_the_browser(app_url, page):
+def feed_gpu_side(db: Path) -> str:
+    """What a GPU node would add while the job runs, written to the app's store: one nvidia-smi tick in its
+    documented format (tests/data/nvidia-smi/busy.csv) for the job's host and rank 0's memory(GiB) as ms-swift logs
+    it (a CPU run logs none). A stand-in: no GPU here. Returns the GPU 0 figure the Monitor should show."""
+    from grpo_ui.monitor.gpu import parse_smi_line
+    from grpo_ui.spec import spec_from_yaml
+    from grpo_ui.store import Store
+
+    store = Store(db)
+    job = store.jobs()[0]
+    host = spec_from_yaml(job["spec_yaml"]).trainer_nodes()[0].host
+    line = (ROOT / "tests/data/nvidia-smi/busy.csv").read_text().splitlines()[0]
+    store.add_gpu_samples(job["id"], [parse_smi_line(line, host, time.time())])
+    store.add_metrics(job["id"], 1, {"memory(GiB)": 65.09})
+    return f"{61234 / 1024:.2f}"
+
+
+def test_launch_and_watch_a_real_job_in_the_browser(app_url, page, tmp_path):
     page.goto(app_url)
     page.get_by_text("GPU memory per device").wait_for(timeout=90000)
     nav(page, "Launch")  # through the sidebar, as a user would
@@ -142,6 +159,10 @@ def test_launch_and_watch_a_real_job_in_the_browser(app_url, page):
     page.get_by_text("is running").wait_for(timeout=60000)
     page.get_by_role("link", name=re.compile("^Watch ")).click()  # the link the Launch page offers
     page.get_by_text("Training metrics").wait_for(timeout=90000)
+    measured = feed_gpu_side(tmp_path / "db.sqlite")
+    page.get_by_text("the estimate at launch vs the measured peak").wait_for(timeout=60000)
+    page.wait_for_function(f"document.body.innerText.includes('{measured}') && "
+                           "document.body.innerText.includes('65.09')", timeout=60000)
     page.wait_for_function("document.body.innerText.includes('last_model_checkpoint')", timeout=180000)
     page.wait_for_function("document.body.innerText.includes('succeeded')", timeout=240000)
     page.get_by_text("NO-LEARNING-SIGNAL").first.wait_for(timeout=60000)
@@ -152,6 +173,7 @@ def test_launch_and_watch_a_real_job_in_the_browser(app_url, page):
     shot(page, "monitor")
     nav(page, "History")
     page.get_by_text("Compare two runs").wait_for(timeout=90000)
+    page.get_by_text("Memory per GPU: estimate at launch vs measured peak").wait_for(timeout=30000)
     shot(page, "history")
     nav(page, "Cluster")
     page.get_by_text("Preflight").first.wait_for(timeout=90000)

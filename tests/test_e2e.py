@@ -1,6 +1,7 @@
 """End to end on real software: real `swift rlhf --rlhf_type grpo` (ms-swift 4.6, CPU, the tiny local model) started
 over real SSH on network-namespace hosts by grpo-ui's CLI, its logs and metrics flowing back, the doctor's alert on
-real data, and stops that leave nothing behind."""
+real data, the memory estimate stored at launch and exported next to the measured peak, and stops that leave
+nothing behind."""
 
 import json
 import os
@@ -11,10 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from grpo_ui.calibration import problems
+from grpo_ui.monitor.gpu import SmiChannel
+from grpo_ui.remote.ssh import Pool
 from grpo_ui.spec import spec_to_yaml, validate_spec
 from grpo_ui.store import Store
 from tests.hosts import stop_active_jobs
 from tests.test_launcher import job_pids, wait_for
+from tests.test_monitor import collect
 from tests.tiny_job import ASSETS, tiny_spec_data
 
 pytestmark = pytest.mark.slow
@@ -71,7 +76,36 @@ def test_scenario1_one_host_validate_render_preflight_launch_watch_succeed(cli, 
     assert "NO-LEARNING-SIGNAL" in status.stdout and "KL-STUCK-ZERO" in status.stdout
     sampled = Store(tmp_path / "db.sqlite").completions("e2e-one")
     assert sampled and all("completion" in row and "step" in row for row in sampled)
+    memory_closed_loop(cli, h, tmp_path)
     print(f"scenario 1 took {time.time() - start:.0f} s")
+
+
+def memory_closed_loop(cli, h, tmp_path):
+    """The launch stored the estimate (the tiny model read from its config.json); GPU samples reach the store through
+    an nvidia-smi channel over SSH, the watcher raises the peaks, and `calibration export` writes the pair. No GPU
+    here: the channel runs a stand-in printing one tick in nvidia-smi's documented format
+    (tests/data/nvidia-smi/busy.csv); a CPU run logs no memory(GiB), so only the nvidia-smi row comes out."""
+    store = Store(tmp_path / "db.sqlite")
+    estimate = store.memory_estimate("e2e-one")
+    assert estimate and estimate["roles"][0]["role"] == "trainer" and estimate["roles"][0]["peak_gib"] > 0
+    standin = tmp_path / "smi" / "nvidia-smi"
+    standin.parent.mkdir()
+    standin.write_text(f"#!/bin/bash\nhead -n 8 {ROOT / 'tests/data/nvidia-smi/busy.csv'}\nsleep 5\n")
+    standin.chmod(0o755)
+    pool, samples = Pool(), []
+
+    def open_stream(cmd):
+        _, out, _ = pool.get(h.name).client.exec_command(f"PATH={standin.parent}:$PATH {cmd}", timeout=10)
+        return iter(out.readline, "")
+    collect(SmiChannel(h.name, open_stream, lambda s: (samples.append(s), store.add_gpu_samples("e2e-one", [s]))),
+            samples, 8, 30)
+    pool.close()
+    assert cli("status", "e2e-one").returncode == 0  # a watcher pass records the peaks
+    out = cli("calibration", "export", "e2e-one")
+    assert out.returncode == 0, out.stderr
+    (row,) = [json.loads(line) for line in out.stdout.splitlines()]
+    assert (row["compare"], row["measured_gib"]) == ("peak", round(61234 / 1024, 3))  # GPU 0: the job's only GPU
+    assert row["estimated_gib"] == estimate["roles"][0]["peak_gib"] and problems(row) == []
 
 
 def test_metrics_found_by_listing_the_output_dir_when_swift_logs_only_warnings(cli, ssh_env, tmp_path):

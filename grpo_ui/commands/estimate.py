@@ -1,19 +1,23 @@
-"""`estimate job.yaml [--gpu NAME] [--json]`: per-GPU memory, every term and phase, verdict and make-it-fit advice."""
+"""`estimate job.yaml [--gpu NAME | --gpu-gib N] [--config config.json] [--json]`: per-GPU memory, every term and
+phase, verdict and make-it-fit advice."""
 
 from __future__ import annotations
 
 import json
 import sys
 
+from grpo_ui.catalog import from_hf_config
 from grpo_ui.fit import suggest
-from grpo_ui.memory import UnknownModel, estimate_spec, format_report
+from grpo_ui.memory import estimate_spec, format_report
 from grpo_ui.spec import load_spec
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("estimate", help="estimate per-GPU memory for a job spec")
     p.add_argument("spec", help="job YAML")
-    p.add_argument("--gpu", help="GPU model from the catalogue (default: node 0's gpu_model)")
+    p.add_argument("--gpu", help="GPU model as nvidia-smi prints it, or a catalogue alias (default: node 0's gpu_model)")
+    p.add_argument("--gpu-gib", type=float, help="memory per GPU in GiB (for a GPU the catalogue does not know)")
+    p.add_argument("--config", help="the model's config.json (when the model is not in the catalogue)")
     p.add_argument("--json", action="store_true", help="print the report and advice as one JSON object")
     p.set_defaults(run=run)
 
@@ -21,11 +25,12 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     spec = load_spec(args.spec)
     try:
-        report = estimate_spec(spec, args.gpu)
-    except UnknownModel as e:
-        print(f"train.model: {e}", file=sys.stderr)
+        arch = from_hf_config(args.config, name=spec.train.model.split("/")[-1]) if args.config else None
+        report = estimate_spec(spec, args.gpu, arch, args.gpu_gib)
+    except ValueError as e:  # unknown model or GPU, unreadable DeepSpeed/FSDP config or config.json
+        print(f"cannot estimate: {e}", file=sys.stderr)
         return 2
-    advice = suggest(spec, args.gpu)
+    advice = suggest(spec, args.gpu, gpu_gib=args.gpu_gib, arch=arch)
     if args.json:
         out = report.to_dict()
         out["advice"] = [{"changes": s.changes, "why": s.why, "cost": s.cost, "peak_gib": round(s.peak_gib, 2),

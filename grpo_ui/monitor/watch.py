@@ -12,6 +12,7 @@ import time
 from grpo_ui import shell
 from grpo_ui.monitor.doctor import DUTY_WINDOW_S, Snapshot, diagnose
 from grpo_ui.monitor.logs import LogTail
+from grpo_ui.monitor.memory_loop import record_peaks
 from grpo_ui.monitor.metrics import (
     completions_file,
     logging_file,
@@ -64,6 +65,7 @@ class Watcher:
                     new_steps += self._metrics(job_id, spec, n, runner, lines)
             except SshError as e:
                 errors.append(str(e))
+        record_peaks(self.store, job_id, spec)  # measured memory next to the launch's estimate
         alerts = self._diagnose(job_id, spec, self.store.job(job_id), nodes)
         return {"state": state, "new_lines": new_lines, "new_steps": new_steps, "alerts": alerts, "errors": errors}
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from grpo_ui import shell
 from grpo_ui.check import check
 from grpo_ui.findings import format_findings
+from grpo_ui.monitor.memory_loop import estimate_at_launch
 from grpo_ui.remote.preflight import preflight as run_preflight
 from grpo_ui.remote.runner import Runner, parallel, runner_for
 from grpo_ui.remote.ssh import Pool, SshError
@@ -143,6 +144,8 @@ class Launcher:
         if failed:
             return self._abort(job_id, [], failed)
         runners = {r.index: runner for r, runner in connected}
+        first_trainer = next(r for r in runs if r.role == "trainer")
+        self.store.set_memory_estimate(job_id, estimate_at_launch(spec, runners[first_trainer.index]))
         started: list[NodeRun] = []
         for group in ([r for r in runs if r.role == "rollout"], [r for r in runs if r.role == "trainer"]):
             results = parallel(lambda r: self._start(job_id, rd, r, runners[r.index],
