@@ -190,18 +190,16 @@ def capture(name: str) -> None:
     with tempfile.TemporaryDirectory(prefix="capture-") as tmp:
         out = Path(tmp) / "out"
         if name == "healthy_logging5":
-            run(name, base_args(out, max_steps=10, logging_steps=5, save_steps=5))
+            run(name, base_args(out, max_steps=10, logging_steps=5, save_steps=5, stop_words="a"))
         elif name == "slow_reward":
-            run(name, base_args(out, max_steps=5, reward_funcs="slow_length_spread", max_completion_length=128,
-                                num_generations=4, per_device_train_batch_size=4), env={"SLOW_REWARD_S": "4"})
+            run(name, base_args(out, max_steps=5, reward_funcs="slow_length_spread", stop_words="a"),
+                env={"SLOW_REWARD_S": "4"})
         elif name == "reward_slowing":
             (OUT / f"{name}.pyspy").unlink(missing_ok=True)
-            run(name, base_args(out, max_steps=8, reward_funcs="slowing_length_spread", max_completion_length=128,
-                                num_generations=4, per_device_train_batch_size=4), during=stacks_while_slow(name))
+            run(name, base_args(out, max_steps=8, reward_funcs="slowing_length_spread"),
+                during=stacks_while_slow(name))
         elif name == "lr_blowup":
             run(name, base_args(out, max_steps=5, learning_rate="1e30"))
-        elif name == "lr_nan":
-            run(name, base_args(out, max_steps=6, learning_rate=os.environ.get("CAPTURE_LR", "1e4")))
         elif name == "rank1_stopped":
             (OUT / f"{name}.pyspy").unlink(missing_ok=True)
             run(name, base_args(out, max_steps=200), nproc=2, during=stop_rank1_then_dump(name))
@@ -209,8 +207,9 @@ def capture(name: str) -> None:
             run(name, base_args(out, max_steps=200), nproc=2, during=kill_rank_after_first_step(signal.SIGKILL))
         elif name == "rank1_sigabrt":
             run(name, base_args(out, max_steps=200), nproc=2, during=kill_rank_after_first_step(signal.SIGABRT))
-        elif name in ("reward_none", "reward_nan", "reward_raises"):
-            func = {"reward_none": "returns_none", "reward_nan": "returns_nan", "reward_raises": "raises"}[name]
+        elif name in ("reward_none", "reward_nan", "reward_inf", "reward_raises"):
+            func = {"reward_none": "returns_none", "reward_nan": "returns_nan", "reward_inf": "returns_inf",
+                    "reward_raises": "raises"}[name]
             run(name, base_args(out, reward_funcs=func))
         elif name == "server_vllm_missing":
             run(name, server_args(out, free_port()))
@@ -241,7 +240,7 @@ def capture(name: str) -> None:
 
 
 NAMES = ["healthy_logging5", "slow_reward", "reward_slowing", "rank1_stopped", "rank1_sigkill", "rank1_sigabrt", "reward_none", "reward_nan",
-         "reward_raises", "lr_blowup", "lr_nan", "server_vllm_missing", "server_unreachable", "server_group_port_closed", "disk_full"]
+         "reward_raises", "reward_inf", "lr_blowup", "server_vllm_missing", "server_unreachable", "server_group_port_closed", "disk_full"]
 
 if __name__ == "__main__":
     for n in sys.argv[1:] or NAMES:

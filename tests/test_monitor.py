@@ -239,7 +239,8 @@ def test_traceback_names_the_rank_and_leaves_other_ranks_lines_out():
     assert alert.evidence.split("\n") == [f"[rank1]: {line}" for line in tb]
     summary = ["Root Cause (first observed failure):", "[0]:", "  time      : 2026-11-22_12:00:00",
                "  host      : node-b", "  rank      : 9 (local_rank: 1)", "  exitcode  : 1 (pid: 4242)"]
-    assert "first on node 1 (b), rank 9." in traceback_alert({"node 1 (b)": tb + summary}).explanation
+    failed = {a.id: a for a in diagnose(Snapshot(logs={"node 1 (b)": tb + summary}, job_state="failed"))}
+    assert failed["NODE-FAILED"].where == "node 1 (b), rank 9 (local rank 1)" and "TRACEBACK" not in failed
 
 
 def test_failed_node_is_reported_with_its_log():

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-STARTUP_S = 600.0      # the gap assumed before any step is logged: model loading, vLLM start-up, first rollout
+STARTUP_S = 1800.0     # the gap assumed before a step is logged: model loading, vLLM start-up, the first rollout
 MIN_MARGIN_S = 300.0   # silence tolerated beyond the expected gap, at least …
 MAX_MARGIN_S = 600.0   # … and at most (a silent run is flagged within 10 minutes beyond the expected gap)
 RECENT = 5             # logged intervals looked at
@@ -47,3 +47,12 @@ def allowed_silence(gap: float) -> float:
 def has_step_bar(lines: list[str]) -> bool:
     """Whether the log shows ms-swift's per-step Train bar (rank 0 with tqdm on)."""
     return any(STEP_BAR.search(line) for line in lines)
+
+
+TQDM_TIMING = re.compile(r"\s*\[[^\]]*(?:<|it/s|s/it)[^\]]*\]")
+
+
+def progress_mark(pending: str) -> str:
+    """What an unfinished line shows of progress, without tqdm's clock: a bar redrawn only to update its elapsed
+    time (tqdm's monitor thread does that while a step is stuck) is no progress."""
+    return TQDM_TIMING.sub("", pending).strip()

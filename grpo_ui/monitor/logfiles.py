@@ -25,6 +25,7 @@ CHILD_FAILED = "ChildFailedError"
 WORLD = re.compile(r"\bworld_size: (\d+)")
 SAVE = re.compile(r"Saving model checkpoint to (\S+)")
 RUN_SH = re.compile(r"^run sh: `(.*)`$")
+SERVER_MODE = re.compile(r"(?:Start connecting|Connected) to vLLM server")  # ms-swift logs these in server mode
 
 
 class LogFileError(Exception):
@@ -119,19 +120,28 @@ def snapshot(paths: list[str | Path], job: JobSpec | None = None, quiet_for: flo
     """Read the files and build the Snapshot the doctor diagnoses. ``quiet_for``: seconds since the logs last grew
     (default: from the newest file's modification time)."""
     now = time.time() if now is None else now
-    logs: dict[str, list[str]] = {}
-    rows, stacks = [], []
+    files = {}
     newest = 0.0
     for p in map(Path, paths):
-        lines, mtime = read_lines(p)
+        files[p.name], mtime = read_lines(p)
         newest = max(newest, mtime)
+    return from_lines(files, job, now - (quiet_for if quiet_for is not None else max(now - newest, 0.0)), now)
+
+
+def from_lines(files: dict[str, list[str]], job: JobSpec | None, last_grew: float, now: float) -> Snapshot:
+    """The Snapshot of files already read (name → lines, in node order) that last grew at ``last_grew``."""
+    logs: dict[str, list[str]] = {}
+    rows, stacks = [], []
+    for name, lines in files.items():
         found = kind(lines)
         if found == "jsonl":
             rows += [r for r in map(parse_jsonl_line, lines) if r and r[0] is not None]
         elif found == "stacks":
-            stacks += parse_dumps("\n".join(lines), p.name)
+            stacks += parse_dumps("\n".join(lines), name)
         else:
-            logs[f"node {len(logs)} ({p.name})" if len(paths) > 1 else p.name] = lines
+            logs[name] = lines
+    if len(logs) > 1:
+        logs = {f"node {k} ({name})": lines for k, (name, lines) in enumerate(logs.items())}
     if not rows:  # no logging.jsonl given: the dicts rank 0 printed
         rows = [r for lines in logs.values() for r in map(parse_stdout_line, lines) if r and r[0] is not None]
     metrics: dict[str, list[tuple[int, float]]] = {}
@@ -145,10 +155,9 @@ def snapshot(paths: list[str | Path], job: JobSpec | None = None, quiet_for: flo
     all_lines = [line for lines in logs.values() for line in lines]
     settings = _run_settings(dumped_args(all_lines), job)
     world = next((int(m[1]) for line in all_lines if (m := WORLD.search(line))), None)
-    last_grew = now - (quiet_for if quiet_for is not None else max(now - newest, 0.0))
+    server_mode = settings["server_mode"] or any(SERVER_MODE.search(line) for line in all_lines)
     return Snapshot(metrics=metrics, logs=logs, beta=settings["beta"], now=now,
                     last_output_at=dict.fromkeys(logs, last_grew), job_state=_state(logs),
-                    server_mode=settings["server_mode"], settings={"world_size": world},
+                    server_mode=server_mode, settings={"world_size": world},
                     logging_steps=settings["logging_steps"], steps_per_generation=settings["steps_per_generation"],
                     group_ports=settings["group_ports"] or (51216,), stacks=stacks, checkpoints=_checkpoints(logs))
-

@@ -25,7 +25,7 @@ ARGS_DUMP_START = re.compile(r"\bargs: \w+Arguments\($")
 ARGS_DUMP_LINE = re.compile(r"^[A-Za-z_][\w.]*=.*,?$")
 WARNING_LINE = re.compile(r"\bWARNING\b|\[WARNING|^(?:\[rank\d+\]:)?\[?W\d{4} |\bWarning:")
 # an error line: an exception class, an ERROR level, an error: prefix, or the failure words torch and the kernel print
-ERROR_LINE = re.compile(r"\b[A-Z]\w*(?:Error|Exception)\b(?!=)|\bERROR\b|\berror:|CUDA out of memory|"
+ERROR_LINE = re.compile(r"Traceback \(most recent call last\)|\b[A-Z]\w*(?:Error|Exception)\b(?!=)|\bERROR\b|\berror:|CUDA out of memory|"
                         r"Watchdog caught|Killed\b|Segmentation fault|failed \(exitcode")
 
 

@@ -48,6 +48,13 @@ class ReturnsNan(ORM):
         return [math.nan for _ in completions]
 
 
+class ReturnsInf(ORM):
+    """A score divided by a zero count (numpy-style: inf, not an error)."""
+
+    def __call__(self, completions, **kwargs):
+        return [math.inf for _ in completions]
+
+
 class Raises(ORM):
     """A verifier that cannot parse its input."""
 
@@ -57,4 +64,4 @@ class Raises(ORM):
 
 orms.update({"length_spread": LengthSpread, "slow_length_spread": SlowLengthSpread,
              "slowing_length_spread": SlowingLengthSpread, "returns_none": ReturnsNone,
-             "returns_nan": ReturnsNan, "raises": Raises})
+             "returns_nan": ReturnsNan, "returns_inf": ReturnsInf, "raises": Raises})
