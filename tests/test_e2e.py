@@ -62,7 +62,7 @@ def test_scenario1_one_host_validate_render_preflight_launch_watch_succeed(cli, 
     assert p.returncode == 0, p.stdout + p.stderr
     facts = json.loads(p.stdout)
     assert facts["hosts"][0]["versions"]["ms-swift"].startswith("4.6")
-    assert {f["id"] for f in facts["findings"]} <= {"PREFLIGHT-NO-GPU", "PREFLIGHT-DISK"}
+    assert {f["id"] for f in facts["findings"]} <= {"PREFLIGHT-NO-GPU", "PREFLIGHT-DISK", "PREFLIGHT-PY-SPY"}
     launch = cli("launch", str(spec), "--job-id", "e2e-one", "--wait", timeout=600)
     assert launch.returncode == 0, launch.stdout[-3000:] + launch.stderr[-3000:]
     status = cli("status", "e2e-one")

@@ -180,18 +180,17 @@ class Watcher:
         return stacks.parse_dumps(kept)
 
     def dump_stacks(self, job_id: str, spec: JobSpec, nodes: list[dict]) -> str:
-        """``py-spy dump`` of every rank of the job on every trainer node (py-spy from the node's python_env, else
-        PATH; preflight installs it), each dump under a '## node … rank …' line."""
+        """``py-spy dump`` of every rank of the job on every trainer node (the py-spy preflight installed, else the
+        node's python_env's, else PATH's), each dump under a '## node … rank …' line."""
         job = self.store.job(job_id)
         out = []
         for n in nodes:
             if n["role"] != "trainer":
                 continue
-            env = spec.cluster.nodes[n["node_index"]].python_env
-            py_spy = f"{env.rstrip('/')}/bin/py-spy" if env else "py-spy"
+            spy = stacks.py_spy_candidates(spec.cluster.run_root, spec.cluster.nodes[n["node_index"]].python_env)
             try:
                 res = self.launcher.runner(spec, n["node_index"]).run(
-                    stacks.dump_command(run_token(job, _run_of(n)), py_spy), timeout=120)
+                    stacks.dump_command(run_token(job, _run_of(n)), spy), timeout=120)
             except SshError as e:
                 out.append(f"## node {n['node_index']} ({n['host']}): unreachable ({e})")
                 continue

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from grpo_ui import shell
 from grpo_ui.compat import conflicts
 from grpo_ui.findings import Finding, finding
+from grpo_ui.monitor.stacks import find_py_spy, py_spy_candidates
 from grpo_ui.remote.runner import Runner, parallel, runner_for
 from grpo_ui.remote.ssh import Pool, SshError, UnknownHostKey
 from grpo_ui.spec import JobSpec, Node, parse_version
@@ -413,19 +414,22 @@ def _compat_findings(spec: JobSpec, i: int, f: HostFacts) -> list[Finding]:
             for c in conflicts(f.versions or {})]
 
 
-PY_SPY_INSTALL = ("py-spy --version > /dev/null 2>&1 || python3 -m pip install --disable-pip-version-check -q "
-                  "--retries 1 --timeout 15 py-spy 2>&1 | tail -n 3; py-spy --version 2>&1")
-
-
 def _py_spy_findings(spec: JobSpec, runners: dict[int, Runner], progress) -> list[Finding]:
-    """py-spy in every trainer node's environment (pip-installed when missing, with the job's environment, e.g.
-    an index URL): the doctor dumps each rank's stack with it when a job looks hung."""
+    """py-spy on every trainer node: the doctor dumps each rank's stack with it when a job looks hung. When neither
+    grpo-ui's tools prefix (run_root/.grpo-ui-tools), the job's environment nor PATH has it, the node's python3
+    pip-installs it into that prefix (the job's environment is left as it is), with the job's environment variables
+    (e.g. an index URL)."""
     trainers = [i for i, n in enumerate(spec.cluster.nodes) if n.role == "trainer" and i in runners]
 
     def ensure(i: int) -> str:
         node = spec.cluster.nodes[i]
+        candidates = py_spy_candidates(spec.cluster.run_root, node.python_env)
+        prefix = candidates[0].removesuffix("/bin/py-spy")
         env = "".join(f"export {k}={shell.quote(v)}; " for k, v in {**spec.env, **node.env}.items())
-        return runners[i].run(_activate(node.python_env) + env + PY_SPY_INSTALL, timeout=180).out
+        install = (f'[ -n "$spy" ] || python3 -m pip install --disable-pip-version-check -q --retries 1 --timeout 15 '
+                   f"--prefix {shell.path(prefix)} py-spy 2>&1 | tail -n 3; ")
+        return runners[i].run(_activate(node.python_env) + env + find_py_spy(candidates) + install
+                              + find_py_spy(candidates) + '"${spy:-py-spy}" --version 2>&1', timeout=180).out
 
     out = []
     for i, res in parallel(ensure, trainers):
@@ -436,9 +440,9 @@ def _py_spy_findings(spec: JobSpec, runners: dict[int, Runner], progress) -> lis
             continue
         detail = str(res) if isinstance(res, Exception) else " ".join(res.split())[-300:]
         out.append(finding("PREFLIGHT-PY-SPY", "warning", f"cluster.nodes[{i}].python_env",
-                           f"{node.host}: py-spy is missing in {node.python_env or 'the login environment'} and could "
-                           f"not be installed ({detail}): the doctor cannot show where each rank is if the job hangs.",
-                           "pip install py-spy in that environment (or give the node a package index, e.g. "
+                           f"{node.host}: py-spy is missing and could not be installed with pip ({detail}): the "
+                           "doctor cannot show where each rank is if the job hangs.",
+                           "pip install py-spy in the job's environment (or give the node a package index, e.g. "
                            "PIP_INDEX_URL in the job's env)."))
     return out
 
