@@ -255,3 +255,18 @@ def test_command_takes_settings_from_the_job_and_rejects_unreadable_files(tmp_pa
     assert "HANG" not in doctor(log, "--quiet-for", "720", "--job", job).stdout
     missing = doctor(tmp_path / "nope.log")
     assert missing.returncode == 2 and "nope.log: cannot read it" in missing.stderr and not missing.stdout
+
+
+# curves ----------------------------------------------------------------------------------------------------------
+
+def test_curves_from_a_real_run_and_gpu_samples():
+    from grpo_ui.monitor.curves import memory_per_gpu, rollout_throughput, step_phases
+    snap = snapshot([CAPTURED / "reward_slowing.log", CAPTURED / "reward_slowing.logging.jsonl"])
+    phases = step_phases(snap.metrics)
+    inside = dict(phases["rollout + reward + forward/backward (step_time)"])
+    assert inside[8] > inside[2] > 0.5  # the reward sleeps 0.5 s more on every call
+    tps = [v for _, v in rollout_throughput(snap.metrics)]
+    assert tps[1] > 2 * tps[-1]
+    samples = [{"host": "h", "gpu_index": g, "ts": t, "mem_used": m}
+               for g, t, m in [(0, 1, 10), (0, 2, 30), (0, 4, 20), (1, 4, 5), (0, 9, 99)]]
+    assert memory_per_gpu(samples, [(1, 2.5), (2, 5.0)]) == {"h/GPU 0": [(1, 30), (2, 20)], "h/GPU 1": [(2, 5)]}

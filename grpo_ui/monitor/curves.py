@@ -54,3 +54,17 @@ def memory_per_gpu(samples: list[dict], step_times: list[tuple[int, float]]) -> 
             step = step_times[k][0]
             per_step[step] = max(per_step.get(step, 0.0), g["mem_used"])
     return {key: sorted(per_step.items()) for key, per_step in sorted(peaks.items())}
+
+
+def extra_curves(metrics: dict[str, Series], samples: list[dict], step_times: list[tuple[int, float]],
+                 completions_per_step: int | None = None) -> dict[str, dict[str, Series]]:
+    """The Monitor's extra charts, each a title → {series name → [(step, value)]}; empty series are left out."""
+    unit = "tokens/s" if completions_per_step else "tokens/s per completion"
+    memory = {k + " (MiB)": v for k, v in memory_per_gpu(samples, step_times).items()}
+    if metrics.get("memory(GiB)"):
+        memory["rank 0 peak reserved (GiB, ms-swift)"] = metrics["memory(GiB)"]
+    charts = {f"rollout throughput ({unit})": {"completion tokens per second of step time":
+                                               rollout_throughput(metrics, completions_per_step)},
+              "time per step (s)": step_phases(metrics),
+              "GPU memory per rank over steps": memory}
+    return {title: {k: v for k, v in series.items() if v} for title, series in charts.items()}
