@@ -12,7 +12,7 @@ from plotly.subplots import make_subplots
 from grpo_ui.findings import SEVERITY_ICON
 from grpo_ui.monitor.curves import extra_curves
 from grpo_ui.monitor.gpu import APPS, SmiChannel, nvml_processes, nvml_samples
-from grpo_ui.monitor.logs import ERROR_PATTERN
+from grpo_ui.monitor.rootcause import first_error_index
 from grpo_ui.monitor.stacks import parse_dumps
 from grpo_ui.monitor.watch import STACKS, STACKS_AT, Watcher
 from grpo_ui.remote.launcher import Launcher, LaunchError
@@ -218,7 +218,8 @@ def logs():
     query = c2.text_input("Search this node's log window", key="log_query")
     node = nodes[pick]
     window = lz.store.log_lines(job_id, node["node_index"], 5000)
-    first_error = next((r for r in window if ERROR_PATTERN.search(r[1])), None)
+    at = first_error_index([r[1] for r in window])  # never a line of ms-swift's argument dump
+    first_error = window[at] if at is not None else None
     if first_error:
         with st.expander(f"First error, line {first_error[0]}"):
             st.code("\n".join(r[1] for r in window if first_error[0] - 5 <= r[0] <= first_error[0] + 30))

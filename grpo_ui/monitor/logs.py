@@ -7,8 +7,7 @@ import re
 from collections import deque
 from collections.abc import Callable
 
-ERROR_PATTERN = re.compile(r"Traceback \(most recent call last\)|Error\b|error:|CUDA out of memory|Watchdog caught|"
-                           r"NCCL (?:error|timeout)|Killed|Segmentation fault|exitcode", re.IGNORECASE)
+from grpo_ui.monitor.rootcause import first_error_index
 
 
 def fold_cr(line: str) -> str:
@@ -77,4 +76,5 @@ class LogWindow:
         return [(i, t) for i, t in self.lines if pattern in t]
 
     def first_error(self) -> tuple[int, str] | None:
-        return next(((i, t) for i, t in self.lines if ERROR_PATTERN.search(t)), None)
+        at = first_error_index([t for _, t in self.lines])  # never a line of ms-swift's argument dump
+        return self.lines[at] if at is not None else None
