@@ -120,7 +120,8 @@ def dump_stacks(name: str, token: str, ranks: list[str]) -> None:
     with open(OUT / f"{name}.pyspy", "a") as f:
         for rank in ranks:
             for pid in pids_with(token, rank):
-                dump = subprocess.run([py_spy(), "dump", "--nonblocking", "--pid", str(pid)], capture_output=True, text=True)
+                dump = subprocess.run([py_spy(), "dump", "--nonblocking", "--pid", str(pid)], capture_output=True,
+                                      text=True)
                 f.write(f"## local rank {rank}\n" + neutral(dump.stdout + dump.stderr))
 
 
@@ -239,8 +240,9 @@ def capture(name: str) -> None:
         shutil.rmtree(out, ignore_errors=True)
 
 
-NAMES = ["healthy_logging5", "slow_reward", "reward_slowing", "rank1_stopped", "rank1_sigkill", "rank1_sigabrt", "reward_none", "reward_nan",
-         "reward_raises", "reward_inf", "lr_blowup", "server_vllm_missing", "server_unreachable", "server_group_port_closed", "disk_full"]
+NAMES = ["healthy_logging5", "slow_reward", "reward_slowing", "rank1_stopped", "rank1_sigkill", "rank1_sigabrt",
+         "reward_none", "reward_nan", "reward_raises", "reward_inf", "lr_blowup", "server_vllm_missing",
+         "server_unreachable", "server_group_port_closed", "disk_full"]
 
 if __name__ == "__main__":
     for n in sys.argv[1:] or NAMES:

@@ -29,8 +29,10 @@ def alerts(*names, quiet_for=5.0, folder=CAPTURED, **kw):
     return {a.id: a for a in diagnose(snap)}, snap
 
 
-@pytest.mark.parametrize("names", [("healthy_logging5.log",), ("healthy_logging5.log", "healthy_logging5.logging.jsonl"),
-                                   ("slow_reward.log",), ("slow_reward.log", "slow_reward.logging.jsonl")])
+@pytest.mark.parametrize("names", [("healthy_logging5.log",),
+                                   ("healthy_logging5.log", "healthy_logging5.logging.jsonl"),
+                                   ("slow_reward.log",),
+                                   ("slow_reward.log", "slow_reward.logging.jsonl")])
 def test_healthy_captures_raise_nothing(names):
     found, snap = alerts(*names)
     assert found == {} and snap.job_state == "succeeded"
@@ -238,7 +240,8 @@ def test_command_prints_findings_like_validate_and_exits_1_on_an_error():
     assert bad.stdout.startswith("[ERROR] NODE-FAILED (rank1_sigabrt.log, rank 1 (local rank 1))\n")
     assert "\n    fix: " in bad.stdout and "1 error(s)" in bad.stdout
     ok = doctor(CAPTURED / "healthy_logging5.log", CAPTURED / "healthy_logging5.logging.jsonl")
-    assert ok.returncode == 0 and ok.stdout.startswith("no findings") and "run succeeded, last logged step 10" in ok.stdout
+    assert ok.returncode == 0 and ok.stdout.startswith("no findings")
+    assert "run succeeded, last logged step 10" in ok.stdout
     as_json = json.loads(doctor(CAPTURED / "reward_none.log", "--json").stdout)
     assert {"REWARD-NONE"} <= {f["id"] for f in as_json} and all({"fields", "fix"} <= set(f) for f in as_json)
 

@@ -130,7 +130,8 @@ def test_weight_sync_port_tried_from_every_trainer_node(ssh_env, tmp_path):
 
 def test_compatibility_table_rows_and_ranges():
     row = row_for("4.6.0")
-    assert satisfies("5.19.0", row["requires"]["transformers"]) and not satisfies("5.20.0", row["requires"]["transformers"])
+    transformers = row["requires"]["transformers"]
+    assert satisfies("5.19.0", transformers) and not satisfies("5.20.0", transformers)
     assert all(row_for(f"{v}.0")["source"].startswith("ms-swift ") for v in ("3.2", "3.9", "4.0", "4.5"))
     old = conflicts({"ms-swift": "3.2.2", "transformers": "4.51.3", "trl": "0.16.1", "vllm": "0.8.5.post1"})
     assert {(c.package, c.wanted) for c in old} == {("transformers", ">=4.33,<4.51"), ("vllm", ">=0.5.1,<0.8")}

@@ -128,5 +128,8 @@ def test_scenario3_a_node_dies_and_is_named_first(cli, ssh_env, tmp_path):
     assert out, cli("status", "e2e-die").stdout
     assert f"({hosts[1].name}, rank 1) failed first" in out
     assert "NODE-FAILED" in out
+    failed = next(a for a in Store(tmp_path / "db.sqlite").alerts("e2e-die") if a["alert_id"] == "NODE-FAILED")
+    # the test kills rank 1's whole torchrun on h1: no error there; h0's rank 0 only loses its peer (gloo)
+    assert failed["message"].startswith(f"node 1 ({hosts[1].name}, rank 1) failed first")
     assert wait_for(lambda: not job_pids("e2e-die", Store(tmp_path / "db.sqlite")), 60)
     print(f"scenario 3 took {time.time() - start:.0f} s")

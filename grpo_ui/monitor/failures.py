@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from grpo_ui.monitor.rootcause import RANK_PREFIX, TB_START, Failure, root_cause
+from grpo_ui.monitor.rootcause import CONSEQUENCE, RANK_PREFIX, TB_START, Failure, root_cause, traceback_span
 from grpo_ui.monitor.snapshot import Alert, Snapshot, overdue, rule
 
 LOG_SIGNS = [
@@ -37,9 +37,9 @@ LOG_SIGNS = [
     ("TRACEBACK", "error", re.compile(r"Traceback \(most recent call last\)"), "A rank crashed with a traceback",
      "A Python exception ended a process.", "Read the traceback below; the first node that printed one is named."),
 ]
-TB_CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 MAX_TB_LINES = 60
 REWARD_NONE = "All reward functions returned None"
+LAUNCHER_FIRST = re.compile(r"^node (\d+) \(([^,]+), ([^)]+)\) failed first")  # the launcher's job error
 REWARD_FRAMES = re.compile(r", in (compute_rewards_per_func|_compute_rewards_per_func|score_completions)$")
 FRAME_LINE = re.compile(r'^\s*File "(.+)", line (\d+), in (.+)$')
 SAVE_LINE = re.compile(r"Saving model checkpoint to (\S+)")
@@ -55,20 +55,12 @@ ZERO_SHARD = re.compile(r"zero_pp_rank_(\d+)_mp_rank_\d+_(?:optim|model)_states\
 
 
 def traceback_at(lines: list[str], i: int) -> tuple[list[str], str | None]:
-    """The traceback that starts at ``lines[i]``, through its exception line (chained exceptions followed), and
-    the rank that printed it when torchrun prefixed its lines; other ranks' interleaved lines are left out."""
-    m = RANK_PREFIX.match(lines[i])
-    prefix, rank = (m[0], m[1]) if m else ("", None)
-    out = [prefix + lines[i][lines[i].index(TB_START):]]  # without a tqdm bar glued in front
-    own = [line[len(prefix):] for line in lines[i + 1:] if line.startswith(prefix)]
-    for k, body in enumerate(own):
-        out.append(prefix + body)
-        if not body.strip() or body[0] in " \t" or body.startswith((TB_START, *TB_CHAIN)):
-            continue  # a frame, its code and carets, or the hand-over to a chained exception
-        after = next((b for b in own[k + 1:] if b.strip()), "")
-        if not after.startswith(TB_CHAIN):
-            break  # the exception line
-    return _bounded(out), rank
+    """The traceback that starts at ``lines[i]`` (bounded, without a tqdm bar glued in front) and the rank that
+    printed it."""
+    span, rank = traceback_span(lines, i)
+    prefix = RANK_PREFIX.match(lines[i])[0] if RANK_PREFIX.match(lines[i]) else ""
+    out = [prefix + lines[i][lines[i].index(TB_START):]] + [lines[k] for k in span[1:]]
+    return _bounded(out), None if rank is None else str(rank)
 
 
 def _bounded(lines: list[str]) -> list[str]:
@@ -107,6 +99,9 @@ def node_failed(s):
     if s.job_state != "failed":
         return
     f = _failure(s)
+    first = LAUNCHER_FIRST.match(s.job_error or "")
+    if f and first and not f.node.startswith(f"node {first[1]} ") and CONSEQUENCE.search(f"{f.exit} {f.error}"):
+        f = None  # that rank only lost its peer; the node the launcher saw fail first left no error in its log
     if f:
         how = f" ({f.exit})" if f.exit else ""
         seen = f" The launcher saw: {s.job_error.splitlines()[0]}." if s.job_error else ""
@@ -117,9 +112,12 @@ def node_failed(s):
                     "Fix the cause shown in its log (the lines before the error), then relaunch from History.",
                     f.where)
     elif s.job_error:
-        yield Alert("NODE-FAILED", "error", "A node exited with an error", "The job failed; the node that failed "
-                    "first is named, with the end of its log, and the other nodes were stopped.",
-                    s.job_error, "Fix the cause shown in its log, then relaunch from History.")
+        where = f"node {first[1]} ({first[2]}), {first[3]}" if first else ""
+        yield Alert("NODE-FAILED", "error", s.job_error.splitlines()[0] if first else "A node exited with an error",
+                    "The job failed; the node that failed first is named, with the end of its log, and the other "
+                    "nodes were stopped." + (" Its log ends without an error: it was killed from outside (a signal, "
+                                             "the OOM killer, a stop)." if first and s.logs else ""),
+                    s.job_error, "Fix the cause shown in its log, then relaunch from History.", where)
 
 
 @rule
@@ -244,7 +242,8 @@ def checkpoint_incomplete(s):
     lines = s.logs.get(failed.node, [])
     at = lines.index(failed.error) if failed.error in lines else len(lines)
     starts = [i for i in range(at) if TB_START in lines[i]]
-    in_save = bool(starts) and any(SAVE_FRAME.search(RANK_PREFIX.sub("", t)) for t in traceback_at(lines, starts[-1])[0])
+    trace = traceback_at(lines, starts[-1])[0] if starts else []
+    in_save = any(SAVE_FRAME.search(RANK_PREFIX.sub("", t)) for t in trace)
     saves = [(i, m[1]) for i, line in enumerate(lines[:at]) if (m := SAVE_LINE.search(line))]
     if saves and any("{'loss'" in line for line in lines[saves[-1][0] + 1:at]):
         saves = []  # a later step was logged: that save finished

@@ -19,13 +19,19 @@ TORCHRUN_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)_(\d\d):(\d\d):(\d\d)")
 # glog-style stamps of torch's C++ and elastic lines: "[E1124 12:29:22.462000 …" or "E1124 12:29:22.462000 18607 …"
 GLOG_TIME = re.compile(r"(?:^|\]:?\[?|^\[)[EWIF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d(?:\.\d+)?)")
 ELASTIC_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
+# what a rank dies of when another one died first (torchrun's stop signal, a peer's socket closing): within the same
+# second, such a failure is not the first one
+CONSEQUENCE = re.compile(r"SIGTERM|Connection closed by peer|Connection reset by peer|remote worker crashing|"
+                         r"NCCL communicator was aborted")
 RANK_PREFIX = re.compile(r"^\[(?:rank|default)(\d+)\]:\s?")
 TB_START = "Traceback (most recent call last):"
+TB_CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 ARGS_DUMP_START = re.compile(r"\bargs: \w+Arguments\($")
 ARGS_DUMP_LINE = re.compile(r"^[A-Za-z_][\w.]*=.*,?$")
 WARNING_LINE = re.compile(r"\bWARNING\b|\[WARNING|^(?:\[rank\d+\]:)?\[?W\d{4} |\bWarning:")
 # an error line: an exception class, an ERROR level, an error: prefix, or the failure words torch and the kernel print
-ERROR_LINE = re.compile(r"Traceback \(most recent call last\)|\b[A-Z]\w*(?:Error|Exception)\b(?!=)|\bERROR\b|\berror:|CUDA out of memory|"
+ERROR_LINE = re.compile(r"Traceback \(most recent call last\)|\b[A-Z]\w*(?:Error|Exception)\b(?!=)|\bERROR\b|\berror:|"
+                        r"CUDA out of memory|"
                         r"Watchdog caught|Killed\b|Segmentation fault|failed \(exitcode")
 
 
@@ -96,26 +102,31 @@ def torchrun_root_cause(lines: list[str]) -> dict | None:
     return fields
 
 
+def traceback_span(lines: list[str], i: int) -> tuple[list[int], int | None]:
+    """Indexes of the traceback that starts at ``lines[i]`` through its exception line (chained exceptions
+    followed), and the rank that printed it when torchrun prefixed its lines; other ranks' lines are left out."""
+    m = RANK_PREFIX.match(lines[i])
+    prefix, rank = (m[0], int(m[1])) if m else ("", None)
+    own = [k for k in range(i + 1, len(lines)) if lines[k].startswith(prefix)]
+    span = [i]
+    for n, k in enumerate(own):
+        span.append(k)
+        body = lines[k][len(prefix):]
+        if not body.strip() or body[0] in " \t" or body.startswith((TB_START, *TB_CHAIN)):
+            continue  # a frame, its code and carets, or the hand-over to a chained exception
+        after = next((b for j in own[n + 1:] if (b := lines[j][len(prefix):]).strip()), "")
+        if not after.startswith(TB_CHAIN):
+            break  # the exception line
+    return span, rank
+
+
 def exception_line(lines: list[str], rank: int | None) -> int | None:
     """Index of the exception line that ends the first traceback printed by ``rank`` (lines prefixed ``[rankN]:``,
-    or unprefixed when ``rank`` is None or the run printed no prefixes)."""
+    or any traceback when ``rank`` is None)."""
     for i, line in enumerate(lines):
         m = RANK_PREFIX.match(line)
-        if TB_START not in line or (rank is not None and m and int(m[1]) != rank):
-            continue
-        prefix = m[0] if m else ""
-        last = None
-        for k in range(i + 1, len(lines)):
-            if not lines[k].startswith(prefix):
-                continue
-            body = lines[k][len(prefix):]
-            if body.strip() and body[0] not in " \t" and not body.startswith(("Traceback", "During handling",
-                                                                              "The above exception")):
-                last = k
-                nxt = next((b for b in lines[k + 1:] if b.startswith(prefix) and b[len(prefix):].strip()), "")
-                if not nxt[len(prefix):].startswith(("During handling", "The above exception")):
-                    return last
-        return last
+        if TB_START in line and (rank is None or not m or int(m[1]) == rank):
+            return traceback_span(lines, i)[0][-1]
     return None
 
 
@@ -127,7 +138,7 @@ def node_failure(node: str, lines: list[str]) -> Failure | None:
         code = cause.get("exitcode", "")
         signal = re.search(r"Signal (\d+) \((\w+)\)", cause.get("traceback", ""))
         exit_text = f"signal {signal[1]} ({signal[2]})" if signal else f"exit code {code.split()[0]}" if code else None
-        at = exception_line(lines, local) if not signal else None
+        at = exception_line(lines, rank) if not signal else None  # torch prefixes tracebacks with the global rank
         if at is None:  # killed by a signal, or no traceback: torchrun's line reporting the death
             at = next((i for i, line in enumerate(lines) if (m := ELASTIC_FAILED.search(line))
                        and int(m[2]) == local), None)
@@ -145,9 +156,11 @@ def node_failure(node: str, lines: list[str]) -> Failure | None:
 
 
 def root_cause(logs: dict[str, list[str]]) -> Failure | None:
-    """The first failure across the nodes' logs (given in node order)."""
+    """The first failure across the nodes' logs (given in node order): the earliest, then one that is not a
+    consequence of another, then the first node."""
     found = [f for node, lines in logs.items() if (f := node_failure(node, lines))]
     if not found:
         return None
     order = {node: k for k, node in enumerate(logs)}
-    return min(found, key=lambda f: (f.when is None, f.when or (), order[f.node]))
+    return min(found, key=lambda f: (f.when is None, f.when or (), bool(CONSEQUENCE.search(f"{f.exit} {f.error}")),
+                                     order[f.node]))
