@@ -164,6 +164,12 @@ def test_memory_climbing_but_not_a_warm_up_plateau():
     assert found == {}
 
 
+def test_out_of_memory_at_the_switch_from_training_to_rollout():
+    found, _ = alerts("oom_at_wake.log", folder=GPU_LOGS)
+    assert "struck in vLLM sleep/wake: at the switch from training to rollout" in found["OOM"].explanation
+    assert "RuntimeError: CUDA Error: out of memory" in found["OOM"].evidence
+
+
 def test_checkpoint_written_by_some_ranks_only():
     snap = snapshot([CAPTURED / "healthy_logging5.log"], quiet_for=5)
     snap.checkpoints = {"/out/checkpoint-200": (GPU_LOGS / "zero3_checkpoint_one_node.listing").read_text().split()}

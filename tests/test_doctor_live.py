@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from grpo_ui.compat import conflicts, row_for, satisfies
+from grpo_ui.monitor import liveness
 from grpo_ui.monitor.doctor import diagnose
 from grpo_ui.monitor.snapshot import Snapshot
 from grpo_ui.monitor.stacks import disagreement, parse_dumps
-from grpo_ui.monitor.watch import Watcher
+from grpo_ui.monitor.watch import STACKS, Watcher
 from grpo_ui.remote.launcher import Launcher
 from grpo_ui.remote.preflight import preflight
 from grpo_ui.remote.ssh import Pool
@@ -48,7 +49,7 @@ def spec_for(hosts, env, tmp_path, **rollout):
         "cluster": {"nodes": nodes, "run_root": str(tmp_path / "runs")}})
 
 
-def test_stacks_of_a_real_hung_job_show_each_ranks_phase_and_who_waits(ssh_env, tmp_path):
+def test_stacks_of_a_real_hung_job_show_each_ranks_phase_and_who_waits(ssh_env, tmp_path, monkeypatch):
     (h,) = ssh_env.add(1)
     swift = (f"#!/bin/bash\nexec {SWIFT_VENV}/bin/python -m torch.distributed.run --nproc_per_node 2 "
              f"--master_port $MASTER_PORT {ROOT / 'tests/data/hang_job.py'}\n")
@@ -72,6 +73,10 @@ def test_stacks_of_a_real_hung_job_show_each_ranks_phase_and_who_waits(ssh_env, 
         hang = next(a for a in diagnose(Snapshot(stacks=stacks, now=5000.0, started_at=1.0)) if a.id == "HANG")
         assert "wait in a collective for" in hang.explanation and "(reward)" in hang.explanation
         assert len(job_pids(job, store)) >= 3  # reading the stacks left the job as it was
+        # the watcher dumps them by itself once the job is silent for too long (here: any silence is too long)
+        monkeypatch.setattr(liveness, "allowed_silence", lambda gap: -1.0)
+        polled = next(a for a in Watcher(launcher).poll(job)["alerts"] if a["id"] == "HANG")
+        assert "wait in a collective for" in polled["explanation"] and store.meta(job, STACKS).count("## node 0") == 2
     finally:
         launcher.pool.close()
         stop_active_jobs(tmp_path / "db.sqlite")

@@ -8,9 +8,11 @@ import re
 
 from grpo_ui.monitor.rootcause import CONSEQUENCE, RANK_PREFIX, TB_START, Failure, root_cause, traceback_span
 from grpo_ui.monitor.snapshot import Alert, Snapshot, overdue, rule
+from grpo_ui.monitor.stacks import classify
 
 LOG_SIGNS = [
-    ("OOM", "error", re.compile(r"CUDA out of memory|OutOfMemoryError|No available memory for the cache blocks"),
+    ("OOM", "error", re.compile(r"CUDA out of memory|OutOfMemoryError|No available memory for the cache blocks|"
+                                r"CUDA Error: out of memory"),
      "Out of GPU memory", "A rank ran out of GPU memory.",
      "Open the memory estimate on the Configure page and apply one of its make-it-fit changes (lower "
      "vllm_gpu_memory_utilization, sleep_level 1, ZeRO-3, smaller micro-batch)."),
@@ -71,6 +73,21 @@ def _bounded(lines: list[str]) -> list[str]:
     return lines[:head] + [f"… {len(lines) - head - tail} lines left out …"] + lines[-tail:]
 
 
+def _oom_phase(lines: list[str], i: int) -> str:
+    """Where an out-of-memory error struck, from the frames of the traceback it ends (innermost first)."""
+    start = next((k for k in range(i, -1, -1) if TB_START in lines[k]), None)
+    if start is None:
+        return ""
+    frames = [(m[3].rsplit(".", 1)[-1], m[1]) for t in traceback_at(lines, start)[0]
+              if (m := FRAME_LINE.match(RANK_PREFIX.sub("", t)))]
+    phase, _ = classify(frames[::-1])
+    if phase in ("vLLM sleep/wake", "weight sync"):
+        return (f" It struck in {phase}: at the switch from training to rollout, when vLLM takes its memory back "
+                "while the trainer's model, gradients and optimizer states are still on the GPU (lower "
+                "vllm_gpu_memory_utilization, offload_model/offload_optimizer, sleep_level 1).")
+    return f" It struck in {phase}." if phase != "other" else ""
+
+
 def _failure(s: Snapshot) -> Failure | None:
     return root_cause(s.logs) if s.job_state == "failed" else None
 
@@ -89,6 +106,8 @@ def log_signatures(s):
             if aid == "TRACEBACK":
                 context, rank = traceback_at(s.logs[node], i)
                 where += f", rank {rank}" if rank else ""
+            if aid == "OOM":
+                expl += _oom_phase(s.logs[node], i)
             nodes = sorted({h[0] for h in hits})
             yield Alert(aid, sev, title, expl + f" Seen on {', '.join(nodes)}; first on {where}.",
                         "\n".join(context), fix, where)

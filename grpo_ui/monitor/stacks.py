@@ -16,6 +16,7 @@ from grpo_ui import shell
 
 # Innermost match wins; each phase is recognised by its functions (ms-swift 4.x, TRL, transformers, torch, vLLM).
 PHASES = [
+    ("vLLM sleep/wake", re.compile(r"^(wake_up|sleep|create_and_map|unmap_and_release)$")),  # in vllm/ files only
     ("save", re.compile(r"^(_save_checkpoint|save_model|_save|save_pretrained|save_file|_save_optimizer_and_"
                         r"scheduler|save_checkpoint)$")),
     ("weight sync", re.compile(r"^(_move_model_to_vllm|_sync_\w+|update_named_param|update_flattened_params|"
@@ -55,12 +56,19 @@ class RankStack:
         return self.phase + (f" (waiting in {self.waiting})" if self.waiting else "")
 
 
+def _in_place(phase: str, fn: str, path: str) -> bool:
+    """Names that are too common are only taken in their library's files."""
+    if phase == "vLLM sleep/wake":
+        return "vllm" in path
+    return phase != "optimizer" or fn != "step" or bool(OPTIMIZER_FILE.search(path))
+
+
 def classify(frames: list[tuple[str, str]]) -> tuple[str, str | None]:
     """(phase, collective waited in) of a stack given innermost first."""
     waiting = next((fn for fn, path in frames if COLLECTIVE.match(fn) and DIST_FILE.search(path)), None)
     for fn, path in frames:
         for phase, rx in PHASES:
-            if rx.match(fn) and (phase != "optimizer" or fn != "step" or OPTIMIZER_FILE.search(path)):
+            if rx.match(fn) and _in_place(phase, fn, path):
                 return phase, waiting
     return ("collective" if waiting else "other"), waiting
 
