@@ -27,6 +27,9 @@ CHARTS = [("reward", ["reward"], "rewards/"), ("reward spread", ["reward_std", "
           ("seconds per step", ["seconds_per_step"], None)]
 
 
+MEMORY_WINDOW_S = 7200  # memory per rank over the steps of the last two hours
+
+
 @st.cache_resource
 def launcher() -> Launcher:
     return Launcher(Store())
@@ -158,7 +161,7 @@ def live():
         "SELECT step, MIN(ts) FROM metrics WHERE job_id = ? GROUP BY step ORDER BY step", (job_id,))]
     if metrics:
         st.plotly_chart(metric_figure(metrics), width="stretch", key="metrics_chart")
-        charts = extra_curves(metrics, lz.store.gpu_samples(job_id, job["started"] or 0), step_marks)
+        charts = extra_curves(metrics, lz.store.gpu_samples(job_id, time.time() - MEMORY_WINDOW_S), step_marks)
         if any(charts.values()):
             st.plotly_chart(curves_figure(charts), width="stretch", key="curves_chart")
     else:

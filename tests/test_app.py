@@ -1,6 +1,7 @@
 """The Configure page's logic through Streamlit's AppTest: widget → findings and estimate, errors block export,
 import fills the form, fixes apply in one click, the draft survives a restart."""
 
+import time
 from pathlib import Path
 
 import pytest
@@ -137,11 +138,12 @@ def test_monitor_draws_the_extra_curves_and_the_ranks_stacks(tmp_path, monkeypat
     monkeypatch.setenv("GRPO_UI_DB", str(tmp_path / "db.sqlite"))
     store = Store()
     store.create_job("job-b", "b", spec_to_yaml(next(iter(presets().values()))), "succeeded")
-    store.set_job("job-b", started=100.0)
+    t0 = time.time() - 100
+    store.set_job("job-b", started=t0)
     for step in (1, 2, 3):
         store.add_metrics("job-b", step, {"step_time": 2.0 * step, "elapsed_time_s": 3.0 * step,
-                                          "completions/mean_length": 16.0, "max_steps": 3}, ts=100.0 + 3 * step)
-        store.add_gpu_samples("job-b", [{"host": "h0", "gpu_index": 0, "ts": 100.0 + 3 * step - 1,
+                                          "completions/mean_length": 16.0, "max_steps": 3}, ts=t0 + 3 * step)
+        store.add_gpu_samples("job-b", [{"host": "h0", "gpu_index": 0, "ts": t0 + 3 * step - 1,
                                          "mem_used": 1000.0 * step}])
     store.set_meta("job-b", STACKS, (Path(APP).parent / "tests/data/captured/reward_slowing.pyspy").read_text())
     store.set_meta("job-b", STACKS_AT, "100")

@@ -112,14 +112,14 @@ def _falling(values: list[float], ratio: float) -> bool:
 @rule
 def throughput_falling(s):
     tps = curves.rollout_throughput(s.metrics)
-    if not _falling([v for _, v in tps], 0.5):
-        return
+    lengths = [v for _, v in s.metrics.get("completions/mean_length", [])]
+    if not _falling([v for _, v in tps], 0.5) or statistics.median(lengths[-3:]) < 0.7 * statistics.median(lengths):
+        return  # (much shorter completions lower tokens per second by themselves: fixed costs per step weigh more)
     step_time = last(s, "step_time", 4)
-    lengths = last(s, "completions/mean_length", 4)
     reward = sum(st.phase == "reward" for st in s.stacks)
     yield Alert("THROUGHPUT-FALLING", "warning", "Rollout throughput is falling",
                 f"Completion tokens per second of step time fell from {max(v for _, v in tps[1:-3]):.3g} to "
-                f"{tps[-1][1]:.3g} (per completion; completion lengths lately {lengths}): each step takes longer for "
+                f"{tps[-1][1]:.3g} (per completion; completion lengths lately {lengths[-4:]}): each step takes longer for "
                 f"the same work (step_time {step_time} s)."
                 + (f" {reward} of {len(s.stacks)} stack samples were in the reward function." if reward else ""),
                 "\n".join(f"step {k}: {v:.3g} tokens/s" for k, v in tps[-6:]),

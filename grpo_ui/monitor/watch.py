@@ -160,8 +160,9 @@ class Watcher:
                         settings={**_settings(spec), "world_size": spec.world_size()},
                         logging_steps=t.logging_steps or 1, steps_per_generation=t.steps_per_generation or 1,
                         group_ports=tuple(spec.rollout.vllm_server_group_port or (51216,)),
-                        gpu_by_step=curves.memory_per_gpu(self.store.gpu_samples(job_id, job["started"] or 0),
-                                                          step_times))
+                        gpu_by_step=curves.memory_per_gpu(  # the last steps are enough to see memory climb
+                            self.store.gpu_samples(job_id, step_times[-8][1] if len(step_times) > 8 else 0),
+                            step_times))
         snap.stacks = self._stacks(job_id, spec, nodes, snap)
         alerts = diagnose(snap)
         for a in alerts:
