@@ -250,7 +250,7 @@ def _rollout_checks(spec: JobSpec, runners: dict[int, Runner], rank0: int) -> li
 
 def _group_port(spec: JobSpec, k: int) -> int:
     """The weight-sync (NCCL group) port of the k-th rollout server: its own entry, the one given, else 51216+k."""
-    groups = spec.rollout.vllm_server_group_port
+    groups = spec.rollout.vllm_server_group_port or []
     return groups[k] if len(groups) > k else groups[0] if groups else 51216 + k
 
 
