@@ -193,6 +193,7 @@ def hang(s):
     if not late:
         return
     quiet, allowed = late
+    pace = f"{step[0]:.3g} s" if (step := last(s, "seconds_per_step", 1)) else "not logged yet"
     first_quiet = min(s.last_output_at, key=s.last_output_at.get) if s.last_output_at else "?"
     phases = "\n".join(f"{st.label}: {st.summary}" for st in s.stacks)
     split = disagreement(s.stacks)
@@ -200,8 +201,8 @@ def hang(s):
              " Stacks of every rank are collected on the Monitor page (py-spy) when the job runs under grpo-ui.")
     yield Alert("HANG", "error", "The job looks hung",
                 f"No sign of progress (no output, no tqdm update, no step) for {quiet / 60:.0f} min; a healthy run "
-                f"of this pace stays silent at most {allowed / 60:.0f} min (time per step "
-                f"{last(s, 'seconds_per_step', 1) or '—'} s, logging_steps {s.logging_steps}).{_gpu_signature(s)} "
+                f"of this pace stays silent at most {allowed / 60:.0f} min (time per step {pace}, logging_steps "
+                f"{s.logging_steps}).{_gpu_signature(s)} "
                 f"The node that went quiet first: {first_quiet}.{where}",
                 (phases + "\n" if phases else "") + "last output per node: "
                 + ", ".join(f"{n}: {(s.now - t) / 60:.0f} min ago" for n, t in s.last_output_at.items()),
