@@ -154,4 +154,4 @@ def test_monitor_draws_the_extra_curves_and_the_ranks_stacks(tmp_path, monkeypat
     stacks = next(d.value for d in at.dataframe if "phase" in d.value.columns)
     assert set(stacks["phase"]) == {"reward"}
     charts = [c for c in at.get("plotly_chart") if "throughput" in c.proto.spec]
-    assert charts and "GPU memory per rank over steps" in charts[0].proto.spec
+    assert charts and "memory per rank" in charts[0].proto.spec and "h0/GPU 0 (MiB)" in charts[0].proto.spec

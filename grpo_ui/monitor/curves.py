@@ -63,8 +63,8 @@ def extra_curves(metrics: dict[str, Series], samples: list[dict], step_times: li
     memory = {k + " (MiB)": v for k, v in memory_per_gpu(samples, step_times).items()}
     if metrics.get("memory(GiB)"):
         memory["rank 0 peak reserved (GiB, ms-swift)"] = metrics["memory(GiB)"]
-    charts = {f"rollout throughput ({unit})": {"completion tokens per second of step time":
-                                               rollout_throughput(metrics, completions_per_step)},
+    charts = {"rollout throughput": {f"completion {unit} of step time": rollout_throughput(metrics,
+                                                                                          completions_per_step)},
               "time per step (s)": step_phases(metrics),
-              "GPU memory per rank over steps": memory}
+              "memory per rank": memory}
     return {title: {k: v for k, v in series.items() if v} for title, series in charts.items()}
