@@ -1,6 +1,7 @@
 """The Configure page's logic through Streamlit's AppTest: widget → findings and estimate, errors block export,
 import fills the form, fixes apply in one click, the draft survives a restart."""
 
+import json
 import time
 from pathlib import Path
 
@@ -153,5 +154,7 @@ def test_monitor_draws_the_extra_curves_and_the_ranks_stacks(tmp_path, monkeypat
     assert not at.exception, at.exception
     stacks = next(d.value for d in at.dataframe if "phase" in d.value.columns)
     assert set(stacks["phase"]) == {"reward"}
-    charts = [c for c in at.get("plotly_chart") if "throughput" in c.proto.spec]
-    assert charts and "memory per rank" in charts[0].proto.spec and "h0/GPU 0 (MiB)" in charts[0].proto.spec
+    figure = next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if "throughput" in c.proto.spec)
+    titles = {a["text"] for a in figure["layout"]["annotations"]}
+    assert titles == {"rollout throughput", "time per step (s)", "memory per rank"}
+    assert "h0/GPU 0 (MiB)" in {d["name"] for d in figure["data"]}
