@@ -17,7 +17,7 @@ from grpo_ui.monitor.logs import fold_cr
 from grpo_ui.monitor.metrics import parse_jsonl_line, parse_stdout_line
 from grpo_ui.monitor.rootcause import args_dump_lines, root_cause
 from grpo_ui.monitor.snapshot import Snapshot
-from grpo_ui.monitor.stacks import parse_dumps
+from grpo_ui.monitor.stacks import THREAD, parse_dumps
 from grpo_ui.spec import JobSpec
 
 END_OF_RUN = "End time of running main"
@@ -46,7 +46,7 @@ def kind(lines: list[str]) -> str:
     body = [line for line in lines if line.strip()]
     if body and all(line.lstrip().startswith("{") for line in body[:20]):
         return "jsonl"
-    if any(line.startswith("Thread ") for line in body) and any(line.startswith("Process ") for line in body):
+    if any(line.startswith("Python v") for line in body) and any(THREAD.match(line) for line in body):
         return "stacks"
     return "log"
 
