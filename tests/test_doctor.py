@@ -279,3 +279,15 @@ def test_curves_from_a_real_run_and_gpu_samples():
     samples = [{"host": "h", "gpu_index": g, "ts": t, "mem_used": m}
                for g, t, m in [(0, 1, 10), (0, 2, 30), (0, 4, 20), (1, 4, 5), (0, 9, 99)]]
     assert memory_per_gpu(samples, [(1, 2.5), (2, 5.0)]) == {"h/GPU 0": [(1, 30), (2, 20)], "h/GPU 1": [(2, 5)]}
+
+
+def test_a_large_log_is_read_by_its_head_and_tail(tmp_path, monkeypatch):
+    from grpo_ui.monitor import logfiles
+    monkeypatch.setattr(logfiles, "HEAD", 20_000)
+    monkeypatch.setattr(logfiles, "TAIL", 30_000)
+    text = (CAPTURED / "rank1_sigabrt.log").read_text()
+    big = tmp_path / "big.log"
+    big.write_text(text.replace("[INFO:swift] use_reentrant", "filler line\n" * 20_000 + "[INFO:swift] use_reentrant"))
+    found, snap = alerts(big.name, folder=tmp_path)
+    assert found["NODE-FAILED"].where == "big.log, rank 1 (local rank 1)" and snap.logging_steps == 1
+    assert any("bytes left out" in line for line in snap.logs["big.log"])

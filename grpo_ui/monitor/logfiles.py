@@ -28,17 +28,29 @@ RUN_SH = re.compile(r"^run sh: `(.*)`$")
 SERVER_MODE = re.compile(r"(?:Start connecting|Connected) to vLLM server")  # ms-swift logs these in server mode
 
 
+HEAD, TAIL = 4 << 20, 60 << 20  # bytes of a large log the doctor reads: its start and its end
+
+
 class LogFileError(Exception):
     """A file the doctor cannot read, with its path."""
 
 
 def read_lines(path: Path) -> tuple[list[str], float]:
-    """The file's lines (tqdm's carriage-return updates folded to their last state) and its modification time."""
+    """The file's lines (tqdm's carriage-return updates folded to their last state) and its modification time. Of
+    a file over HEAD + TAIL bytes only its head (the command line, the argument dump) and its tail (the last steps,
+    how it ended) are read; give logging.jsonl too for every step's metrics."""
     try:
-        text, mtime = path.read_bytes().decode("utf-8", "replace"), path.stat().st_mtime
+        with open(path, "rb") as f:
+            size, mtime = os.fstat(f.fileno()).st_size, os.fstat(f.fileno()).st_mtime
+            if size <= HEAD + TAIL:
+                data = f.read()
+            else:
+                head = f.read(HEAD)
+                f.seek(size - TAIL)
+                data = head + f"\n… {size - HEAD - TAIL} bytes left out …\n".encode() + f.read()
     except OSError as e:
         raise LogFileError(f"{path}: cannot read it ({e.strerror or e})") from None
-    return [fold_cr(line) for line in text.split("\n")], mtime
+    return [fold_cr(line) for line in data.decode("utf-8", "replace").split("\n")], mtime
 
 
 def kind(lines: list[str]) -> str:
