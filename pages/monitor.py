@@ -10,10 +10,12 @@ import streamlit as st
 from plotly.subplots import make_subplots
 
 from grpo_ui.findings import SEVERITY_ICON
+from grpo_ui.monitor.curves import extra_curves
 from grpo_ui.monitor.gpu import APPS, SmiChannel, nvml_processes, nvml_samples
-from grpo_ui.monitor.logs import ERROR_PATTERN
 from grpo_ui.monitor.memory_loop import comparison, record_peaks
-from grpo_ui.monitor.watch import Watcher
+from grpo_ui.monitor.rootcause import first_error_index
+from grpo_ui.monitor.stacks import parse_dumps
+from grpo_ui.monitor.watch import STACKS, STACKS_AT, Watcher
 from grpo_ui.remote.launcher import Launcher, LaunchError
 from grpo_ui.remote.ssh import SshError
 from grpo_ui.spec import spec_from_yaml
@@ -24,6 +26,9 @@ CHARTS = [("reward", ["reward"], "rewards/"), ("reward spread", ["reward_std", "
           ("completion length", ["completions/mean_length", "completions/max_length"], None),
           ("clipped ratio", ["completions/clipped_ratio"], None), ("learning rate", ["learning_rate"], None),
           ("seconds per step", ["seconds_per_step"], None)]
+
+
+MEMORY_WINDOW_S = 7200  # memory per rank over the steps of the last two hours
 
 
 @st.cache_resource
@@ -71,6 +76,17 @@ def metric_figure(metrics: dict) -> go.Figure:
                 steps, values = zip(*metrics[key], strict=True)
                 fig.add_scatter(x=steps, y=values, name=key, mode="lines+markers", row=k // 3 + 1, col=k % 3 + 1)
     fig.update_layout(height=620, margin=dict(l=10, r=10, t=40, b=10), legend=dict(font=dict(size=9)))
+    return fig
+
+
+def curves_figure(charts: dict[str, dict]) -> go.Figure:
+    """Rollout throughput, time per step by phase, memory per rank over steps (computed in monitor.curves)."""
+    fig = make_subplots(rows=1, cols=len(charts), subplot_titles=list(charts))
+    for k, series in enumerate(charts.values()):
+        for name, points in series.items():
+            steps, values = zip(*points, strict=True)
+            fig.add_scatter(x=steps, y=values, name=name, mode="lines+markers", row=1, col=k + 1)
+    fig.update_layout(height=320, margin=dict(l=10, r=10, t=40, b=10), legend=dict(font=dict(size=9)))
     return fig
 
 
@@ -153,10 +169,16 @@ def live():
             st.code(a["evidence"] or "")
             st.caption(f"Fix: {a['fix']}")
     st.subheader("Training metrics")
+    step_marks = [tuple(r) for r in lz.store.conn().execute(
+        "SELECT step, MIN(ts) FROM metrics WHERE job_id = ? GROUP BY step ORDER BY step", (job_id,))]
     if metrics:
         st.plotly_chart(metric_figure(metrics), width="stretch", key="metrics_chart")
+        charts = extra_curves(metrics, lz.store.gpu_samples(job_id, time.time() - MEMORY_WINDOW_S), step_marks)
+        if any(charts.values()):
+            st.plotly_chart(curves_figure(charts), width="stretch", key="curves_chart")
     else:
         st.caption("No step logged yet.")
+    stacks_panel(job)
     completions = lz.store.completions(job_id, 10)
     if completions:
         with st.expander(f"Latest sampled completions ({len(completions)})"):
@@ -165,9 +187,7 @@ def live():
     samples = lz.store.gpu_samples(job_id, time.time() - 1800)
     st.subheader("GPUs")
     if samples:
-        step_times = [r[0] for r in lz.store.conn().execute(
-            "SELECT MIN(ts) FROM metrics WHERE job_id = ? GROUP BY step ORDER BY step", (job_id,))]
-        st.plotly_chart(gpu_figure(samples, step_times), width="stretch", key="gpu_chart")
+        st.plotly_chart(gpu_figure(samples, [t for _, t in step_marks]), width="stretch", key="gpu_chart")
     else:
         st.caption("No GPU samples (no NVIDIA GPU reported by the nodes).")
     memory_table(job)
@@ -175,6 +195,27 @@ def live():
     if procs:
         st.caption("GPU memory by process (latest listing per node)")
         st.dataframe(procs, hide_index=True, width="stretch", key="gpu_processes")
+
+
+def stacks_panel(job: dict) -> None:
+    """Where each rank is (py-spy): dumped by the watcher on a suspected hang, or now on request."""
+    with st.expander("Where each rank is (py-spy stacks)"):
+        if job["state"] in ("starting", "running") and st.button("Dump every rank's stack now", key="dump_stacks"):
+            try:
+                w = Watcher(lz)
+                lz.store.set_meta(job_id, STACKS, w.dump_stacks(job_id, spec_from_yaml(job["spec_yaml"]),
+                                                              lz.store.nodes(job_id)))
+                lz.store.set_meta(job_id, STACKS_AT, str(time.time()))
+            except (SshError, LaunchError) as e:
+                st.error(str(e))
+        text = lz.store.meta(job_id, STACKS)
+        if not text:
+            st.caption("No stacks yet: they are dumped when the job looks hung.")
+            return
+        taken = time.strftime("%H:%M:%S", time.localtime(float(lz.store.meta(job_id, STACKS_AT) or 0)))
+        st.caption(f"Dumped at {taken}")
+        st.dataframe([{"rank": s.label, "phase": s.summary, "innermost": " ← ".join(f for f, _ in s.frames[:4])}
+                      for s in parse_dumps(text)], hide_index=True, width="stretch")
 
 
 live()
@@ -193,7 +234,8 @@ def logs():
     query = c2.text_input("Search this node's log window", key="log_query")
     node = nodes[pick]
     window = lz.store.log_lines(job_id, node["node_index"], 5000)
-    first_error = next((r for r in window if ERROR_PATTERN.search(r[1])), None)
+    at = first_error_index([r[1] for r in window])  # never a line of ms-swift's argument dump
+    first_error = window[at] if at is not None else None
     if first_error:
         with st.expander(f"First error, line {first_error[0]}"):
             st.code("\n".join(r[1] for r in window if first_error[0] - 5 <= r[0] <= first_error[0] + 30))

@@ -2,6 +2,8 @@
 import fills the form, fixes apply in one click, a pasted config.json stands in for an unknown model, the draft
 survives a restart; every page renders over a stored job (Monitor and History with its memory estimate vs peaks)."""
 
+import json
+import time
 from pathlib import Path
 
 import pytest
@@ -180,3 +182,36 @@ def test_every_page_renders_with_a_job_in_the_store(tmp_path, monkeypatch):
             procs = next(d.value for d in at.dataframe if "pid" in d.value.columns)
             assert procs.to_dict("records")[0] | {"listed": None} == {
                 "node": "node 0 · localhost", "GPU": 0, "pid": 4242, "GPU memory (MiB)": 61234.0, "listed": None}
+
+
+def test_monitor_draws_the_extra_curves_and_the_ranks_stacks(tmp_path, monkeypatch):
+    """Throughput, time per step by phase and memory per GPU per step from stored metrics and GPU samples; the stacks
+    py-spy dumped (a real dump of the reward_slowing capture) as a phase per rank."""
+    from grpo_ui.monitor.watch import STACKS, STACKS_AT
+    from grpo_ui.spec import spec_to_yaml
+    from grpo_ui.store import Store
+    from grpo_ui.ui_state import presets
+
+    monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
+    monkeypatch.setenv("GRPO_UI_DB", str(tmp_path / "db.sqlite"))
+    store = Store()
+    store.create_job("job-b", "b", spec_to_yaml(next(iter(presets().values()))), "succeeded")
+    t0 = time.time() - 100
+    store.set_job("job-b", started=t0)
+    for step in (1, 2, 3):
+        store.add_metrics("job-b", step, {"step_time": 2.0 * step, "elapsed_time_s": 3.0 * step,
+                                          "completions/mean_length": 16.0, "max_steps": 3}, ts=t0 + 3 * step)
+        store.add_gpu_samples("job-b", [{"host": "h0", "gpu_index": 0, "ts": t0 + 3 * step - 1,
+                                         "mem_used": 1000.0 * step}])
+    store.set_meta("job-b", STACKS, (Path(APP).parent / "tests/data/captured/reward_slowing.pyspy").read_text())
+    store.set_meta("job-b", STACKS_AT, "100")
+    import streamlit as st
+    st.cache_resource.clear()  # the page's Launcher is cached per process: open this test's store
+    at = AppTest.from_file(str(Path(APP).parent / "pages/monitor.py"), default_timeout=60).run()
+    assert not at.exception, at.exception
+    stacks = next(d.value for d in at.dataframe if "phase" in d.value.columns)
+    assert set(stacks["phase"]) == {"reward"}
+    figure = next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if "throughput" in c.proto.spec)
+    titles = {a["text"] for a in figure["layout"]["annotations"]}
+    assert titles == {"rollout throughput", "time per step (s)", "memory per rank"}
+    assert "h0/GPU 0 (MiB)" in {d["name"] for d in figure["data"]}

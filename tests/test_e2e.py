@@ -67,7 +67,7 @@ def test_scenario1_one_host_validate_render_preflight_launch_watch_succeed(cli, 
     assert p.returncode == 0, p.stdout + p.stderr
     facts = json.loads(p.stdout)
     assert facts["hosts"][0]["versions"]["ms-swift"].startswith("4.6")
-    assert {f["id"] for f in facts["findings"]} <= {"PREFLIGHT-NO-GPU", "PREFLIGHT-DISK"}
+    assert {f["id"] for f in facts["findings"]} <= {"PREFLIGHT-NO-GPU", "PREFLIGHT-DISK", "PREFLIGHT-PY-SPY"}
     launch = cli("launch", str(spec), "--job-id", "e2e-one", "--wait", timeout=600)
     assert launch.returncode == 0, launch.stdout[-3000:] + launch.stderr[-3000:]
     status = cli("status", "e2e-one")
@@ -162,5 +162,8 @@ def test_scenario3_a_node_dies_and_is_named_first(cli, ssh_env, tmp_path):
     assert out, cli("status", "e2e-die").stdout
     assert f"({hosts[1].name}, rank 1) failed first" in out
     assert "NODE-FAILED" in out
+    failed = next(a for a in Store(tmp_path / "db.sqlite").alerts("e2e-die") if a["alert_id"] == "NODE-FAILED")
+    # the test kills rank 1's whole torchrun on h1: no error there; h0's rank 0 only loses its peer (gloo)
+    assert failed["message"].startswith(f"node 1 ({hosts[1].name}, rank 1) failed first")
     assert wait_for(lambda: not job_pids("e2e-die", Store(tmp_path / "db.sqlite")), 60)
     print(f"scenario 3 took {time.time() - start:.0f} s")

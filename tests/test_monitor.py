@@ -239,7 +239,8 @@ def test_traceback_names_the_rank_and_leaves_other_ranks_lines_out():
     assert alert.evidence.split("\n") == [f"[rank1]: {line}" for line in tb]
     summary = ["Root Cause (first observed failure):", "[0]:", "  time      : 2026-11-22_12:00:00",
                "  host      : node-b", "  rank      : 9 (local_rank: 1)", "  exitcode  : 1 (pid: 4242)"]
-    assert "first on node 1 (b), rank 9." in traceback_alert({"node 1 (b)": tb + summary}).explanation
+    failed = {a.id: a for a in diagnose(Snapshot(logs={"node 1 (b)": tb + summary}, job_state="failed"))}
+    assert failed["NODE-FAILED"].where == "node 1 (b), rank 9 (local rank 1)" and "TRACEBACK" not in failed
 
 
 def test_failed_node_is_reported_with_its_log():
@@ -524,3 +525,26 @@ def test_watcher_alerts_on_stored_gpu_samples_with_the_jobs_settings(sleeper_job
     alert = next(a for a in Watcher(launcher).poll(job)["alerts"] if a["id"] == "GPU-UNDERUSED")
     assert "sleep_level 0, offload_model False" in alert["fix"] and "(now 0.9)" in alert["fix"]
     assert launcher.store.alerts(job)[0]["evidence"] == alert["evidence"]
+
+
+def test_a_moving_tqdm_bar_without_a_new_line_counts_as_progress(sleeper_job):
+    """Between metric lines (logging_steps > 1) rank 0 only redraws its Train bar with \\r: no new line arrives, the
+    run is alive all the same; a redraw that only moves the bar's clock is not progress."""
+    launcher, job, rd = sleeper_job
+    watcher = Watcher(launcher)
+    swift_prints(rd, ["[INFO:swift] The logging file will be saved in: /x/logging.jsonl"])
+    bar = "\rTrain:  10%|█         | 1/10 [00:{:02d}<00:09,  1.00s/it]"
+    with open(rd / "node_0.log", "a") as f:
+        f.write(bar.format(1))
+    watcher.poll(job)
+    first = launcher.store.meta(job, "progress_at:0")
+    assert first and launcher.store.meta(job, "pending:0") == "Train:  10%|█         | 1/10"
+    with open(rd / "node_0.log", "a") as f:
+        f.write(bar.format(9))  # tqdm's monitor redrawing the same step
+    watcher.poll(job)
+    assert launcher.store.meta(job, "progress_at:0") == first
+    with open(rd / "node_0.log", "a") as f:
+        f.write(bar.replace("10%|█  ", "20%|██ ").replace("1/10", "2/10").format(11))
+    time.sleep(0.01)
+    watcher.poll(job)
+    assert float(launcher.store.meta(job, "progress_at:0")) > float(first)

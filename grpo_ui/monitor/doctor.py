@@ -1,57 +1,22 @@
-"""The doctor: turns metrics, log lines, GPU samples and node states into alerts, each with a plain explanation,
-the evidence (numbers, log lines) and a fix."""
+"""The doctor: turns metrics, log lines, stacks, GPU samples and node states into alerts, each with a plain
+explanation, the evidence (numbers, log lines) and a fix. The live watcher and the `doctor` command call the same
+``diagnose``; the rules on log lines live in monitor/failures.py."""
 
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class Alert:
-    id: str
-    severity: str  # error / warning / info
-    title: str
-    explanation: str
-    evidence: str
-    fix: str
-
-
-@dataclass
-class Snapshot:
-    """What the doctor looks at for one job."""
-
-    metrics: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # key → [(step, value)]
-    logs: dict[str, list[str]] = field(default_factory=dict)                   # node label → recent lines
-    beta: float = 0.04
-    now: float = 0.0
-    last_step_at: float | None = None       # when the latest step was logged
-    first_step_at: float | None = None      # when the first step was logged
-    last_output_at: dict[str, float] = field(default_factory=dict)  # node label → last new log line
-    started_at: float | None = None
-    gpu: list[dict] = field(default_factory=list)  # samples: host, gpu_index, ts, util, mem_used, power, power_limit
-    job_state: str = "running"
-    job_error: str | None = None
-    server_mode: bool = False
-    settings: dict = field(default_factory=dict)  # the job's rollout/offload/data settings, for the fixes
-
-
-RULES = []
-
-
-def rule(fn):
-    RULES.append(fn)
-    return fn
+from grpo_ui.monitor import curves, failures  # noqa: F401 - failures registers the rules on log lines
+from grpo_ui.monitor.snapshot import RULES, Alert, Snapshot, last, overdue, rule
+from grpo_ui.monitor.stacks import disagreement
 
 
 def diagnose(s: Snapshot) -> list[Alert]:
     return [a for r in RULES for a in r(s)]
-
-
-def _last(s: Snapshot, key: str, n: int) -> list[float]:
-    return [v for _, v in s.metrics.get(key, [])[-n:]]
 
 
 WINDOW = 3  # consecutive logged steps a stuck value must persist
@@ -59,13 +24,13 @@ WINDOW = 3  # consecutive logged steps a stuck value must persist
 
 @rule
 def no_learning_signal(s):
-    std, frac = _last(s, "reward_std", WINDOW), _last(s, "frac_reward_zero_std", WINDOW)
+    std, frac = last(s, "reward_std", WINDOW), last(s, "frac_reward_zero_std", WINDOW)
     if (len(std) == WINDOW and max(std) == 0) or (len(frac) == WINDOW and min(frac) >= 0.99):
         yield Alert("NO-LEARNING-SIGNAL", "error", "No learning signal: every group has the same reward",
                     "GRPO learns from reward differences inside each group of completions. With reward_std 0 (or "
                     "frac_reward_zero_std ≈ 1) every advantage is 0, so the policy gets no gradient.",
                     f"last {WINDOW} logged steps: reward_std {std}, frac_reward_zero_std {frac}, reward "
-                    f"{_last(s, 'reward', WINDOW)}",
+                    f"{last(s, 'reward', WINDOW)}",
                     "Check the reward function on a few completions (completions.jsonl with log_completions), make "
                     "the task easier or the reward denser, raise temperature or num_generations; dynamic_sample "
                     "resamples zero-spread groups.")
@@ -73,20 +38,20 @@ def no_learning_signal(s):
 
 @rule
 def kl_stuck_at_zero(s):
-    kl = _last(s, "kl", WINDOW)
+    kl = last(s, "kl", WINDOW)
     if s.beta > 0 and len(kl) == WINDOW and max(abs(v) for v in kl) == 0:
         yield Alert("KL-STUCK-ZERO", "warning", "KL stays exactly 0: the policy is not moving",
                     f"With beta {s.beta} the KL to the reference grows as soon as parameters change. Exactly 0 over "
                     "several steps means they are not being updated (field report 001: ZeRO-3 with batch 1 and "
                     "gradient accumulation), or there is no learning signal.",
-                    f"kl over the last {WINDOW} steps: {kl}; grad_norm {_last(s, 'grad_norm', WINDOW)}",
+                    f"kl over the last {WINDOW} steps: {kl}; grad_norm {last(s, 'grad_norm', WINDOW)}",
                     "If reward_std is also 0 fix the reward first; otherwise try ZeRO-2, or a larger per-device "
                     "batch with less accumulation, and check the learning rate.")
 
 
 @rule
 def grad_norm_zero(s):
-    g = _last(s, "grad_norm", WINDOW)
+    g = last(s, "grad_norm", WINDOW)
     if len(g) == WINDOW and max(g) == 0:
         yield Alert("GRAD-NORM-ZERO", "warning", "Gradient norm is 0",
                     "No parameter received a gradient in the last steps.", f"grad_norm {g}",
@@ -96,11 +61,11 @@ def grad_norm_zero(s):
 
 @rule
 def completions_clipped(s):
-    c = _last(s, "completions/clipped_ratio", WINDOW)
+    c = last(s, "completions/clipped_ratio", WINDOW)
     if len(c) == WINDOW and min(c) >= 0.95:
         yield Alert("COMPLETIONS-CLIPPED", "warning", "Completions hit max_completion_length",
                     "Nearly every completion is cut off, so answers are incomplete and length rewards mislead.",
-                    f"completions/clipped_ratio {c}, mean length {_last(s, 'completions/mean_length', WINDOW)}",
+                    f"completions/clipped_ratio {c}, mean length {last(s, 'completions/mean_length', WINDOW)}",
                     "Raise max_completion_length, add a length penalty (soft_overlong) or overlong_filter, or "
                     "prompt for shorter answers.")
 
@@ -117,116 +82,133 @@ def kl_blowup(s):
                         "Lower the learning rate, raise beta, check for reward hacking in completions.jsonl.")
 
 
-LOG_SIGNS = [
-    ("OOM", "error", re.compile(r"CUDA out of memory|OutOfMemoryError|No available memory for the cache blocks"),
-     "Out of GPU memory", "A rank ran out of GPU memory.",
-     "Open the memory estimate on the Configure page and apply one of its make-it-fit changes (lower "
-     "vllm_gpu_memory_utilization, sleep_level 1, ZeRO-3, smaller micro-batch)."),
-    ("NCCL-TIMEOUT", "error", re.compile(r"Watchdog caught collective operation timeout|NCCL.*[Tt]imeout|"
-                                         r"socket has timed out|ProcessGroupNCCL.*timed out"),
-     "NCCL collective timed out", "A collective operation waited longer than its timeout: some rank stopped "
-     "participating (hang, crash, or network).",
-     "Find the node that went quiet first; check that every node runs identical arguments, ports are open between "
-     "nodes (and to rollout servers on 51216+i), and raise ddp_timeout for long rollouts."),
-    ("ROLLOUT-UNREACHABLE", "error", re.compile(r"Servers not reachable|did not answer /health/|"
-                                                r"Failed to connect to vLLM server"),
-     "Rollout server unreachable", "The trainer cannot reach a swift rollout server.",
-     "Check the rollout node's log and that its HTTP port and group port (51216+i) are reachable from trainer "
-     "rank 0; unset http_proxy/https_proxy."),
-    ("TRACEBACK", "error", re.compile(r"Traceback \(most recent call last\)"), "A rank crashed with a traceback",
-     "A Python exception ended a process.", "Read the traceback below; the first node that printed one is named."),
-]
-
-
-TB_START = "Traceback (most recent call last):"
-TB_CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
-RANK_PREFIX = re.compile(r"^\[(?:rank|default)(\d+)\]:\s?")  # torchrun's per-rank line prefix
-ROOT_CAUSE_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank")  # torchrun's failure summary
-MAX_TB_LINES = 60
-
-
-def traceback_at(lines: list[str], i: int) -> tuple[list[str], str | None]:
-    """The traceback that starts at ``lines[i]``, through its exception line (chained exceptions followed), and
-    the rank that printed it when torchrun prefixed its lines; other ranks' interleaved lines are left out."""
-    m = RANK_PREFIX.match(lines[i])
-    prefix, rank = (m[0], m[1]) if m else ("", None)
-    out = [prefix + lines[i][lines[i].index(TB_START):]]  # without a tqdm bar glued in front
-    own = [line[len(prefix):] for line in lines[i + 1:] if line.startswith(prefix)]
-    for k, body in enumerate(own):
-        out.append(prefix + body)
-        if not body.strip() or body[0] in " \t" or body.startswith((TB_START, *TB_CHAIN)):
-            continue  # a frame, its code and carets, or the hand-over to a chained exception
-        after = next((b for b in own[k + 1:] if b.strip()), "")
-        if not after.startswith(TB_CHAIN):
-            break  # the exception line
-    return _bounded(out), rank
-
-
-def _bounded(lines: list[str]) -> list[str]:
-    """At most MAX_TB_LINES: the head (where it started) and the tail (the exception)."""
-    if len(lines) <= MAX_TB_LINES:
-        return lines
-    head, tail = MAX_TB_LINES // 3, MAX_TB_LINES - MAX_TB_LINES // 3 - 1
-    return lines[:head] + [f"… {len(lines) - head - tail} lines left out …"] + lines[-tail:]
-
-
-def _failed_rank(lines: list[str]) -> str | None:
-    return next((m[1] for line in lines if (m := ROOT_CAUSE_RANK.match(line))), None)
+NAN_KEYS = ("loss", "grad_norm", "reward", "reward_std", "kl")
+NAN_LINE = re.compile(r"contains either `inf`, `nan`|(?:loss|grad_norm|reward)\W+(?:nan|inf)\b", re.IGNORECASE)
 
 
 @rule
-def log_signatures(s):
-    for aid, sev, rx, title, expl, fix in LOG_SIGNS:
-        hits = [(node, i, line) for node, lines in s.logs.items() for i, line in enumerate(lines) if rx.search(line)]
-        if hits:
-            node, i, line = hits[0]
-            where = node
-            context = [line]
-            if aid == "TRACEBACK":
-                context, rank = traceback_at(s.logs[node], i)
-                rank = rank or _failed_rank(s.logs[node])
-                where += f", rank {rank}" if rank else ""
-            nodes = sorted({h[0] for h in hits})
-            yield Alert(aid, sev, title, expl + f" Seen on {', '.join(nodes)}; first on {where}.",
-                        "\n".join(context), fix)
+def nan_metrics(s):
+    """NaN or inf in loss, grad_norm, reward, reward_std, kl or a reward function's mean, or a crash on non-finite
+    model outputs (sampling from NaN probabilities)."""
+    bad = [(k, step, v) for k, series in s.metrics.items() if k in NAN_KEYS or k.startswith("rewards/")
+           for step, v in series[-WINDOW:] if v is not None and not math.isfinite(v)]
+    crash = next(((node, line) for node, lines in s.logs.items() for line in lines if NAN_LINE.search(line)), None)
+    if not bad and not crash:
+        return
+    evidence = ", ".join(f"{k} {v} at step {step}" for k, step, v in bad[:8]) or crash[1].strip()[:400]
+    yield Alert("NAN-METRICS", "error", "NaN/inf in training", "Loss, gradients or rewards are no longer finite "
+                "numbers: once they are, every later update is garbage (and sampling from the model fails).",
+                evidence, "Resume from the last finite checkpoint with a lower learning_rate (warmup_ratio helps), "
+                "keep max_grad_norm on, use bf16 rather than fp16, and check that reward functions never return NaN "
+                "or inf.", crash[0] if crash and not bad else "")
+
+
+def _falling(values: list[float], ratio: float) -> bool:
+    """After one warm-up point: the last three points all below ``ratio`` × the best earlier one."""
+    body = values[1:]
+    return len(body) >= 5 and max(body[-3:]) < ratio * max(body[:-3])
 
 
 @rule
-def node_failed(s):
-    if s.job_state == "failed" and s.job_error:
-        yield Alert("NODE-FAILED", "error", "A node exited with an error", "The job failed; the node that failed "
-                    "first is named, with the end of its log, and the other nodes were stopped.",
-                    s.job_error, "Fix the cause shown in its log, then relaunch from History.")
+def throughput_falling(s):
+    tps = curves.rollout_throughput(s.metrics)
+    lengths = [v for _, v in s.metrics.get("completions/mean_length", [])]
+    if not _falling([v for _, v in tps], 0.5) or statistics.median(lengths[-3:]) < 0.7 * statistics.median(lengths):
+        return  # (much shorter completions lower tokens per second by themselves: fixed costs per step weigh more)
+    step_time = last(s, "step_time", 4)
+    reward = sum(st.phase == "reward" for st in s.stacks)
+    yield Alert("THROUGHPUT-FALLING", "warning", "Rollout throughput is falling",
+                f"Completion tokens per second of step time fell from {max(v for _, v in tps[1:-3]):.3g} to "
+                f"{tps[-1][1]:.3g} (per completion; completion lengths lately {lengths[-4:]}): each step takes longer for "
+                f"the same work (step_time {step_time} s)."
+                + (f" {reward} of {len(s.stacks)} stack samples were in the reward function." if reward else ""),
+                "\n".join(f"step {k}: {v:.3g} tokens/s" for k, v in tps[-6:]),
+                "Find what grows: a reward service slowing down (time its calls), a growing KV cache or prefix "
+                "cache (vLLM), memory pressure forcing offload; compare with the GPU utilisation chart.")
+
+
+def _climbing(values: list[float]) -> bool:
+    """Rising over most of the last six points by more than 5 % in total: a leak rather than warm-up."""
+    tail = values[-6:]
+    if len(tail) < 6 or tail[0] <= 0:
+        return False
+    rises = sum(b > a for a, b in itertools.pairwise(tail))
+    return rises >= 4 and tail[-1] > 1.05 * tail[0]
+
+
+@rule
+def memory_climbing(s):
+    """GPU memory that keeps rising step after step: ms-swift's memory(GiB) (the peak reserved so far on rank 0)
+    past the first steps, or the per-step peak of any GPU from its samples."""
+    series = {"memory(GiB) (rank 0, peak reserved)": [v for _, v in s.metrics.get("memory(GiB)", [])][2:]}
+    series.update({f"{k} (MiB, peak per step)": [v for _, v in v_] for k, v_ in s.gpu_by_step.items()})
+    found = {k: v for k, v in series.items() if _climbing(v)}
+    if not found:
+        return
+    lengths = last(s, "completions/max_length", 6)
+    yield Alert("MEMORY-CLIMBING", "warning", "GPU memory keeps climbing", "Memory rises step after step instead "
+                "of levelling off after the first steps: a leak (tensors kept across steps, a growing cache) that "
+                "ends in an out-of-memory error, unless completions are getting longer (max length now "
+                f"{lengths}).", "\n".join(f"{k}: {[round(v, 2) for v in vals[-6:]]}" for k, vals in found.items()),
+                "Check what is kept between steps (log_completions buffers, reward caches, vLLM prefix cache with "
+                "sleep_level 0); PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True reduces fragmentation; "
+                "gc_collect_after_offload frees memory between the phases.")
+
+
+@rule
+def reward_latency(s):
+    """Stack samples of the ranks mostly inside the reward functions: reward scoring dominates the step."""
+    if len(s.stacks) < 2:
+        return
+    inside = [st for st in s.stacks if st.phase == "reward"]
+    if len(inside) * 2 <= len(s.stacks):
+        return
+    frames = {fn for st in inside for fn, path in st.frames[:1]}
+    yield Alert("REWARD-LATENCY", "warning", "Reward scoring dominates the step time",
+                f"{len(inside)} of {len(s.stacks)} stack samples of the ranks were inside the reward functions "
+                f"(innermost: {', '.join(sorted(frames))}): the GPUs wait while rewards are computed (step_time "
+                f"{last(s, 'step_time', 3)} s).", "\n".join(f"{st.label}: {st.summary}" for st in s.stacks[:8]),
+                "Make the reward cheaper or asynchronous: batch the calls to a reward service, use an AsyncORM "
+                "reward (ms-swift runs async rewards concurrently), cache repeated verifications, or move a reward "
+                "model to its own GPU.")
+
+
+def _gpu_signature(s: Snapshot) -> str:
+    recent = [g for g in s.gpu if g["ts"] >= s.now - 120]
+    if not recent:
+        return ""
+    util = statistics.mean(g["util"] for g in recent)
+    power = statistics.mean(g["power"] / g["power_limit"] for g in recent if g.get("power_limit"))
+    if util < 5:
+        return f" GPUs near 0% utilisation (mean {util:.0f}%) while holding memory."
+    if util > 90 and power < 0.35:
+        return (f" GPUs at {util:.0f}% utilisation but {power:.0%} of their power limit: the NCCL spin of ranks "
+                "waiting in a collective.")
+    return ""
 
 
 @rule
 def hang(s):
-    sps = _last(s, "seconds_per_step", 1)
-    since = s.last_step_at or s.started_at
-    if s.job_state != "running" or not since or not s.now:
+    late = overdue(s)
+    if not late:
         return
-    limit = max(5 * (sps[0] if sps else 60.0), 600.0 if not sps else 120.0)
-    quiet = s.now - since
-    last_out = max(s.last_output_at.values()) if s.last_output_at else since
-    if quiet > limit and s.now - last_out > limit:
-        first_quiet = min(s.last_output_at, key=s.last_output_at.get) if s.last_output_at else "?"
-        recent = [g for g in s.gpu if g["ts"] >= s.now - 120]
-        sig = ""
-        if recent:
-            util = statistics.mean(g["util"] for g in recent)
-            power = statistics.mean(g["power"] / g["power_limit"] for g in recent if g.get("power_limit"))
-            if util < 5:
-                sig = f" GPUs near 0% utilisation (mean {util:.0f}%) while holding memory."
-            elif util > 90 and power < 0.35:
-                sig = (f" GPUs at {util:.0f}% utilisation but {power:.0%} of their power limit: the NCCL spin of "
-                       "ranks waiting in a collective.")
-        yield Alert("HANG", "error", "The job looks hung",
-                    f"No new step for {quiet / 60:.0f} min (≈{quiet / max(sps[0] if sps else 60, 1):.0f} × the "
-                    f"recent time per step) and no log output.{sig} The node that went quiet first: {first_quiet}.",
-                    f"seconds per step {sps}, last output per node: "
-                    + ", ".join(f"{n}: {(s.now - t) / 60:.0f} min ago" for n, t in s.last_output_at.items()),
-                    "Look at that node's last lines; common causes are a rank that crashed silently, a vLLM sleep/"
-                    "wake that never returned, or mismatched node settings. Stop the job to free the GPUs.")
+    quiet, allowed = late
+    pace = f"{step[0]:.3g} s" if (step := last(s, "seconds_per_step", 1)) else "not logged yet"
+    first_quiet = min(s.last_output_at, key=s.last_output_at.get) if s.last_output_at else "?"
+    phases = "\n".join(f"{st.label}: {st.summary}" for st in s.stacks)
+    split = disagreement(s.stacks)
+    where = (f" Stacks: {split}." if split else f" Every rank is in {s.stacks[0].summary}." if s.stacks else
+             " Stacks of every rank are collected on the Monitor page (py-spy) when the job runs under grpo-ui.")
+    yield Alert("HANG", "error", "The job looks hung",
+                f"No sign of progress (no output, no tqdm update, no step) for {quiet / 60:.0f} min; a healthy run "
+                f"of this pace stays silent at most {allowed / 60:.0f} min (time per step {pace}, logging_steps "
+                f"{s.logging_steps}).{_gpu_signature(s)} "
+                f"The node that went quiet first: {first_quiet}.{where}",
+                (phases + "\n" if phases else "") + "last output per node: "
+                + ", ".join(f"{n}: {(s.now - t) / 60:.0f} min ago" for n, t in s.last_output_at.items()),
+                "Look at the ranks that disagree (or that node's last lines); common causes are a rank that crashed "
+                "silently, a weight sync or vLLM sleep/wake that never returned, or mismatched node settings. Stop "
+                "the job to free the GPUs.", first_quiet if first_quiet != "?" else "")
 
 
 BUSY, IDLE = 40.0, 10.0   # utilisation %: a GPU turns busy at ≥ BUSY and idle below IDLE (hysteresis between)

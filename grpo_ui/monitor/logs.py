@@ -7,8 +7,7 @@ import re
 from collections import deque
 from collections.abc import Callable
 
-ERROR_PATTERN = re.compile(r"Traceback \(most recent call last\)|Error\b|error:|CUDA out of memory|Watchdog caught|"
-                           r"NCCL (?:error|timeout)|Killed|Segmentation fault|exitcode", re.IGNORECASE)
+from grpo_ui.monitor.rootcause import first_error_index
 
 
 def fold_cr(line: str) -> str:
@@ -23,10 +22,13 @@ class LogTail:
     """Tail of one file through ``read(path, offset, limit) -> bytes``; ``offset`` always sits at a line start.
 
     Persist ``offset`` after each poll: a new LogTail from that offset continues exactly where this one stopped.
+    ``pending`` is the unfinished last line as shown now (tqdm's bar between metric lines): when it changes, the
+    run is alive although no new line arrived.
     """
 
     def __init__(self, read: Callable[[str, int, int], bytes], path: str, offset: int = 0, chunk: int = 1 << 20):
         self.read, self.path, self.offset, self.chunk = read, path, offset, chunk
+        self.pending = ""
 
     def poll(self, max_bytes: int = 8 << 20) -> list[str]:
         """Complete new lines (decoded, \\r-folded); an unfinished last line waits for its newline."""
@@ -39,12 +41,14 @@ class LogTail:
             end = data.rfind(b"\n")
             if end < 0:
                 if len(data) < self.chunk:
+                    self.pending = fold_cr(data.decode("utf-8", "replace"))
                     break  # a partial line: wait for the rest
                 end = len(data) - 1  # one enormous line: deliver it in pieces rather than stall
             block = data[: end + 1]
             self.offset += len(block)
             budget -= len(block)
             lines += [fold_cr(x) for x in block.decode("utf-8", "replace").split("\n")[:-1]]
+            self.pending = fold_cr(data[end + 1:].decode("utf-8", "replace"))
             if len(data) < self.chunk:
                 break
         return lines
@@ -72,4 +76,5 @@ class LogWindow:
         return [(i, t) for i, t in self.lines if pattern in t]
 
     def first_error(self) -> tuple[int, str] | None:
-        return next(((i, t) for i, t in self.lines if ERROR_PATTERN.search(t)), None)
+        at = first_error_index([t for _, t in self.lines])  # never a line of ms-swift's argument dump
+        return self.lines[at] if at is not None else None

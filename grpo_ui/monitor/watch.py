@@ -10,6 +10,7 @@ import posixpath
 import time
 
 from grpo_ui import shell
+from grpo_ui.monitor import curves, liveness, stacks
 from grpo_ui.monitor.doctor import DUTY_WINDOW_S, Snapshot, diagnose
 from grpo_ui.monitor.logs import LogTail
 from grpo_ui.monitor.memory_loop import record_peaks
@@ -20,12 +21,15 @@ from grpo_ui.monitor.metrics import (
     parse_jsonl_line,
     parse_stdout_line,
 )
-from grpo_ui.remote.launcher import Launcher
+from grpo_ui.monitor.snapshot import overdue
+from grpo_ui.remote.launcher import Launcher, _run_of, run_token
 from grpo_ui.remote.ssh import SshError
 from grpo_ui.spec import JobSpec, spec_from_yaml
 from grpo_ui.swift_cli import effective_output_dir
 
 LOGGING_PATH = "logging_jsonl"  # job_meta key: where rank 0 writes logging.jsonl, once known
+STACKS, STACKS_AT = "stacks", "stacks_at"  # job_meta keys: the last py-spy dumps of every rank, and when
+STACKS_EVERY_S = 300.0  # while a hang is suspected, stacks are dumped again at most this often
 ROLLOUT_LEVERS = ("async_generate", "sleep_level", "offload_model", "offload_optimizer", "vllm_gpu_memory_utilization",
                   "move_model_batches")
 TRAIN_LEVERS = ("deepspeed", "dataloader_num_workers", "steps_per_generation")
@@ -75,6 +79,10 @@ class Watcher:
         lines = tail.poll()
         self.store.add_log_lines(job_id, n["node_index"], lines)
         self.store.set_offset(job_id, n["node_index"], path, tail.offset)
+        mark = liveness.progress_mark(tail.pending)  # tqdm's bar moving on an unfinished line is progress too
+        if mark and mark != self.store.meta(job_id, f"pending:{n['node_index']}"):
+            self.store.set_meta(job_id, f"pending:{n['node_index']}", mark)
+            self.store.set_meta(job_id, f"progress_at:{n['node_index']}", str(time.time()))
         return lines
 
     def _metrics(self, job_id: str, spec: JobSpec, n: dict, runner, new_lines: list[str]) -> int:
@@ -137,18 +145,58 @@ class Watcher:
             label = f"node {n['node_index']} ({n['host']})"
             rows = self.store.log_lines(job_id, n["node_index"], 400)
             logs[label] = [r[1] for r in rows]
-            if rows:
-                last_out[label] = rows[-1][2]
+            marks = [rows[-1][2]] if rows else []  # the last line, or tqdm's bar moving after it
+            if moved := self.store.meta(job_id, f"progress_at:{n['node_index']}"):
+                marks.append(float(moved))
+            if marks:
+                last_out[label] = max(marks)
         metrics = self.store.metrics(job_id)
-        first, last = self.store.conn().execute("SELECT MIN(ts), MAX(ts) FROM metrics WHERE job_id = ?",
-                                                (job_id,)).fetchone()
-        snap = Snapshot(metrics=metrics, logs=logs, beta=0.04 if spec.train.beta is None else spec.train.beta,
+        step_times = [tuple(r) for r in self.store.conn().execute(
+            "SELECT step, MIN(ts) FROM metrics WHERE job_id = ? GROUP BY step ORDER BY step", (job_id,))]
+        first, last = (step_times[0][1], step_times[-1][1]) if step_times else (None, None)
+        t = spec.train
+        snap = Snapshot(metrics=metrics, logs=logs, beta=0.04 if t.beta is None else t.beta,
                         now=now, last_step_at=last, first_step_at=first, last_output_at=last_out,
                         started_at=job["started"], gpu=self.store.gpu_samples(job_id, now - DUTY_WINDOW_S),
                         job_state=job["state"],
                         job_error=job["error"], server_mode=spec.rollout.vllm_mode == "server",
-                        settings=_settings(spec))
+                        settings={**_settings(spec), "world_size": spec.world_size()},
+                        logging_steps=t.logging_steps or 1, steps_per_generation=t.steps_per_generation or 1,
+                        group_ports=tuple(spec.rollout.vllm_server_group_port or (51216,)),
+                        gpu_by_step=curves.memory_per_gpu(  # the last steps are enough to see memory climb
+                            self.store.gpu_samples(job_id, step_times[-8][1] if len(step_times) > 8 else 0),
+                            step_times))
+        snap.stacks = self._stacks(job_id, spec, nodes, snap)
         alerts = diagnose(snap)
         for a in alerts:
             self.store.upsert_alert(job_id, a.id, a.severity, a.title + ": " + a.explanation, a.evidence, a.fix)
         return [a.__dict__ for a in alerts]
+
+    def _stacks(self, job_id: str, spec: JobSpec, nodes: list[dict], snap: Snapshot) -> list[stacks.RankStack]:
+        """While a hang is suspected: py-spy dumps of every rank on every node (again at most every
+        STACKS_EVERY_S), kept in job_meta for the Monitor page; the last dumps otherwise."""
+        kept = self.store.meta(job_id, STACKS) or ""
+        taken = float(self.store.meta(job_id, STACKS_AT) or 0)
+        if snap.job_state == "running" and overdue(snap) and snap.now - taken > STACKS_EVERY_S:
+            kept = self.dump_stacks(job_id, spec, nodes)
+            self.store.set_meta(job_id, STACKS, kept)
+            self.store.set_meta(job_id, STACKS_AT, str(snap.now))
+        return stacks.parse_dumps(kept)
+
+    def dump_stacks(self, job_id: str, spec: JobSpec, nodes: list[dict]) -> str:
+        """``py-spy dump`` of every rank of the job on every trainer node (the py-spy preflight installed, else the
+        node's python_env's, else PATH's), each dump under a '## node … rank …' line."""
+        job = self.store.job(job_id)
+        out = []
+        for n in nodes:
+            if n["role"] != "trainer":
+                continue
+            spy = stacks.py_spy_candidates(spec.cluster.run_root, spec.cluster.nodes[n["node_index"]].python_env)
+            try:
+                res = self.launcher.runner(spec, n["node_index"]).run(
+                    stacks.dump_command(run_token(job, _run_of(n)), spy), timeout=120)
+            except SshError as e:
+                out.append(f"## node {n['node_index']} ({n['host']}): unreachable ({e})")
+                continue
+            out.append(stacks.label_node(res.out, f"node {n['node_index']} ({n['host']})"))
+        return "\n".join(out)

@@ -11,7 +11,9 @@ import time
 from dataclasses import dataclass, field
 
 from grpo_ui import shell
+from grpo_ui.compat import conflicts
 from grpo_ui.findings import Finding, finding
+from grpo_ui.monitor.stacks import find_py_spy, py_spy_candidates
 from grpo_ui.remote.runner import Runner, parallel, runner_for
 from grpo_ui.remote.ssh import Pool, SshError, UnknownHostKey
 from grpo_ui.spec import JobSpec, Node, parse_version
@@ -210,11 +212,11 @@ def _rollout_checks(spec: JobSpec, runners: dict[int, Runner], rank0: int) -> li
     """Server mode: every rollout server's HTTP port and NCCL group port free on its node and reachable from trainer
     rank 0 (through a short-lived listener); servers outside the cluster are only probed."""
     out, nodes = [], spec.cluster.nodes
-    endpoints, groups = spec.server_endpoints(), spec.rollout.vllm_server_group_port or []
+    endpoints = spec.server_endpoints()
     own = [] if spec.rollout.vllm_server_host else [i for i, n in enumerate(nodes) if n.role == "rollout"]
     r0, http_field = nodes[rank0].host, "rollout.vllm_server_port" if spec.rollout.vllm_server_host else "server.port"
     for k, (host, http) in enumerate(endpoints):
-        group = groups[k] if len(groups) > k else groups[0] if groups else 51216 + k
+        group = _group_port(spec, k)
         ports = {http: ("HTTP port", http_field), group: ("group port", "rollout.vllm_server_group_port")}
         index = own[k] if k < len(own) else None
         if index is None or index not in runners:
@@ -246,13 +248,42 @@ def _rollout_checks(spec: JobSpec, runners: dict[int, Runner], rank0: int) -> li
     return out
 
 
+def _group_port(spec: JobSpec, k: int) -> int:
+    """The weight-sync (NCCL group) port of the k-th rollout server: its own entry, the one given, else 51216+k."""
+    groups = spec.rollout.vllm_server_group_port or []
+    return groups[k] if len(groups) > k else groups[0] if groups else 51216 + k
+
+
+def _sync_port_checks(spec: JobSpec, runners: dict[int, Runner], trainers: list[int]) -> list[Finding]:
+    """Server mode: each rollout node's weight-sync group port reachable from every trainer node besides rank 0
+    (rank 0, which opens the group, is checked with the HTTP port). ms-swift 4.x syncs weights from global rank 0
+    only, so this is a warning: it matters once another node becomes node 0."""
+    out, nodes = [], spec.cluster.nodes
+    own = [] if spec.rollout.vllm_server_host else [i for i, n in enumerate(nodes) if n.role == "rollout"]
+    for k, ((host, _), index) in enumerate(zip(spec.server_endpoints(), own, strict=False)):
+        port = _group_port(spec, k)
+        if index not in runners or len(trainers) < 2 or _taken(runners[index], [port]):
+            continue  # a taken port is reported by _rollout_checks
+        pid = _listen(runners[index], nodes[index], [port])
+        try:
+            results = parallel(lambda i, h=host, p=port: _unreachable(runners[i], [(h, p)]), trainers[1:])
+        finally:
+            runners[index].run(f"kill {pid} 2>/dev/null", timeout=10)
+        out += [finding("PREFLIGHT-SYNC-PORT", "warning", "rollout.vllm_server_group_port",
+                        f"{nodes[i].host} cannot reach the weight-sync group port {host}:{port} of rollout node "
+                        f"{nodes[index].host}: weights would not reach vLLM if this node became trainer rank 0.",
+                        f"Open port {port} from every trainer node to {host} (firewall, security group).")
+                for i, down in results if not isinstance(down, Exception) and down]
+    return out
+
+
 def _port_checks(spec: JobSpec, runners: dict[int, Runner]) -> list[Finding]:
     trainers = [i for i, n in enumerate(spec.cluster.nodes) if n.role == "trainer" and i in runners]
     if not trainers:
         return []
     out = _master_checks(spec, runners, trainers)
     if spec.rollout.use_vllm and spec.rollout.vllm_mode == "server":
-        out += _rollout_checks(spec, runners, trainers[0])
+        out += _rollout_checks(spec, runners, trainers[0]) + _sync_port_checks(spec, runners, trainers)
     return out
 
 
@@ -290,8 +321,9 @@ def preflight(spec: JobSpec, pool: Pool | None = None, progress=lambda host, msg
             continue
         facts[i] = res
         progress(node.host, "checked")
-        findings += _host_findings(spec, i, res)
+        findings += _host_findings(spec, i, res) + _compat_findings(spec, i, res)
     findings += _consistency(spec, facts)
+    findings += _py_spy_findings(spec, runners, progress)
     try:
         findings += _port_checks(spec, runners)
     except SshError as e:
@@ -366,6 +398,52 @@ def _host_findings(spec: JobSpec, i: int, f: HostFacts) -> list[Finding]:
     if f.clock_skew_s is not None and abs(f.clock_skew_s) > 30:
         out.append(finding("PREFLIGHT-CLOCK", "warning", f"{path}.host",
                            f"{node.host}'s clock is off by {f.clock_skew_s:+.0f} s.", "Enable NTP on the node."))
+    return out
+
+
+def _compat_findings(spec: JobSpec, i: int, f: HostFacts) -> list[Finding]:
+    """Installed versions outside what the node's ms-swift requires (grpo_ui/data/compat.yaml): these runs fail
+    only after the model is loaded, or in the first weight sync."""
+    node, swift = spec.cluster.nodes[i], (f.versions or {}).get("ms-swift")
+    return [finding("PREFLIGHT-COMPAT", "warning" if c.known_bad else "error", f"cluster.nodes[{i}].python_env",
+                    f"{node.host}: {c.package} {c.installed} with ms-swift {swift}: "
+                    + (f"reported broken ({c.why})." if c.known_bad else f"ms-swift requires {c.package} {c.wanted} "
+                       f"({c.why})."),
+                    f"Install a {c.package} version {'other than' if c.known_bad else 'within'} {c.wanted} in "
+                    f"{node.python_env or 'the login environment'} on every node.")
+            for c in conflicts(f.versions or {})]
+
+
+def _py_spy_findings(spec: JobSpec, runners: dict[int, Runner], progress) -> list[Finding]:
+    """py-spy on every trainer node: the doctor dumps each rank's stack with it when a job looks hung. When neither
+    grpo-ui's tools prefix (run_root/.grpo-ui-tools), the job's environment nor PATH has it, the node's python3
+    pip-installs it into that prefix (the job's environment is left as it is), with the job's environment variables
+    (e.g. an index URL)."""
+    trainers = [i for i, n in enumerate(spec.cluster.nodes) if n.role == "trainer" and i in runners]
+
+    def ensure(i: int) -> str:
+        node = spec.cluster.nodes[i]
+        candidates = py_spy_candidates(spec.cluster.run_root, node.python_env)
+        prefix = candidates[0].removesuffix("/bin/py-spy")
+        env = "".join(f"export {k}={shell.quote(v)}; " for k, v in {**spec.env, **node.env}.items())
+        install = (f'[ -n "$spy" ] || python3 -m pip install --disable-pip-version-check -q --retries 1 --timeout 15 '
+                   f"--prefix {shell.path(prefix)} py-spy 2>&1 | tail -n 3; ")
+        return runners[i].run(_activate(node.python_env) + env + find_py_spy(candidates) + install
+                              + find_py_spy(candidates) + '"${spy:-py-spy}" --version 2>&1', timeout=180).out
+
+    out = []
+    for i, res in parallel(ensure, trainers):
+        node = spec.cluster.nodes[i]
+        last = res.strip().splitlines()[-1] if isinstance(res, str) and res.strip() else ""
+        if last.startswith("py-spy "):
+            progress(node.host, last)
+            continue
+        detail = str(res) if isinstance(res, Exception) else " ".join(res.split())[-300:]
+        out.append(finding("PREFLIGHT-PY-SPY", "warning", f"cluster.nodes[{i}].python_env",
+                           f"{node.host}: py-spy is missing and could not be installed with pip ({detail}): the "
+                           "doctor cannot show where each rank is if the job hangs.",
+                           "pip install py-spy in the job's environment (or give the node a package index, e.g. "
+                           "PIP_INDEX_URL in the job's env)."))
     return out
 
 

@@ -1,0 +1,42 @@
+"""`doctor LOG [LOG …] [--job JOB.yaml] [--quiet-for SECONDS] [--json]`: diagnose any ms-swift run from its logs
+(one file per node or rank, in node order; logging.jsonl and py-spy dumps accepted too); exit 1 on an error."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from grpo_ui.findings import format_findings, has_errors, sort_findings
+from grpo_ui.monitor.doctor import diagnose
+from grpo_ui.monitor.logfiles import LogFileError, snapshot
+from grpo_ui.spec import load_spec
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("doctor", help="diagnose a run from its log files (launched by grpo-ui or not)")
+    p.add_argument("logs", nargs="+", metavar="LOG", help="node/rank logs in node order, logging.jsonl, py-spy dumps")
+    p.add_argument("--job", metavar="JOB.yaml", help="the job spec (logging_steps, server mode, ports); default: "
+                                                     "read from ms-swift's argument dump in the log")
+    p.add_argument("--quiet-for", type=float, metavar="SECONDS",
+                   help="how long ago the logs last grew (default: from the newest file's modification time)")
+    p.add_argument("--json", action="store_true", help="print the findings as a JSON list")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    job = load_spec(args.job) if args.job else None
+    try:
+        snap = snapshot(args.logs, job, args.quiet_for)
+    except LogFileError as e:
+        print(f"doctor: {e}", file=sys.stderr)
+        return 2
+    findings = sort_findings(a.finding() for a in diagnose(snap))
+    if args.json:
+        print(json.dumps([f.to_dict() for f in findings], indent=2, ensure_ascii=False))
+    else:
+        errors = sum(f.severity == "error" for f in findings)
+        steps = max((s for series in snap.metrics.values() for s, _ in series), default=None)
+        print(format_findings(findings) or "no findings")
+        print(f"\n{errors} error(s), {len(findings) - errors} other finding(s); run {snap.job_state}"
+              + (f", last logged step {steps}" if steps is not None else ", no step logged"))
+    return 1 if has_errors(findings) else 0
