@@ -3,7 +3,7 @@ what only the caller's shell knows, topology and disagreements. End-to-end fidel
 tests/test_import_corpus.py; these are the single constructs, each shown on its own."""
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from grpo_ui.findings import has_errors
@@ -298,6 +298,7 @@ SHELL_BITS = ["swift", "rlhf", "rollout", "--model", "m", "$X", "${X:-1}", "${A[
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.sampled_from(SHELL_BITS), max_size=40))
+@example(["&", "X=1", "(", "X=1"])  # tree-sitter recovers with an assignment that has no name
 def test_any_shell_text_imports_or_fails_with_a_clear_error(bits):
     """Whatever the script says: a spec with findings, or a SpecError; never another exception."""
     try:

@@ -268,7 +268,8 @@ class Shell:
             self._assign(node)
         elif kind == "variable_assignments":
             for child in node.named_children:
-                self._assign(child)
+                if child.type == "variable_assignment":  # a broken script can put error nodes among them
+                    self._assign(child)
         elif kind == "declaration_command":
             self._declare(node)
         elif kind == "unset_command":
@@ -276,14 +277,17 @@ class Shell:
                 self.vars.pop(_text(child), None)
                 self.exported.discard(_text(child))
         elif kind == "function_definition":
-            body = node.child_by_field_name("body")
-            self.functions[_text(node.child_by_field_name("name"))] = body
+            name, body = node.child_by_field_name("name"), node.child_by_field_name("body")
+            if name is not None:
+                self.functions[_text(name)] = body
         elif kind == "command":
             self._command(node)
         elif kind in FLOW and re.search(r"\bswift\b|swift/cli/", _text(node)):
             self.notices.append(Notice("flow", _line(node), _text(node).split("\n", 1)[0][:80]))
 
     def _assign(self, node: Node, export: bool = False) -> None:
+        if node.child_by_field_name("name") is None:  # tree-sitter's recovery from a syntax error
+            return
         name = _text(node.child_by_field_name("name"))
         value = node.child_by_field_name("value")
         append = any(c.type == "+=" for c in node.children)
