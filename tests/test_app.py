@@ -155,6 +155,7 @@ def test_every_page_renders_with_a_job_in_the_store(tmp_path, monkeypatch):
     spec = next(iter(presets().values()))
     store.create_job("job-a", spec.name, spec_to_yaml(spec), "succeeded")
     store.add_node("job-a", 0, "localhost", "trainer", 0, "node_0.sh", str(tmp_path / "runs/job-a"))
+    store.set_meta("job-a", "drained", "1")  # its last lines were fetched when it ended
     store.add_metrics("job-a", 1, {"reward": 0.5, "kl": 0.0, "max_steps": 2})
     store.add_metrics("job-a", 2, {"reward": 0.7, "kl": 0.01, "max_steps": 2})
     store.add_log_lines("job-a", 0, ["Train: 50%", "Traceback (most recent call last):", "ValueError: x"])
@@ -167,7 +168,7 @@ def test_every_page_renders_with_a_job_in_the_store(tmp_path, monkeypatch):
     store.add_metrics("job-a", 2, {"memory(GiB)": 65.09})
     for page, expect in (("cluster", "Preflight"), ("launch", "Launch"), ("monitor", "Alerts (1)"),
                          ("history", "Compare two runs")):
-        at = AppTest.from_file(str(Path(APP).parent / "pages" / f"{page}.py"), default_timeout=60).run()
+        at = AppTest.from_file(str(Path(APP).parent / "views" / f"{page}.py"), default_timeout=60).run()
         assert not at.exception, (page, at.exception)
         texts = [h.value for h in at.subheader] + [t.value for t in at.title] + [b.label for b in at.button]
         assert any(expect in t for t in texts), (page, texts)
