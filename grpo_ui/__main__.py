@@ -27,13 +27,14 @@ def main(argv: list[str] | None = None) -> int:
     goes to errors.log in grpo-ui's data directory (exit 3)."""
     args = build_parser().parse_args(argv)
     try:
+        path = private_file(home() / "errors.log")
+        log.addHandler(logging.FileHandler(path))  # tracebacks of internal errors: here, never on the terminal
+        log.propagate = False
         return args.run(args)
     except UserError as e:
         print(e, file=sys.stderr)
         return 2
     except Exception as e:  # noqa: BLE001 - never a traceback on the terminal
-        path = private_file(home() / "errors.log")
-        log.addHandler(logging.FileHandler(path))
         print(f"{describe(e)} (log: {path})", file=sys.stderr)
         return 3
 

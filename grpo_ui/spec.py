@@ -663,15 +663,15 @@ _CLOSE = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToke
 
 
 def check_yaml_limits(text: str, source: str = "spec") -> None:
-    """Size, nesting depth and aliases of a YAML text, checked with the scanner alone (it does not recurse) before
-    anything is parsed: a deep ``[[[[…]]]]`` overflows the recursive parsers, and aliases can expand a small file
-    into billions of items. Raises SpecError."""
+    """Size, nesting depth and aliases of a YAML text, checked with PyYAML's pure-Python scanner (iterative, and it
+    reads only a few tokens ahead, unlike libyaml's) before anything is parsed: a deep ``[[[[…]]]]`` overflows the
+    recursive parsers, and aliases can expand a small file into billions of items. Raises SpecError."""
     size = len(text.encode("utf-8", "surrogateescape"))
     if size > MAX_YAML_BYTES:
         raise SpecError([("spec", f"{size} bytes is more than a job spec needs (limit {MAX_YAML_BYTES})")], source)
     depth = 0
     try:
-        for token in yaml.scan(text, Loader=YAML_LOADER):
+        for token in yaml.scan(text, Loader=yaml.SafeLoader):
             if isinstance(token, _OPEN):
                 depth += 1
                 if depth > MAX_YAML_DEPTH:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from grpo_ui.remote.launcher import Launcher, LaunchError, launch_tag
+from grpo_ui.remote.ssh import Connection
 from grpo_ui.spec import validate_spec
 from grpo_ui.store import Store
 from tests.hosts import stop_active_jobs
@@ -83,10 +84,13 @@ def launcher(ssh_env, tmp_path):
     stop_active_jobs(tmp_path / "db.sqlite")
 
 
-def test_two_hosts_run_to_success_with_secrets_kept_out_of_scripts(launcher, ssh_env, env_dir, tmp_path):
-    """The secret reaches both jobs through a 0600 file that is gone once they run: no file of the run directory,
-    no log and no byte of the job database holds it."""
+def test_two_hosts_run_to_success_with_secrets_kept_out_of_scripts(launcher, ssh_env, env_dir, tmp_path, monkeypatch):
+    """The secret reaches both jobs through a 0600 file that is gone once they run: no command line, no file of the
+    run directory, no log and no byte of the job database holds it."""
     hosts = ssh_env.add(2)
+    commands, run = [], Connection.run
+    monkeypatch.setattr(Connection, "run", lambda self, command, *a, **k: (commands.append(command),
+                                                                           run(self, command, *a, **k))[1])
     spec = workload_spec(hosts, env_dir, tmp_path, seconds=1, secret_env=["API_TOKEN"])
     spec = validate_spec({**spec.model_dump(), "env": {**spec.env, "SEEN_AT": str(tmp_path / "seen")}})
     with pytest.raises(LaunchError, match="API_TOKEN"):
@@ -107,6 +111,7 @@ def test_two_hosts_run_to_success_with_secrets_kept_out_of_scripts(launcher, ssh
     assert [(tmp_path / f"seen{r}").read_text() for r in (0, 1)] == [secret, secret]  # the jobs got the value
     assert set(modes) <= {0o600} and not os.path.exists("/tmp/grpo-ui-pwned")
     assert all("s3cr" not in p.read_text() for p in rd.iterdir())  # scripts, logs, pid and exit files
+    assert commands and not any("s3cr" in c for c in commands)  # it travelled in the SSH session's input
     assert not any(b"s3cr" in p.read_bytes() for p in tmp_path.glob("db.sqlite*"))
     assert "rank 1 of 2 master " + hosts[0].addr in (rd / "node_1.log").read_text()
     assert [n["exit_code"] for n in launcher.store.nodes(job)] == [0, 0]

@@ -76,14 +76,15 @@ def node_rows(base: JobSpec) -> list[dict]:
     return rows
 
 
-def shown_node(base: JobSpec, index) -> dict:
-    """The base node a table row shows, with the fields the table leaves out (identity_file, workdir, env); {} for
-    a row added in the table."""
+def row_node(base: JobSpec, row: dict, node: dict) -> dict:
+    """The node a table row describes: the base node it shows, with its set fields (those the table leaves out, such
+    as identity_file, workdir and env, included) and the row's values where they differ; a new row's values."""
     try:
-        i = int(index)
-    except (TypeError, ValueError):  # None, or NaN for a new row
-        return {}
-    return base.cluster.nodes[i].model_dump(exclude_unset=True) if 0 <= i < len(base.cluster.nodes) else {}
+        shown = base.cluster.nodes[int(row.get(ROW))]
+    except (TypeError, ValueError, IndexError):  # a row added in the table (None, or NaN)
+        return {k: v for k, v in node.items() if v is not None}
+    current = shown.model_dump()
+    return {**shown.model_dump(exclude_unset=True), **{k: v for k, v in node.items() if v != current.get(k)}}
 
 
 def build_spec(base: JobSpec, values: dict, nodes: list[dict], cluster: dict) -> tuple[JobSpec, dict[str, str]]:
@@ -112,10 +113,9 @@ def build_spec(base: JobSpec, values: dict, nodes: list[dict], cluster: dict) ->
         node = {k: (row.get(k) or None) for k in NODE_COLUMNS if k not in ("gpus",)}
         node["role"] = node["role"] or "trainer"
         node["port"] = int(node["port"]) if node["port"] else None
-        old = shown_node(base, row.get(ROW))  # keeps identity_file, workdir, env: the table does not show them
-        node_list.append({**old, **{k: v for k, v in node.items() if v is not None or k in old}, "gpus": gpus_})
-    changes.update({f"cluster.{k}": v for k, v in cluster.items()})
-    if node_list:
+        node_list.append(row_node(base, row, {**node, "gpus": gpus_}))
+    changes.update({f"cluster.{k}": v for k, v in cluster.items() if v != getattr(base.cluster, k)})
+    if node_list and node_list != [n.model_dump(exclude_unset=True) for n in base.cluster.nodes]:
         changes["cluster.nodes"] = node_list
     unresolved = {p: t for p, t in base.unresolved.items() if p not in changes}
     if unresolved != base.unresolved:

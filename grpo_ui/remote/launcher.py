@@ -192,7 +192,7 @@ class Launcher:
             failed = [(r, e) for r, e in results if isinstance(e, Exception)]
             if not failed and group and group[0].role == "rollout":
                 trainer0 = next(r for r in runs if r.role == "trainer")
-                failed = self._wait_healthy(spec, rd, group, runners, runners[trainer0.index], progress)
+                failed = self._wait_healthy(spec, job_id, rd, group, runners, trainer0, progress)
             if failed:
                 return self._abort(spec, job_id, [(r, runners[r.index]) for r in started], failed, tried=True)
         self.store.set_job(job_id, state="running", started=time.time())
@@ -230,7 +230,7 @@ class Launcher:
                f"for _ in $(seq {round(SETTLE / 0.05)}); do [ -e /proc/$pid ] || break; sleep 0.05; done; "
                f"for _ in $(seq {round(SECRETS_READ / 0.05)}); do [ -e {secrets} ] && [ -e /proc/$pid ] || break; "
                f"sleep 0.05; done; unread=; [ -e {secrets} ] && unread=1 && rm -f -- {secrets}; "
-               f"read -r stat < /proc/$pid/stat 2> /dev/null && set -- ${{stat##*) }} && [ $1 != Z ] && "
+               f"read -r stat 2> /dev/null < /proc/$pid/stat && set -- ${{stat##*) }} && [ $1 != Z ] && "
                f'[ -z "$unread" ] && echo "started $pid $3 ${{20}}" || '
                f'{{ echo "exited $pid ${{unread:+secrets-unread}}"; tail -n 20 {log}; }}')
         res = runner.run(cmd, timeout=SECRETS_READ + 30, stdin=payload)
@@ -244,20 +244,22 @@ class Launcher:
                             state="running")
         progress(r.host, f"running (pid {words[1]})")
 
-    def _wait_healthy(self, spec: JobSpec, rd: str, rollouts: list[NodeRun], runners: dict[int, Runner],
-                      probe: Runner, progress) -> list:
+    def _wait_healthy(self, spec: JobSpec, job_id: str, rd: str, rollouts: list[NodeRun],
+                      runners: dict[int, Runner], trainer0: NodeRun, progress) -> list:
         """Poll every rollout server's /health/ from trainer rank 0 until it answers 200 (the model is loaded) or
-        vllm_server_timeout passes; [(node, error)] for the servers that did not come up."""
+        vllm_server_timeout passes; [(node, error)] for the servers that did not come up. The probe carries trainer
+        rank 0's run token, so stopping the job (an interrupted launch included) stops it too."""
         timeout = spec.rollout.vllm_server_timeout
         endpoints = dict(zip((r.index for r in rollouts), spec.server_endpoints(), strict=False))
         checks = shell.join(f"{h}:{p}" for h, p in endpoints.values())
-        cmd = (f"end=$((SECONDS + {int(timeout)})); for hp in {checks}; do h=${{hp%:*}}; p=${{hp##*:}}; "
-               "until (exec 3<>/dev/tcp/$h/$p && printf 'GET /health/ HTTP/1.0\r\n\r\n' >&3 && "
-               "head -n 1 <&3 | grep -q ' 200') 2>/dev/null; do [ $SECONDS -ge $end ] && { echo \"down $hp\"; "
-               "break; }; sleep 2; done; done")
+        loop = (f"end=$((SECONDS + {int(timeout)})); for hp in {checks}; do h=${{hp%:*}}; p=${{hp##*:}}; "
+                "until (exec 3<>/dev/tcp/$h/$p && printf 'GET /health/ HTTP/1.0\r\n\r\n' >&3 && "
+                "head -n 1 <&3 | grep -q ' 200') 2>/dev/null; do [ $SECONDS -ge $end ] && { echo \"down $hp\"; "
+                "break; }; sleep 2; done; done")
+        cmd = shell.join(["env", run_token(self.store.job(job_id), trainer0), "bash", "--norc", "-c", loop])
         for r in rollouts:
             progress(r.host, "waiting for /health/")
-        down = probe.run(cmd, timeout=timeout + 30).out.split()
+        down = runners[trainer0.index].run(cmd, timeout=timeout + 30).out.split()
         failed = []
         for r in rollouts:
             host, port = endpoints[r.index]
@@ -307,7 +309,8 @@ class Launcher:
                  if node.get("pgid") and node.get("proc_start") else "")
         cmd = (f"rm -f -- {shell.path(node['run_dir'])}/{shell.quote(r.secrets)}; "  # a start that never got to it
                + FIND + f"t={shell.quote(token)}; grp=; {group}"
-               'members() { find_job "$t"; [ -n "$grp" ] && ps -eo pid=,pgid= | awk -v g="$g" \'$2 == g {print $1}\'; }; '
+               'members() { find_job "$t"; [ -n "$grp" ] && ps -eo pid=,pgid=,stat= | '
+               'awk -v g="$g" \'$2 == g && $3 !~ /^Z/ {print $1}\'; }; '
                'pids=$(members); [ -z "$pids" ] && echo gone && exit 0; '
                f"kill -TERM $pids 2>/dev/null; for _ in $(seq {int(grace * 5)}); do sleep 0.2; "
                '[ -z "$(members)" ] && echo stopped && exit 0; done; '
@@ -386,7 +389,10 @@ class Launcher:
         """(node state, exit code, when it ended, why it failed or None) of a started node."""
         r = _run_of(n)
         exit_file = f"{shell.path(n['run_dir'])}/{shell.quote(r.exit_file)}"
-        cmd = (f'if [ "$(cut -d" " -f22 /proc/{int(n["pid"])}/stat 2>/dev/null)" = {shell.quote(n["proc_start"])} ]; '
+        # running: the recorded process, same start time (field 20 after the command name), not a zombie (an
+        # exited process its new parent has not reaped yet)
+        cmd = (f"if read -r s 2> /dev/null < /proc/{int(n['pid'])}/stat && set -- ${{s##*) }} && [ $1 != Z ] && "
+               f'[ "${{20}}" = {shell.quote(n["proc_start"])} ]; '
                f'then echo running; elif [ -f {exit_file} ]; then echo "exited $(stat -c %.3Y {exit_file}) '
                f'$(head -c 64 {exit_file})"; else echo dead; fi')
         words = self.runner(spec, n["node_index"]).run(cmd, timeout=20).out.split()
