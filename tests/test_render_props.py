@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from grpo_ui.render import render
-from grpo_ui.spec import JobSpec, SpecError, check_host, with_changes
+from grpo_ui.spec import ARGS, JobSpec, SpecError, check_host, with_changes
 from grpo_ui.swift_cli import train_command
 
 NASTY = st.sampled_from(["'", '"', "$(touch /tmp/grpo-ui-pwned)", "`id`", "\n", "-x", "--model", "", " ", "\\", "${HOME}",
@@ -60,11 +60,13 @@ def test_any_string_reaches_swift_exactly(tmp_path_factory, model, dataset, syst
     workdir = tmp / "work" / workdir.replace("/", "_")  # the script cd's there: it must exist
     workdir.mkdir(parents=True, exist_ok=True)
     run_root = "runs/" + run_root.replace("/", "_")  # relative: under the login's home ($HOME is tmp here)
+    every_text_field = {d.path: ("x" + extra if d.annotation in (str, str | None) else ["x" + extra, extra + "y"])
+                        for d in ARGS if d.section == "train" and d.annotation in (str, str | None, list[str])}
     spec = with_changes(JobSpec(), {
+        **every_text_field,  # every free-text ms-swift argument (host-like ones are refused above, not quoted)
         "train.model": model, "train.dataset": [dataset, "second"], "train.system": system,
         "train.output_dir": output_dir, "extra_args": ["--extra", extra], "env": {"USER_VALUE": env_value},
-        "cluster.master_addr": master, "cluster.run_root": run_root, "cluster.workdir": str(workdir),
-        "train.reward_funcs": ["format"], "cluster.nodes": [{"host": "localhost", "gpus": [0], "python_env": python_env,
+        "cluster.master_addr": master, "cluster.run_root": run_root, "cluster.workdir": str(workdir), "cluster.nodes": [{"host": "localhost", "gpus": [0], "python_env": python_env,
                                                              "env": {"NODE_VALUE": env_value}}]})
     argv, env = record(tmp, render(spec, "job-1").files["node_0.sh"])
     assert argv == train_command(spec).argv
