@@ -212,7 +212,7 @@ def test_every_page_url_shows_only_the_sign_in_form_until_the_password_is_given(
     itself then): only the sign-in form, none of the page; after the password, that page."""
     for path, content in PAGES.items():
         page.goto(exposed_app + path)
-        page.get_by_role("button", name="Sign in").wait_for(timeout=60000)
+        page.get_by_role("button", name="Sign in").wait_for(timeout=90000)
         page.wait_for_timeout(1000)  # a page drawn after the form would show up here
         body = page.locator("body").inner_text()
         assert content not in body and "Sign in" in body, (path, body)
@@ -220,8 +220,8 @@ def test_every_page_url_shows_only_the_sign_in_form_until_the_password_is_given(
     for path, content in PAGES.items():
         page.goto(exposed_app + path)
         sign_in(page, PASSWORD)
-        page.get_by_text(content).first.wait_for(timeout=60000)
-        page.get_by_role("button", name="Sign in").wait_for(state="detached", timeout=60000)  # the form is gone
+        page.get_by_text(content).first.wait_for(timeout=90000)
+        page.get_by_role("button", name="Sign in").wait_for(state="detached", timeout=90000)  # the form is gone
 
 
 def test_wrong_passwords_are_throttled(exposed_app, page):
