@@ -68,11 +68,11 @@ def exposed(monkeypatch, tmp_path):
     monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
     monkeypatch.setenv("GRPO_UI_DB", str(tmp_path / "db.sqlite"))
     monkeypatch.setenv("GRPO_UI_PASSWORD", "sesame")
-    before = config.get_option("client.showErrorDetails")
+    before = {k: config.get_option(k) for k in ("server.address", "client.showErrorDetails")}
     config.set_option("server.address", "0.0.0.0")
     yield
-    config.set_option("server.address", "127.0.0.1")
-    config.set_option("client.showErrorDetails", before)
+    for key, value in before.items():
+        config.set_option(key, value)
 
 
 def test_a_session_that_has_not_signed_in_runs_no_page_and_gets_no_error_details(exposed):
