@@ -76,6 +76,11 @@ class Throttle:
             self._sessions.setdefault(session, deque()).append(now)
             self._all.append(now)
 
+    def left(self, session: str) -> int:
+        """Failures ``session`` may still have before its waits start."""
+        with self._lock:
+            return max(0, FREE_ATTEMPTS - len(self._sessions.get(session, ())))
+
     def succeeded(self, session: str) -> None:
         with self._lock:
             self._sessions.pop(session, None)
@@ -89,9 +94,12 @@ def sign_in(session: str, given: str, expected: str, throttle: Throttle = THROTT
     checked at all (so it tells nothing about the password)."""
     wait = throttle.wait(session)
     if wait > 0:
-        return f"Too many failed attempts: try again in {math.ceil(wait)} s."
+        return f"Not checked: too many failed attempts, try again in {math.ceil(wait)} s."
     if password_matches(given, expected):
         throttle.succeeded(session)
         return None
     throttle.failed(session)
-    return "Wrong password."
+    wait = throttle.wait(session)
+    if wait > 0:
+        return f"Wrong password; too many failed attempts: wait {math.ceil(wait)} s before the next one."
+    return f"Wrong password; {throttle.left(session)} attempt(s) left before a wait."

@@ -38,13 +38,15 @@ class Clock:
 def test_a_session_gets_free_attempts_then_doubling_waits_and_a_wait_hides_the_answer():
     clock = Clock()
     t = Throttle(clock)
-    for _ in range(FREE_ATTEMPTS - 1):
-        assert sign_in("s", "wrong", "right", t) == "Wrong password."
-    assert sign_in("s", "wrong", "right", t) == "Wrong password." and t.wait("s") == FIRST_WAIT
-    assert sign_in("s", "right", "right", t).startswith("Too many failed attempts")  # not even checked
+    for k in range(FREE_ATTEMPTS - 1):
+        assert sign_in("s", "wrong", "right", t) == f"Wrong password; {FREE_ATTEMPTS - 1 - k} attempt(s) left before " \
+                                                    "a wait."
+    assert sign_in("s", "wrong", "right", t).startswith("Wrong password; too many failed attempts: wait 30 s")
+    assert t.wait("s") == FIRST_WAIT
+    assert sign_in("s", "right", "right", t).startswith("Not checked: too many failed attempts")
     assert t.wait("other") == 0  # another session is not held up by this one
     clock.now += FIRST_WAIT
-    assert sign_in("s", "wrong", "right", t) == "Wrong password." and t.wait("s") == 2 * FIRST_WAIT
+    assert sign_in("s", "wrong", "right", t).startswith("Wrong password;") and t.wait("s") == 2 * FIRST_WAIT
     clock.now += 2 * FIRST_WAIT
     assert sign_in("s", "right", "right", t) is None and t.wait("s") == 0
     clock.now += WINDOW + 1
@@ -56,8 +58,8 @@ def test_failures_across_sessions_hold_everyone_up():
     clock = Clock()
     t = Throttle(clock)
     for k in range(GLOBAL_FREE_ATTEMPTS):
-        assert sign_in(f"attacker-{k}", "guess", "right", t) == "Wrong password."
-    assert sign_in("new-session", "right", "right", t).startswith("Too many failed attempts")
+        assert sign_in(f"attacker-{k}", "guess", "right", t).startswith("Wrong password;")
+    assert sign_in("new-session", "right", "right", t).startswith("Not checked: too many failed attempts")
     clock.now += WINDOW + 1  # old failures stop counting
     assert sign_in("new-session", "right", "right", t) is None
 

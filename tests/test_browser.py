@@ -225,10 +225,12 @@ def test_every_page_url_shows_only_the_sign_in_form_until_the_password_is_given(
 
 
 def test_wrong_passwords_are_throttled(exposed_app, page):
+    """Each answer names the attempts left, so every submission is seen answered before the next one."""
     page.goto(exposed_app + "/cluster")
-    for k in range(5):
-        sign_in(page, f"wrong {k}")
-        page.get_by_text("Wrong password.").wait_for(timeout=30000)
+    for left in range(4, -1, -1):
+        sign_in(page, f"wrong {left}")
+        page.get_by_text(f"{left} attempt(s) left" if left else "Wrong password; too many failed attempts").wait_for(
+            timeout=90000)
     sign_in(page, PASSWORD)  # right, but inside the wait: not even checked
-    page.get_by_text("Too many failed attempts").wait_for(timeout=30000)
+    page.get_by_text("Not checked: too many failed attempts").wait_for(timeout=90000)
     assert "Connections" not in page.locator("body").inner_text()
