@@ -1,49 +1,85 @@
-"""grpo-ui: configure, validate, estimate, render, launch and watch ms-swift GRPO jobs. Run: make run"""
+"""grpo-ui: configure, validate, estimate, render, launch and watch ms-swift GRPO jobs. Run: make run
+
+Every request runs this script first. Bound to anything but loopback, a browser session that has not signed in gets
+a navigation that holds only the sign-in form, under every page's address, so no page runs by its URL; error details
+are then never sent to browsers. Every page runs inside one error boundary (views/boundary.py). The pages live in
+views/, not pages/: Streamlit serves a pages/ directory by itself until st.navigation is first called.
+"""
 
 from __future__ import annotations
 
-import hmac
+import logging
 import os
+import secrets
 
 import streamlit as st
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+from grpo_ui import auth
+from grpo_ui.errors import log
+from views.boundary import error_boundary
+
+VIEWS = [("configure", "Configure", ":material/tune:"), ("cluster", "Cluster", ":material/dns:"),
+         ("launch", "Launch", ":material/rocket_launch:"), ("monitor", "Monitor", ":material/monitoring:"),
+         ("history", "History", ":material/history:")]
+HOME = "home"  # the default page's own path: Configure at "/" (and at /configure)
 
 
-def password_ok() -> bool:
-    """Bound to loopback: open. Bound elsewhere: a password from Streamlit secrets or GRPO_UI_PASSWORD is required."""
-    if (st.get_option("server.address") or "127.0.0.1") in LOOPBACK:
-        return True
+def expected_password() -> str | None:
     try:
         expected = st.secrets.get("password")
     except FileNotFoundError:
         expected = None
-    expected = expected or os.environ.get("GRPO_UI_PASSWORD")
+    return expected or os.environ.get("GRPO_UI_PASSWORD")
+
+
+def sign_in_page() -> None:
+    st.title("grpo-ui")
+    expected = expected_password()
     if not expected:
         st.error("grpo-ui is bound to a non-loopback address but no password is set: set GRPO_UI_PASSWORD or "
                  "`password` in .streamlit/secrets.toml, or bind to 127.0.0.1.")
-        return False
-    if st.session_state.get("authenticated"):
-        return True
-    given = st.text_input("Password", type="password")
-    if given and hmac.compare_digest(given, expected):
-        st.session_state["authenticated"] = True
-        st.rerun()
-    elif given:
-        st.error("Wrong password.")
-    return False
+        return
+    with st.form("sign_in"):
+        given = st.text_input("Password", type="password")
+        submitted = st.form_submit_button("Sign in")
+    if submitted:
+        problem = auth.sign_in(st.session_state.setdefault("session_key", secrets.token_hex(16)), given, expected)
+        if problem is None:
+            st.session_state["authenticated"] = True
+            st.rerun()
+        st.error(problem)
 
 
+def app_pages() -> list[st.Page]:
+    first, *_ = VIEWS
+    return [st.Page(f"views/{first[0]}.py", title=first[1], icon=first[2], url_path=HOME, default=True),
+            *(st.Page(f"views/{name}.py", title=title, icon=icon, url_path=name,
+                      visibility="hidden" if name == first[0] else "visible") for name, title, icon in VIEWS)]
+
+
+def sign_in_pages() -> list[st.Page]:
+    """The sign-in form under every address a page has, so a page's URL shows it (then the page, once signed in)."""
+    return [st.Page(sign_in_page, title="Sign in", url_path=path, default=path == HOME)
+            for path in (HOME, *(name for name, _, _ in VIEWS))]
+
+
+if not log.handlers:  # tracebacks go to the server's console (stderr), never to a browser
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    log.addHandler(handler)
 st.set_page_config(page_title="grpo-ui", page_icon="🧪", layout="wide")
-PAGES = [st.Page("pages/configure.py", title="Configure", icon=":material/tune:", default=True),
-         st.Page("pages/cluster.py", title="Cluster", icon=":material/dns:"),
-         st.Page("pages/launch.py", title="Launch", icon=":material/rocket_launch:"),
-         st.Page("pages/monitor.py", title="Monitor", icon=":material/monitoring:"),
-         st.Page("pages/history.py", title="History", icon=":material/history:")]
-if password_ok():
-    page = st.navigation(PAGES, position="hidden")
+locked = auth.needs_password(st.get_option("server.address"))
+if locked:
+    st.set_option("client.showErrorDetails", "none")
+if locked and not st.session_state.get("authenticated"):
+    st.navigation(sign_in_pages(), position="hidden").run()
+else:
+    pages = app_pages()
+    page = st.navigation(pages, position="hidden")
     with st.sidebar:
         st.markdown("### grpo-ui")
-        for p in PAGES:
-            st.page_link(p)
-    page.run()
+        for p in pages:
+            if p.url_path != "configure":
+                st.page_link(p)
+    with error_boundary():
+        page.run()

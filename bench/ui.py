@@ -48,7 +48,7 @@ def main():
         store.add_log_lines("big", 0, [f"[INFO:swift] line {i}" for i in range(100_000)], keep=100_000)
         for step in range(1, 1001):
             store.add_metrics("big", step, dict.fromkeys(("reward", "reward_std", "kl", "loss", "grad_norm", "completions/mean_length", "completions/clipped_ratio", "learning_rate", "seconds_per_step", "max_steps"), step * 0.001))
-        mon = AppTest.from_file(str(ROOT / "pages" / "monitor.py"), default_timeout=60)
+        mon = AppTest.from_file(str(ROOT / "views" / "monitor.py"), default_timeout=60)
         monitor = best(lambda: mon.run(), 3)
     print(f"empty Streamlit script (baseline): {baseline:.0f} ms")
     print(f"Configure rerun after a field change (validate + estimate + chart + findings): {configure:.0f} ms "

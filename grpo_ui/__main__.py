@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import pkgutil
 import sys
 
 from grpo_ui import commands
-from grpo_ui.spec import SpecError
+from grpo_ui.errors import UserError, describe, log
+from grpo_ui.private import private_file
+from grpo_ui.ui_state import home
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,12 +23,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; a user's mistake prints its message (exit 2), anything else an error id whose traceback
+    goes to errors.log in grpo-ui's data directory (exit 3)."""
     args = build_parser().parse_args(argv)
     try:
+        path = private_file(home() / "errors.log")
+        log.addHandler(logging.FileHandler(path))  # tracebacks of internal errors: here, never on the terminal
+        log.propagate = False
         return args.run(args)
-    except SpecError as e:
+    except UserError as e:
         print(e, file=sys.stderr)
         return 2
+    except Exception as e:  # noqa: BLE001 - never a traceback on the terminal
+        print(f"{describe(e)} (log: {path})", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

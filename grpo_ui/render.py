@@ -17,7 +17,7 @@ import yaml
 
 from grpo_ui import rules, shell
 from grpo_ui.findings import Finding, finding
-from grpo_ui.spec import JobSpec, Node, parse_version
+from grpo_ui.spec import JobSpec, Node, check_name, parse_version
 from grpo_ui.swift_cli import TRAIN_FLAGS, coerce, rollout_command, train_command
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -49,6 +49,13 @@ class Bundle:
                 info.compress_type = zipfile.ZIP_DEFLATED
                 z.writestr(info, text)
         return buf.getvalue()
+
+
+def secrets_file(script: str) -> str:
+    """The 0600 file a script reads its secret values from and then deletes, next to it in the run directory:
+    node_<NODE_RANK>, rollout_<ROLLOUT_INDEX> or job (job.sbatch) .secrets.env. The scripts name it through
+    those variables, so node scripts still differ only in NODE_RANK."""
+    return script.rsplit(".", 1)[0] + ".secrets.env"
 
 
 def run_dir(spec: JobSpec, job_id: str) -> str:
@@ -84,9 +91,8 @@ def _yaml_config(argv: list[str], env: dict[str, str]) -> str:
 
 
 def render(spec: JobSpec, job_id: str) -> Bundle:
-    """All files for the job. ``job_id`` names the run directory (letters, digits, . _ -)."""
-    if not job_id or not all(c.isalnum() or c in "._-" for c in job_id):
-        raise ValueError(f"job id {job_id!r}: use letters, digits, '.', '_' or '-'")
+    """All files for the job. ``job_id`` names the run directory (spec.check_name: SpecError otherwise)."""
+    check_name(job_id)
     train = train_command(spec)
     findings = list(train.findings)
     findings += [f for f in rules.validate(spec) if f.id in ("MASTER-LOOPBACK", "SEED-NODE-DIFFER",
@@ -102,8 +108,9 @@ def render(spec: JobSpec, job_id: str) -> Bundle:
               "server_timeout": int(spec.rollout.vllm_server_timeout)}
     yaml_ok = parse_version(spec.swift_version) >= (4, 1, 0)
     for rank, (i, node) in enumerate(trainers):
-        ctx = {**common, **_node_context(spec, node, job_id), "rank": rank}
         name = f"node_{rank}.sh"
+        ctx = {**common, **_node_context(spec, node, job_id), "rank": rank,
+               "secrets_file": "node_${NODE_RANK}.secrets.env"}
         files[name] = _env.get_template("node.sh.j2").render(ctx)
         bundle.node_files[i] = name
         if yaml_ok:
@@ -120,13 +127,14 @@ def render(spec: JobSpec, job_id: str) -> Bundle:
         for k, (i, node) in enumerate(rollouts):
             roll = rollout_command(spec, index=k)
             bundle.added += [(f"{flags} (rollout_{k}.sh)", why) for flags, why in roll.added]
-            ctx = {**_node_context(spec, node, job_id), "index": k, "argv": roll.argv}
             name = f"rollout_{k}.sh"
+            ctx = {**_node_context(spec, node, job_id), "index": k, "argv": roll.argv,
+                   "secrets_file": "rollout_${ROLLOUT_INDEX}.secrets.env"}
             files[name] = _env.get_template("rollout.sh.j2").render(ctx)
             bundle.rollout_files[i] = name
     if trainers:
         files["job.sbatch"] = _env.get_template("job.sbatch.j2").render(
-            {**common, **_node_context(spec, trainers[0][1], job_id)})
+            {**common, **_node_context(spec, trainers[0][1], job_id), "secrets_file": secrets_file("job.sbatch")})
     files["secrets.env.example"] = "".join(f"{name}=\n" for name in spec.secret_env) or "# no secrets declared\n"
     files["README.txt"] = _env.get_template("README.txt.j2").render(
         job_id=job_id, swift_version=spec.swift_version, files=sorted([*files, "README.txt"]),

@@ -70,6 +70,7 @@ RULES: dict[str, tuple[str, str]] = {
     "SEED-DATALOADER-WORKERS": ("too few dataloader workers starve the GPUs", "seed 002"),
     "SEED-NODE-DIFFER": ("per-node settings differ in more than NODE_RANK", "seed 003"),
     "SEED-REF-MODEL": ("beta > 0 with full tuning loads a second full model", "Qwen2_5_32B_full.sh"),
+    "ENV-SECRET-MOVED": ("token-like names in env become secret_env names, their values dropped", "SECURITY.md"),
 }
 
 Rule = Callable[[JobSpec], Iterator[Finding]]
@@ -737,3 +738,14 @@ def seed_ref_model(spec):
                       f"beta {beta(spec)} with full tuning loads a frozen reference copy of the model{what}.",
                       "If memory is short, set beta 0 (no KL term, no reference model) as ms-swift's 32B example "
                       "does.", {"train.beta": 0.0})
+
+
+@rule
+def env_secret_moved(spec):
+    if spec.moved_secrets:
+        names = ", ".join(spec.moved_secrets)
+        yield finding("ENV-SECRET-MOVED", "warning", "secret_env",
+                      f"{names} in env looked like secret(s): moved to secret_env, and the value(s) dropped so they "
+                      "never reach a script, the YAML or the job database.",
+                      "Enter the value(s) on the Launch page (or export them for `python -m grpo_ui launch`); they "
+                      "travel in a 0600 file that is removed once the job has started.")

@@ -12,13 +12,16 @@ rules read effective values from unset fields; rendering, YAML export and preset
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+
+from grpo_ui.errors import UserError
 
 SUPPORTED_VERSIONS = ("3.2", "3.3", "3.4", "3.5", "3.6", "3.7", "3.8", "3.9", "3.10", "3.11", "3.12",
                       "4.0", "4.1", "4.2", "4.3", "4.4", "4.5", "4.6")
@@ -72,12 +75,66 @@ def arg(default: Any, help: str, *, group: str, flag: str | None = None, since: 
     return Field(description=help, json_schema_extra={"swift": extra}, **kw, **bounds)
 
 
-def check_env_names(names):
-    """Variable names as bash exports them (they reach scripts unquoted); ValueError lists the bad ones."""
+# Set by the node scripts themselves (GRPO_UI_RUN by the launcher): a spec's env must not change them.
+RESERVED_ENV = ("NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NNODES", "NPROC_PER_NODE", "CUDA_VISIBLE_DEVICES",
+                "GRPO_UI_RUN")
+SECRET_NAME = re.compile(r"(_TOKEN|_KEY)$|PASSWORD|SECRET", re.IGNORECASE)  # values travel in the secrets file
+
+
+def check_env_names(names, reserved: tuple[str, ...] = RESERVED_ENV):
+    """Variable names as bash exports them (they reach scripts unquoted), none of them ``reserved``; ValueError lists
+    the bad ones."""
     bad = [k for k in names if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
     if bad:
         raise ValueError(f"not valid environment variable names: {bad}")
+    taken = [k for k in names if k in reserved]
+    if taken:
+        raise ValueError(f"{', '.join(taken)} cannot be set in env: grpo-ui sets it on every node from the cluster "
+                         "settings" + (" (CUDA_VISIBLE_DEVICES from each node's gpus)" if "CUDA_VISIBLE_DEVICES" in
+                                       taken else ""))
     return names
+
+
+def check_no_secrets(env: dict[str, str]) -> dict[str, str]:
+    """A spec loaded whole has token-like names moved to secret_env already; one changed field by field must not
+    bring them back (ValueError names them)."""
+    found = [k for k in env if SECRET_NAME.search(k)]
+    if found:
+        raise ValueError(f"{', '.join(found)} look(s) like secrets: list the name in secret_env instead (the value "
+                         "travels in a 0600 file at launch, never in the spec)")
+    return env
+
+
+def check_name(value: str, what: str = "job id", longest: int = 128) -> str:
+    """A name that becomes a file or directory name (job ids, job names): letters, digits, '.', '_' and '-', not
+    starting with '.' or '-' (so never '..' or an option), at most ``longest`` characters. Raises SpecError."""
+    if not re.fullmatch(rf"[A-Za-z0-9_][A-Za-z0-9._-]{{0,{longest - 1}}}", value or ""):
+        raise SpecError([(what, f"{value!r} is not usable as a {what}: use up to {longest} letters, digits, '.', "
+                                "'_' or '-', starting with a letter, digit or '_'")])
+    return value
+
+
+_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+_ALIAS = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}")
+
+
+def check_host(value: str, alias: bool = False) -> str:
+    """An IPv4 or IPv6 address (without brackets: ms-swift adds them in URLs), a host name (RFC 1123) or, with
+    ``alias``, an ~/.ssh/config alias (letters, digits, '.', '_', '-'). ValueError says which forms are accepted."""
+    forms = "an IPv4/IPv6 address, a host name" + (" or an ~/.ssh/config alias" if alias else "")
+    if value.startswith("[") and value.endswith("]"):
+        raise ValueError(f"write the IPv6 address {value[1:-1]!r} without brackets")
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    labels = value.removesuffix(".").split(".")
+    if len(value) <= 253 and all(_LABEL.fullmatch(x) for x in labels) and not all(x.isdigit() for x in labels):
+        return value
+    if alias and _ALIAS.fullmatch(value) and not value.replace(".", "").isdigit():
+        return value
+    raise ValueError(f"{value!r} is not {forms}")
 
 
 class _Section(BaseModel):
@@ -266,6 +323,16 @@ class RolloutArgs(_Section):
     vllm_server_timeout: float = arg(240.0, "Seconds the trainer waits for the servers' /health/.",
                                      group="rollout", gt=0)
 
+    @field_validator("vllm_server_host")
+    @classmethod
+    def _hosts_ok(cls, v: list[str] | None) -> list[str] | None:
+        for i, host in enumerate(v or []):
+            try:
+                check_host(host)
+            except ValueError as e:
+                raise ValueError(f"item {i}: {e}") from None
+        return v
+
 
 class ServerArgs(_Section):
     """Arguments of ``swift rollout`` on rollout nodes (server mode)."""
@@ -307,15 +374,17 @@ class Node(BaseModel):
     @field_validator("host")
     @classmethod
     def _host_ok(cls, v: str) -> str:
-        v = v.strip()
-        if not v or re.search(r"[\s'\"`$;|&<>]", v):
-            raise ValueError("host must be a hostname, IP or ssh-config alias without spaces or shell characters")
-        return v
+        return check_host(v.strip(), alias=True)
+
+    @field_validator("address")
+    @classmethod
+    def _address_ok(cls, v: str | None) -> str | None:
+        return None if v is None else check_host(v.strip())
 
     @field_validator("env")
     @classmethod
     def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
-        return check_env_names(v)
+        return check_no_secrets(check_env_names(v, tuple(k for k in RESERVED_ENV if k != "CUDA_VISIBLE_DEVICES")))
 
     @field_validator("gpus")
     @classmethod
@@ -346,13 +415,40 @@ class ClusterSpec(BaseModel):
     workdir: str | None = Field(None, description="Directory every node cd's into (default: the job's run dir).")
     run_root: str = Field("~/.grpo-ui/runs", description="Where each node keeps its run directories.")
 
+    @field_validator("master_addr")
+    @classmethod
+    def _master_ok(cls, v: str | None) -> str | None:
+        return None if v is None else check_host(v.strip())
+
+
+def _split_secrets(data: dict) -> tuple[dict, list[str]]:
+    """Raw spec data with token-like names taken out of ``env`` and every node's ``env`` and added to
+    ``secret_env`` (their values dropped); and the names moved. ``data`` itself is left as it was."""
+    moved: list[str] = []
+
+    def take(env):
+        if not isinstance(env, dict):
+            return env
+        found = [k for k in env if isinstance(k, str) and SECRET_NAME.search(k)]
+        moved.extend(k for k in found if k not in moved)
+        return {k: v for k, v in env.items() if k not in found}
+
+    data = {**data, **({"env": take(data["env"])} if "env" in data else {})}
+    cluster = data.get("cluster")
+    if isinstance(cluster, dict) and isinstance(cluster.get("nodes"), list):
+        nodes = [{**n, "env": take(n["env"])} if isinstance(n, dict) and "env" in n else n for n in cluster["nodes"]]
+        data["cluster"] = {**cluster, "nodes": nodes}
+    names = data.get("secret_env") or []
+    if moved and isinstance(names, list):
+        data["secret_env"] = [*names, *(k for k in moved if k not in names)]
+    return data, moved
+
 
 class JobSpec(BaseModel):
     """A whole GRPO job: training args, rollout, optional rollout servers, the cluster and the ms-swift version."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
-    name: str = Field("grpo-job", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
-                      description="Job name (letters, digits, . _ -).")
+    name: str = Field("grpo-job", description="Job name (letters, digits, . _ -).")
     swift_version: str = Field("4.6", description="ms-swift version on the nodes; picks the flag dialect.")
     train: TrainArgs = Field(default_factory=TrainArgs)
     rollout: RolloutArgs = Field(default_factory=RolloutArgs)
@@ -366,6 +462,31 @@ class JobSpec(BaseModel):
                                           description="Extra swift rollout arguments, verbatim.")
     unresolved: dict[str, str] = Field(default_factory=dict, description="Values an imported script left to its "
                                        "caller's shell ({field path: shell text}); each must be filled in.")
+    _moved_secrets: list[str] = PrivateAttr(default_factory=list)  # token-like env names moved when loaded
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _secrets_out_of_env(cls, data, handler):
+        """Token-like names (``*_TOKEN``, ``*_KEY``, ``*PASSWORD*``, ``*SECRET*``) in ``env`` or a node's ``env``
+        become ``secret_env`` names; their values are dropped so they never reach a script, YAML or the database
+        (``moved_secrets`` lists them for the finding)."""
+        data, moved = _split_secrets(data) if isinstance(data, dict) else (data, [])
+        spec = handler(data)
+        if moved and isinstance(spec, JobSpec):
+            spec._moved_secrets = moved
+        return spec
+
+    @property
+    def moved_secrets(self) -> list[str]:
+        return list(self._moved_secrets)
+
+    @field_validator("name")
+    @classmethod
+    def _name_ok(cls, v: str) -> str:
+        try:
+            return check_name(v, "job name", longest=64)
+        except SpecError as e:
+            raise ValueError(e.problems[0][1]) from None
 
     @field_validator("swift_version")
     @classmethod
@@ -373,9 +494,14 @@ class JobSpec(BaseModel):
         parse_version(v)
         return v
 
-    @field_validator("env", "secret_env")
+    @field_validator("env")
     @classmethod
-    def _env_names(cls, v):
+    def _env_ok(cls, v: dict[str, str]) -> dict[str, str]:
+        return check_no_secrets(check_env_names(v))
+
+    @field_validator("secret_env")
+    @classmethod
+    def _secret_names_ok(cls, v: list[str]) -> list[str]:
         return check_env_names(v)
 
     def trainer_nodes(self) -> list[Node]:
@@ -497,7 +623,7 @@ ARGS_BY_PATH: dict[str, ArgDecl] = {d.path: d for d in ARGS}
 # ---------------------------------------------------------------------------------------------------------------
 # Paths, YAML, errors.
 
-class SpecError(ValueError):
+class SpecError(UserError, ValueError):
     """A spec that cannot be loaded; ``problems`` lists (dotted field path, message)."""
 
     def __init__(self, problems: list[tuple[str, str]], source: str = "spec"):
@@ -529,9 +655,39 @@ def spec_to_yaml(spec: JobSpec) -> str:
 
 
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's safe loader when PyYAML has it (~10× faster)
+MAX_YAML_BYTES = 1 << 20  # a job spec is a few KiB
+MAX_YAML_DEPTH = 32  # a job spec nests 4 deep; libyaml's loaders recurse per level (deep input crashes or raises)
+_OPEN = (yaml.BlockMappingStartToken, yaml.BlockSequenceStartToken, yaml.FlowMappingStartToken,
+         yaml.FlowSequenceStartToken)
+_CLOSE = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)
+
+
+def check_yaml_limits(text: str, source: str = "spec") -> None:
+    """Size, nesting depth and aliases of a YAML text, checked with PyYAML's pure-Python scanner (iterative, and it
+    reads only a few tokens ahead, unlike libyaml's) before anything is parsed: a deep ``[[[[…]]]]`` overflows the
+    recursive parsers, and aliases can expand a small file into billions of items. Raises SpecError."""
+    size = len(text.encode("utf-8", "surrogateescape"))
+    if size > MAX_YAML_BYTES:
+        raise SpecError([("spec", f"{size} bytes is more than a job spec needs (limit {MAX_YAML_BYTES})")], source)
+    depth = 0
+    try:
+        for token in yaml.scan(text, Loader=yaml.SafeLoader):
+            if isinstance(token, _OPEN):
+                depth += 1
+                if depth > MAX_YAML_DEPTH:
+                    raise SpecError([("spec", f"nested more than {MAX_YAML_DEPTH} levels deep (line "
+                                              f"{token.start_mark.line + 1}); a job spec needs 4")], source)
+            elif isinstance(token, _CLOSE):
+                depth -= 1
+            elif isinstance(token, (yaml.AliasToken, yaml.AnchorToken)):
+                raise SpecError([("spec", f"anchors and aliases (&name, *name; line {token.start_mark.line + 1}) "
+                                          "are not accepted in a job spec: write the values out")], source)
+    except yaml.YAMLError as e:
+        raise SpecError([("spec", f"not valid YAML: {e}")], source) from None
 
 
 def spec_from_yaml(text: str, source: str = "spec") -> JobSpec:
+    check_yaml_limits(text, source)
     try:
         data = yaml.load(text, Loader=YAML_LOADER) or {}
     except yaml.YAMLError as e:
@@ -544,9 +700,13 @@ def spec_from_yaml(text: str, source: str = "spec") -> JobSpec:
 def load_spec(path: str | Path) -> JobSpec:
     p = Path(path)
     try:
-        text = p.read_text()
+        with open(p, "rb") as f:
+            raw = f.read(MAX_YAML_BYTES + 1)
+        text = raw.decode("utf-8")
     except OSError as e:
         raise SpecError([("spec", f"cannot read {p}: {e.strerror}")], str(p)) from None
+    except UnicodeDecodeError as e:
+        raise SpecError([("spec", f"not UTF-8 text (byte {e.start}): save the file as UTF-8")], str(p)) from None
     return spec_from_yaml(text, str(p))
 
 

@@ -1,16 +1,25 @@
 """SQLite store (WAL) for jobs, their nodes, log offsets, metric and GPU samples and alerts.
 
-The app and the CLI can stop at any time; everything needed to pick a job up again lives here.
+The app and the CLI can stop at any time; everything needed to pick a job up again lives here. The database file is
+0600 in a directory only its owner may write to; a database that cannot be used (corrupt, locked, unwritable) is a
+StoreError that names the file and the way out.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+from grpo_ui.errors import UserError
+from grpo_ui.private import private_dir, private_file, safe_parent
+from grpo_ui.spec import check_name
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -53,40 +62,106 @@ CREATE TABLE IF NOT EXISTS alerts (
 ACTIVE = ("pending", "preflight", "starting", "running")
 
 
+DEFAULT_DB = Path.home() / ".local/share/grpo-ui/grpo-ui.db"
+
+
 def db_path() -> Path:
-    return Path(os.environ.get("GRPO_UI_DB", Path.home() / ".local/share/grpo-ui/grpo-ui.db"))
+    return Path(os.environ.get("GRPO_UI_DB", DEFAULT_DB))
+
+
+class StoreError(UserError):
+    """The job database cannot be used; the message names the file and what to do."""
+
+    def __init__(self, path: Path, error: Exception):
+        self.path = path
+        what = str(error)
+        if "locked" in what or "busy" in what:
+            hint = ("another grpo-ui (app or CLI) is holding it: let it finish or stop it, or point GRPO_UI_DB at "
+                    "another file")
+        else:
+            hint = (f"if it is damaged, move it aside (mv {path} {path}.bad; its -wal and -shm files too) and grpo-ui "
+                    "starts a new one; jobs still running on the nodes keep running, but this app forgets them")
+        super().__init__(f"the job database {path} cannot be used ({what}): {hint}.")
+
+
+class DuplicateJob(UserError):
+    pass
+
+
+def _db_errors(method):
+    """Store methods raise StoreError, never a bare sqlite3 error."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.Error as e:
+            raise StoreError(self.path, e) from None
+    return wrapper
 
 
 class Store:
-    """One SQLite file; one connection per thread; every write is its own short transaction."""
+    """One SQLite file; one connection per thread; every write is its own short transaction (or joins the one
+    ``claim`` holds)."""
 
-    def __init__(self, path: str | Path | None = None):
+    def __init__(self, path: str | Path | None = None, timeout: float = 30.0):
         self.path = Path(path or db_path())
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.timeout = timeout
+        if self.path == DEFAULT_DB:
+            private_dir(self.path.parent)
+        else:
+            safe_parent(self.path)
+        for suffix in ("", "-wal", "-shm"):  # SQLite creates -wal and -shm with the database file's mode
+            if suffix == "" or self.path.with_name(self.path.name + suffix).exists():
+                private_file(self.path.with_name(self.path.name + suffix))
         self._local = threading.local()
-        with self.conn() as c:
-            c.execute("PRAGMA journal_mode=WAL")
-            c.executescript(SCHEMA)
+        self._open()
+
+    @_db_errors
+    def _open(self) -> None:
+        c = self.conn()
+        c.execute("PRAGMA journal_mode=WAL")
+        c.executescript(SCHEMA)
 
     def conn(self) -> sqlite3.Connection:
         c = getattr(self._local, "conn", None)
         if c is None:
-            c = sqlite3.connect(self.path, timeout=30)
+            c = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)  # transactions: _write
             c.row_factory = sqlite3.Row
-            c.execute("PRAGMA busy_timeout=30000")
+            c.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
             c.execute("PRAGMA synchronous=NORMAL")  # with WAL: durable across app crashes, fewer fsyncs
             self._local.conn = c
         return c
 
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction (taking the write lock at once); inside ``claim`` it joins that one instead."""
+        c = self.conn()
+        if c.in_transaction:
+            yield c
+            return
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            yield c
+        except BaseException:
+            c.rollback()
+            raise
+        c.commit()
+
     # jobs
     def create_job(self, job_id: str, name: str, spec_yaml: str, state: str = "pending") -> None:
-        with self.conn() as c:
-            c.execute("INSERT INTO jobs (id, name, spec_yaml, state, created) VALUES (?, ?, ?, ?, ?)",
-                      (job_id, name, spec_yaml, state, time.time()))
+        """A new job; DuplicateJob when the id is taken (ids name run directories on the nodes)."""
+        check_name(job_id)
+        try:
+            with self._write() as c:
+                c.execute("INSERT INTO jobs (id, name, spec_yaml, state, created) VALUES (?, ?, ?, ?, ?)",
+                          (job_id, name, spec_yaml, state, time.time()))
+        except sqlite3.IntegrityError:
+            raise DuplicateJob(f"a job with id {job_id!r} already exists: pick another job id (it names the run "
+                               "directory on every node)") from None
 
     def set_job(self, job_id: str, **fields) -> None:
         cols = ", ".join(f"{k} = ?" for k in fields)
-        with self.conn() as c:
+        with self._write() as c:
             c.execute(f"UPDATE jobs SET {cols} WHERE id = ?", (*fields.values(), job_id))
 
     def job(self, job_id: str) -> dict | None:
@@ -100,14 +175,14 @@ class Store:
     # nodes
     def add_node(self, job_id: str, node_index: int, host: str, role: str, node_rank: int | None, script: str,
                  run_dir: str) -> None:
-        with self.conn() as c:
+        with self._write() as c:
             c.execute("INSERT INTO nodes (job_id, node_index, host, role, node_rank, script, run_dir, state) "
                       "VALUES (?, ?, ?, ?, ?, ?, ?, 'pending')", (job_id, node_index, host, role, node_rank, script,
                                                                     run_dir))
 
     def set_node(self, job_id: str, node_index: int, **fields) -> None:
         cols = ", ".join(f"{k} = ?" for k in fields)
-        with self.conn() as c:
+        with self._write() as c:
             c.execute(f"UPDATE nodes SET {cols} WHERE job_id = ? AND node_index = ?",
                       (*fields.values(), job_id, node_index))
 
@@ -121,9 +196,20 @@ class Store:
                                   (job_id, node_index, path)).fetchone()
         return row[0] if row else 0
 
-    def set_offset(self, job_id: str, node_index: int, path: str, offset: int) -> None:
-        with self.conn() as c:
-            c.execute("INSERT OR REPLACE INTO log_offsets VALUES (?, ?, ?, ?)", (job_id, node_index, path, offset))
+    @contextmanager
+    def claim(self, job_id: str, node_index: int, path: str, old: int, new: int) -> Iterator[bool]:
+        """Compare-and-set of a file's read offset: yields True when it was still ``old`` (it is now ``new``, and the
+        block's writes — the lines read between the two — commit with it), False when another watcher moved it
+        first (it stored those lines; the block must write nothing)."""
+        try:
+            with self._write() as c:
+                if self.offset(job_id, node_index, path) != old:
+                    yield False
+                    return
+                c.execute("INSERT OR REPLACE INTO log_offsets VALUES (?, ?, ?, ?)", (job_id, node_index, path, new))
+                yield True
+        except sqlite3.Error as e:
+            raise StoreError(self.path, e) from None
 
     def meta(self, job_id: str, key: str) -> str | None:
         """A fact learnt about a job while watching it (e.g. where rank 0 writes logging.jsonl)."""
@@ -131,7 +217,7 @@ class Store:
         return row[0] if row else None
 
     def set_meta(self, job_id: str, key: str, value: str) -> None:
-        with self.conn() as c:
+        with self._write() as c:
             c.execute("INSERT OR REPLACE INTO job_meta VALUES (?, ?, ?)", (job_id, key, value))
 
     def add_log_lines(self, job_id: str, node_index: int, lines: list[str], keep: int = 5000) -> None:
@@ -139,7 +225,7 @@ class Store:
         if not lines:
             return
         now = time.time()
-        with self.conn() as c:
+        with self._write() as c:
             last = c.execute("SELECT COALESCE(MAX(seq), 0) FROM log_lines WHERE job_id = ? AND node_index = ?",
                              (job_id, node_index)).fetchone()[0]
             c.executemany("INSERT INTO log_lines VALUES (?, ?, ?, ?, ?)",
@@ -161,7 +247,7 @@ class Store:
         """Store one logged step; a step stored before (from stdout, then from logging.jsonl) gets the new values
         and keeps its first time. True when the step is new."""
         ts = ts or time.time()
-        with self.conn() as c:
+        with self._write() as c:
             known = c.execute("SELECT 1 FROM metrics WHERE job_id = ? AND step = ? LIMIT 1", (job_id, step)).fetchone()
             c.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?, ?) ON CONFLICT (job_id, step, key) DO UPDATE "
                           "SET value = excluded.value", [(job_id, step, k, v, ts) for k, v in values.items()])
@@ -176,7 +262,7 @@ class Store:
     def add_completions(self, job_id: str, rows: list[dict], keep: int = 500) -> None:
         """The latest sampled completions (completions.jsonl rows), at most ``keep`` per job."""
         now = time.time()
-        with self.conn() as c:
+        with self._write() as c:
             c.executemany("INSERT INTO completions VALUES (?, ?, ?, ?)",
                           [(job_id, r.get("step"), json.dumps(r), now) for r in rows])
             c.execute("DELETE FROM completions WHERE job_id = ? AND rowid NOT IN (SELECT rowid FROM completions "
@@ -190,7 +276,7 @@ class Store:
     def add_gpu_samples(self, job_id: str | None, samples: list[dict]) -> None:
         """Samples as produced by monitor.gpu (host, gpu_index, ts, util, mem_used, …)."""
         keys = ("host", "gpu_index", "ts", "util", "mem_used", "mem_total", "power", "power_limit", "temp", "sm_clock")
-        with self.conn() as c:
+        with self._write() as c:
             c.executemany("INSERT INTO gpu_samples VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                           [(job_id, *(s.get(k) for k in keys)) for s in samples])
 
@@ -200,7 +286,7 @@ class Store:
 
     def set_gpu_processes(self, job_id: str | None, snapshot: dict) -> None:
         """The processes holding GPU memory on one host now (a snapshot from monitor.gpu), replacing the last."""
-        with self.conn() as c:
+        with self._write() as c:
             c.execute("DELETE FROM gpu_processes WHERE job_id IS ? AND host = ?", (job_id, snapshot["host"]))
             c.executemany("INSERT INTO gpu_processes VALUES (?, ?, ?, ?, ?, ?, ?)",
                           [(job_id, snapshot["host"], p["gpu_index"], p["gpu_uuid"], p["pid"], p["used_mib"],
@@ -243,7 +329,7 @@ class Store:
 
     def upsert_alert(self, job_id: str, alert_id: str, severity: str, message: str, evidence: str, fix: str) -> None:
         now = time.time()
-        with self.conn() as c:
+        with self._write() as c:
             c.execute("INSERT INTO alerts VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (job_id, alert_id) DO UPDATE "
                       "SET severity = excluded.severity, message = excluded.message, evidence = excluded.evidence, "
                       "fix = excluded.fix, last_seen = excluded.last_seen",
@@ -252,3 +338,8 @@ class Store:
     def alerts(self, job_id: str) -> list[dict]:
         return [dict(r) for r in self.conn().execute(
             "SELECT * FROM alerts WHERE job_id = ? ORDER BY first_seen", (job_id,))]
+
+
+for _name, _method in list(vars(Store).items()):
+    if callable(_method) and not _name.startswith("_") and _name not in ("conn", "claim"):
+        setattr(Store, _name, _db_errors(_method))

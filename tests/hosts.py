@@ -35,6 +35,30 @@ class TestHost:
     def pid(self) -> int:
         return int((self.dir / "sshd.pid").read_text())
 
+    def start_sshd(self) -> None:
+        Path("/run/sshd").mkdir(exist_ok=True)
+        sh("ip", "netns", "exec", self.ns, SSHD, "-f", str(self.dir / "sshd_config"), "-E", str(self.dir / "sshd.log"))
+        for _ in range(100):
+            if (self.dir / "sshd.pid").exists() and sh("ip", "netns", "exec", self.ns, "bash", "-c",
+                                                        f"exec 3<>/dev/tcp/{self.addr}/22", check=False).returncode == 0:
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"sshd on {self.name} did not start: {(self.dir / 'sshd.log').read_text()}")
+
+    def connection_pids(self) -> list[int]:
+        """The per-connection sshd processes: children of this host's listener (by its recorded pid)."""
+        out = sh("ps", "-o", "pid=", "--ppid", str(self.pid()), check=False).stdout
+        return [int(p) for p in out.split()]
+
+    def kill_sshd(self) -> None:
+        """SSH dies on this host: its listener and every open connection (a job started by it keeps running)."""
+        for pid in [*self.connection_pids(), self.pid()]:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        (self.dir / "sshd.pid").unlink(missing_ok=True)
+
 
 class HostNet:
     """A bridge with N namespace hosts; ``ssh_env`` points grpo-ui's SSH at a private config and known_hosts."""
@@ -80,10 +104,8 @@ class HostNet:
                 f"PidFile {d / 'sshd.pid'}\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
                 "PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\nMaxSessions 100\nMaxStartups 100\n"
                 "Subsystem sftp internal-sftp\nAcceptEnv LANG\n" + sshd_extra)
-            Path("/run/sshd").mkdir(exist_ok=True)
-            sh("ip", "netns", "exec", ns, SSHD, "-f", str(d / "sshd_config"), "-E", str(d / "sshd.log"))
             host = TestHost(name, ns, addr, d, (d / "host_key.pub").read_text().split()[1], b)
-            self._wait_listening(host)
+            host.start_sshd()
             with open(self.ssh_config, "a") as f:
                 f.write(f"Host {name}\n  HostName {addr}\n  User root\n  IdentityFile {self.client_key}\n\n")
             if trusted:
@@ -101,15 +123,6 @@ class HostNet:
         """Established TCP connections to the host's sshd on ``port`` (seen from inside its namespace)."""
         out = sh("ip", "netns", "exec", host.ns, "ss", "-tnH", "state", "established", f"( sport = :{port} )").stdout
         return len(out.splitlines())
-
-    @staticmethod
-    def _wait_listening(host: TestHost) -> None:
-        for _ in range(100):
-            if (host.dir / "sshd.pid").exists() and sh("ip", "netns", "exec", host.ns, "bash", "-c",
-                                                        f"exec 3<>/dev/tcp/{host.addr}/22", check=False).returncode == 0:
-                return
-            time.sleep(0.05)
-        raise RuntimeError(f"sshd on {host.name} did not start: {(host.dir / 'sshd.log').read_text()}")
 
     def teardown(self) -> None:
         for h in self.hosts:

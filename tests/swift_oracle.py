@@ -208,10 +208,17 @@ NEUTRAL = {"NNODES": {"1"}, "NODE_RANK": {"0"}, "MASTER_PORT": {"29500"}, "MASTE
 
 def env_differences(script: dict[str, str], rendered: dict[str, str]) -> list[str]:
     out = [f"env {k}: {script.get(k)!r} → {rendered.get(k)!r}" for k in sorted(set(script) | set(rendered))
-           if script.get(k) != rendered.get(k)]
+           if script.get(k) != rendered.get(k) and not _same_master(k, script, rendered)]
     extra_ok = {k for k in rendered if k not in script and (
         rendered[k] in NEUTRAL.get(k, ()) or k in ("NPROC_PER_NODE", "CUDA_VISIBLE_DEVICES"))}
     return [d for d in out if d.split(":")[0][4:] not in extra_ok]
+
+
+def _same_master(key: str, script: dict[str, str], rendered: dict[str, str]) -> bool:
+    """Rank 0 hosts the rendezvous: its script's MASTER_ADDR=127.0.0.1 and the rendered node-0 address (grpo-ui sets
+    launch variables itself) name the same master."""
+    return (key == "MASTER_ADDR" and script.get("NODE_RANK", "0") == "0" == rendered.get("NODE_RANK", "0")
+            and script.get(key) in NEUTRAL["MASTER_ADDR"] and key in rendered)
 
 
 @dataclass

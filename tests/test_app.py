@@ -155,6 +155,7 @@ def test_every_page_renders_with_a_job_in_the_store(tmp_path, monkeypatch):
     spec = next(iter(presets().values()))
     store.create_job("job-a", spec.name, spec_to_yaml(spec), "succeeded")
     store.add_node("job-a", 0, "localhost", "trainer", 0, "node_0.sh", str(tmp_path / "runs/job-a"))
+    store.set_meta("job-a", "drained", "1")  # its last lines were fetched when it ended
     store.add_metrics("job-a", 1, {"reward": 0.5, "kl": 0.0, "max_steps": 2})
     store.add_metrics("job-a", 2, {"reward": 0.7, "kl": 0.01, "max_steps": 2})
     store.add_log_lines("job-a", 0, ["Train: 50%", "Traceback (most recent call last):", "ValueError: x"])
@@ -167,7 +168,7 @@ def test_every_page_renders_with_a_job_in_the_store(tmp_path, monkeypatch):
     store.add_metrics("job-a", 2, {"memory(GiB)": 65.09})
     for page, expect in (("cluster", "Preflight"), ("launch", "Launch"), ("monitor", "Alerts (1)"),
                          ("history", "Compare two runs")):
-        at = AppTest.from_file(str(Path(APP).parent / "pages" / f"{page}.py"), default_timeout=60).run()
+        at = AppTest.from_file(str(Path(APP).parent / "views" / f"{page}.py"), default_timeout=60).run()
         assert not at.exception, (page, at.exception)
         texts = [h.value for h in at.subheader] + [t.value for t in at.title] + [b.label for b in at.button]
         assert any(expect in t for t in texts), (page, texts)
@@ -207,7 +208,7 @@ def test_monitor_draws_the_extra_curves_and_the_ranks_stacks(tmp_path, monkeypat
     store.set_meta("job-b", STACKS_AT, "100")
     import streamlit as st
     st.cache_resource.clear()  # the page's Launcher is cached per process: open this test's store
-    at = AppTest.from_file(str(Path(APP).parent / "pages/monitor.py"), default_timeout=60).run()
+    at = AppTest.from_file(str(Path(APP).parent / "views/monitor.py"), default_timeout=60).run()
     assert not at.exception, at.exception
     stacks = next(d.value for d in at.dataframe if "phase" in d.value.columns)
     assert set(stacks["phase"]) == {"reward"}
@@ -215,3 +216,43 @@ def test_monitor_draws_the_extra_curves_and_the_ranks_stacks(tmp_path, monkeypat
     titles = {a["text"] for a in figure["layout"]["annotations"]}
     assert titles == {"rollout throughput", "time per step (s)", "memory per rank"}
     assert "h0/GPU 0 (MiB)" in {d["name"] for d in figure["data"]}
+
+
+DRAFT = """# my notes: this comment would vanish if the page re-saved the draft
+name: keep-me
+swift_version: '4.6'
+train:
+  model: Qwen/Qwen2.5-7B-Instruct
+  dataset: [d.jsonl]
+  reward_funcs: [format]
+  num_generations: 4
+cluster:
+  nodes:
+  - {host: gpu-a, gpus: [0, 1, 2, 3], identity_file: ~/.ssh/team_key, workdir: /data/work, env: {NCCL_DEBUG: INFO}}
+  - {host: gpu-b, gpus: [0, 1, 2, 3], identity_file: ~/.ssh/team_key, workdir: /data/work, env: {NCCL_DEBUG: INFO}}
+"""
+
+
+def test_opening_configure_saves_nothing_and_an_edit_keeps_the_node_fields_it_does_not_show(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
+    tmp_path.chmod(0o755)  # a data directory others can list: tightened
+    (tmp_path / "draft.yaml").write_text(DRAFT)
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception and (tmp_path / "draft.yaml").read_text() == DRAFT  # opened, not re-saved
+    field(at, "train.num_generations").set_value("8").run()
+    saved = load_draft()
+    assert saved.train.num_generations == 8
+    assert [(n.identity_file, n.workdir, n.env) for n in saved.cluster.nodes] == [
+        ("~/.ssh/team_key", "/data/work", {"NCCL_DEBUG": "INFO"})] * 2
+    assert oct((tmp_path / "draft.yaml").stat().st_mode & 0o777) == "0o600" and oct(tmp_path.stat().st_mode & 0o777) \
+        == "0o700"
+
+
+def test_a_draft_that_no_longer_loads_is_kept_aside_and_the_user_told(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
+    (tmp_path / "draft.yaml").write_text(DRAFT + "from_a_newer_version: 1\n")
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    kept = list(tmp_path.glob("draft-unreadable-*.yaml"))
+    assert len(kept) == 1 and kept[0].read_text() == DRAFT + "from_a_newer_version: 1\n"
+    notice = at.warning[0].value
+    assert str(kept[0]) in notice and "from_a_newer_version" in notice

@@ -47,11 +47,17 @@ def app_url(ssh_env, tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     (home / "draft.yaml").write_text(spec_to_yaml(validate_spec(data)))
+    yield from serve(tmp_path, "127.0.0.1", GRPO_UI_HOME=str(home), GRPO_UI_SSH_CONFIG=str(ssh_env.ssh_config),
+                     GRPO_UI_KNOWN_HOSTS=str(ssh_env.known_hosts))
+    stop_active_jobs(tmp_path / "db.sqlite")
+
+
+def serve(tmp_path, address: str, **env):
+    """`streamlit run app.py` bound to ``address``, its database in tmp_path; yields its URL, stops it after."""
     port = free_port()
-    env = {**os.environ, "GRPO_UI_HOME": str(home), "GRPO_UI_DB": str(tmp_path / "db.sqlite"),
-           "GRPO_UI_SSH_CONFIG": str(ssh_env.ssh_config), "GRPO_UI_KNOWN_HOSTS": str(ssh_env.known_hosts)}
+    env = {**os.environ, "GRPO_UI_HOME": str(tmp_path / "home"), "GRPO_UI_DB": str(tmp_path / "db.sqlite"), **env}
     proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-                             "--server.address", "127.0.0.1", "--server.port", str(port),
+                             "--server.address", address, "--server.port", str(port),
                              "--browser.gatherUsageStats", "false"], cwd=ROOT, env=env,
                             stdout=open(tmp_path / "streamlit.log", "w"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -64,7 +70,6 @@ def app_url(ssh_env, tmp_path):
     yield url
     proc.terminate()
     proc.wait(10)
-    stop_active_jobs(tmp_path / "db.sqlite")
 
 
 @pytest.fixture
@@ -184,3 +189,48 @@ def test_launch_and_watch_a_real_job_in_the_browser(app_url, page, tmp_path):
     docs.mkdir(parents=True, exist_ok=True)
     for png in SHOTS.glob("*.png"):
         shutil.copy(png, docs / png.name)
+
+
+PASSWORD = "pässwörd-密码-🔑"  # non-ASCII on purpose: compared as UTF-8 bytes
+PAGES = {"/": "Configure a GRPO job", "/configure": "Configure a GRPO job", "/cluster": "Connections",
+         "/launch": "Job id (the run directory on every node)", "/monitor": "No jobs yet", "/history": "No jobs yet"}
+
+
+@pytest.fixture
+def exposed_app(tmp_path):
+    """The app as a team would expose it: bound to 0.0.0.0 with GRPO_UI_PASSWORD set; nothing opened it before."""
+    yield from serve(tmp_path, "0.0.0.0", GRPO_UI_PASSWORD=PASSWORD)
+
+
+def sign_in(page, password):
+    page.get_by_label("Password", exact=True).fill(password)
+    page.get_by_role("button", name="Sign in").click()
+
+
+def test_every_page_url_shows_only_the_sign_in_form_until_the_password_is_given(exposed_app, page):
+    """Each page's URL opened directly, first thing on a fresh server (Streamlit would serve a pages/ directory by
+    itself then): only the sign-in form, none of the page; after the password, that page."""
+    for path, content in PAGES.items():
+        page.goto(exposed_app + path)
+        page.get_by_role("button", name="Sign in").wait_for(timeout=90000)
+        page.wait_for_timeout(1000)  # a page drawn after the form would show up here
+        body = page.locator("body").inner_text()
+        assert content not in body and "Sign in" in body, (path, body)
+        assert not page.get_by_test_id("stSidebarUserContent").count(), path  # no page links either
+    for path, content in PAGES.items():
+        page.goto(exposed_app + path)
+        sign_in(page, PASSWORD)
+        page.get_by_text(content).first.wait_for(timeout=90000)
+        page.get_by_role("button", name="Sign in").wait_for(state="detached", timeout=90000)  # the form is gone
+
+
+def test_wrong_passwords_are_throttled(exposed_app, page):
+    """Each answer names the attempts left, so every submission is seen answered before the next one."""
+    page.goto(exposed_app + "/cluster")
+    for left in range(4, -1, -1):
+        sign_in(page, f"wrong {left}")
+        page.get_by_text(f"{left} attempt(s) left" if left else "Wrong password; too many failed attempts").wait_for(
+            timeout=90000)
+    sign_in(page, PASSWORD)  # right, but inside the wait: not even checked
+    page.get_by_text("Not checked: too many failed attempts").wait_for(timeout=90000)
+    assert "Connections" not in page.locator("body").inner_text()

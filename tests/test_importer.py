@@ -199,8 +199,8 @@ def node(rank: int, nproc: int = 4, gpus: str = "0,1,2,3", extra: str = "", mast
 def test_node_scripts_build_the_cluster_in_rank_order():
     spec, findings = import_scripts([("n1.sh", node(1)), ("n0.sh", node(0, master="127.0.0.1"))])
     assert [n.host for n in spec.cluster.nodes] == ["10.1.1.1", "node1"] and spec.cluster.master_addr == "10.1.1.1"
-    assert spec.world_size() == 8 and spec.cluster.nodes[0].env == {"MASTER_ADDR": "127.0.0.1"}  # as node 0 says
-    assert not has_errors(findings)
+    assert spec.world_size() == 8 and spec.cluster.nodes[0].env == {}  # launch variables are grpo-ui's to set
+    assert not has_errors(findings) and "IMPORT-LAUNCH-ENV" not in ids(findings)  # node 0's 127.0.0.1: same master
 
 
 def test_disagreements_between_node_scripts_are_findings():
@@ -215,8 +215,17 @@ def test_gpu_count_against_nproc_per_node_is_field_report_003():
     spec, findings = import_scripts([("a.sh", node(0, 4, "0,1,2,3,4,5,6,7").replace("NNODES=2", "NNODES=1"))])
     (f,) = [f for f in findings if f.id == "IMPORT-NPROC-GPUS"]
     assert f.severity == "error" and "NPROC_PER_NODE=4" in f.message and "8 GPU" in f.message
-    assert spec.cluster.nodes[0].gpus == list(range(8)) and spec.cluster.nodes[0].env["NPROC_PER_NODE"] == "4"
-    assert "NPROC_PER_NODE=4" in render(spec, "j").files["node_0.sh"]  # kept as the script says
+    assert spec.cluster.nodes[0].gpus == list(range(8)) and spec.cluster.nodes[0].env == {}
+    assert "NPROC_PER_NODE=8" in render(spec, "j").files["node_0.sh"]  # launch variables follow the node's gpus
+
+
+def test_launch_variables_a_script_sets_differently_are_findings_not_node_env():
+    """grpo-ui sets NODE_RANK, MASTER_ADDR and friends itself (a spec's env may not): rank 1 pointing at itself is
+    reported, and the node keeps no env override."""
+    spec, findings = import_scripts([("n0.sh", node(0)), ("n1.sh", node(1, master="127.0.0.1"))])
+    (f,) = [f for f in findings if f.id == "IMPORT-LAUNCH-ENV"]
+    assert "n1.sh sets MASTER_ADDR=127.0.0.1" in f.message and "MASTER_ADDR=10.1.1.1" in f.message
+    assert f.fields == ("cluster.nodes[1]",) and all(not n.env for n in spec.cluster.nodes)
 
 
 def test_nnodes_against_the_scripts_given():

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from grpo_ui.remote.launcher import Launcher, LaunchError, launch_tag
+from grpo_ui.remote.ssh import Connection
 from grpo_ui.spec import validate_spec
 from grpo_ui.store import Store
 from tests.hosts import stop_active_jobs
@@ -22,6 +23,8 @@ from tests.tiny_job import SWIFT_VENV
 WORKLOAD = """#!/bin/bash
 exec python3 -c 'import os, sys, time
 print("rank", os.environ["NODE_RANK"], "of", os.environ["NNODES"], "master", os.environ["MASTER_ADDR"], flush=True)
+if os.environ.get("SEEN_AT"):  # where the test wants the secret the job received (never in its log)
+    open(os.environ["SEEN_AT"] + os.environ["NODE_RANK"], "w").write(os.environ.get("API_TOKEN", ""))
 time.sleep(float(os.environ.get("WORK_SECONDS", "1")))
 sys.exit(int(os.environ.get("WORK_EXIT", "0")))' "$@"
 """
@@ -81,22 +84,35 @@ def launcher(ssh_env, tmp_path):
     stop_active_jobs(tmp_path / "db.sqlite")
 
 
-def test_two_hosts_run_to_success_with_secrets_kept_out_of_scripts(launcher, ssh_env, env_dir, tmp_path):
+def test_two_hosts_run_to_success_with_secrets_kept_out_of_scripts(launcher, ssh_env, env_dir, tmp_path, monkeypatch):
+    """The secret reaches both jobs through a 0600 file that is gone once they run: no command line, no file of the
+    run directory, no log and no byte of the job database holds it."""
     hosts = ssh_env.add(2)
+    commands, run = [], Connection.run
+    monkeypatch.setattr(Connection, "run", lambda self, command, *a, **k: (commands.append(command),
+                                                                           run(self, command, *a, **k))[1])
     spec = workload_spec(hosts, env_dir, tmp_path, seconds=1, secret_env=["API_TOKEN"])
+    spec = validate_spec({**spec.model_dump(), "env": {**spec.env, "SEEN_AT": str(tmp_path / "seen")}})
     with pytest.raises(LaunchError, match="API_TOKEN"):
         launcher.launch(spec, "wl-secret-missing")
-    progress = []
-    job = launcher.launch(spec, "wl-ok", secrets={"API_TOKEN": "s3cr'et"},
-                          progress=lambda host, msg: progress.append((host, msg)))
+    progress, modes = [], []
+    secret = "s3cr'et $(touch /tmp/grpo-ui-pwned) `id`"
+    rd = tmp_path / "runs" / "wl-ok"
+
+    def watch(host, msg):  # the secrets files while they exist (before the scripts have read them)
+        progress.append((host, msg))
+        modes.extend(stat.S_IMODE(p.stat().st_mode) for p in rd.glob("*.secrets.env") if p.exists())
+    job = launcher.launch(spec, "wl-ok", secrets={"API_TOKEN": secret}, progress=watch)
+    assert not list(rd.glob("*secrets*")), "a secrets file stayed on a node after the start"
     nodes = launcher.store.nodes(job)
     assert [n["state"] for n in nodes] == ["running", "running"] and all(n["pid"] == n["pgid"] for n in nodes)
     assert {h for h, m in progress if m.startswith("running")} == {h.name for h in hosts}
     assert wait_for(lambda: launcher.refresh(job) == "succeeded")
-    rd = tmp_path / "runs" / job
-    secrets = rd / "secrets.env"
-    assert stat.S_IMODE(secrets.stat().st_mode) == 0o600
-    assert "s3cr" not in (rd / "node_0.sh").read_text()
+    assert [(tmp_path / f"seen{r}").read_text() for r in (0, 1)] == [secret, secret]  # the jobs got the value
+    assert set(modes) <= {0o600} and not os.path.exists("/tmp/grpo-ui-pwned")
+    assert all("s3cr" not in p.read_text() for p in rd.iterdir())  # scripts, logs, pid and exit files
+    assert commands and not any("s3cr" in c for c in commands)  # it travelled in the SSH session's input
+    assert not any(b"s3cr" in p.read_bytes() for p in tmp_path.glob("db.sqlite*"))
     assert "rank 1 of 2 master " + hosts[0].addr in (rd / "node_1.log").read_text()
     assert [n["exit_code"] for n in launcher.store.nodes(job)] == [0, 0]
     assert not job_pids(job, launcher.store)

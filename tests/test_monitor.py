@@ -130,24 +130,6 @@ def test_fast_jsonl_path_agrees_with_the_general_one():
     assert parse_jsonl_line(JSONL[0].encode()) == parse_jsonl_line(JSONL[0])
 
 
-def best_rate(fn, lines, repeat=5):
-    """Lines per CPU-second of this process, best of ``repeat`` (other work on a shared machine does not count)."""
-    best = 0.0
-    for _ in range(repeat):
-        start = time.process_time()
-        for line in lines:
-            fn(line)
-        best = max(best, len(lines) / (time.process_time() - start))
-    return best
-
-
-def test_metric_parsing_is_faster_than_bare_json_loads():
-    """Parsing and normalising must beat decoding alone with json.loads, measured in the same run (the absolute rate,
-    ≥ 200k lines/s, is printed by bench/monitor.py; this machine is shared, so the test compares)."""
-    lines = JSONL[:3] * 5000
-    assert best_rate(parse_jsonl_line, lines) > 1.2 * best_rate(json.loads, lines)
-
-
 # doctor --------------------------------------------------------------------------------------------------------
 
 def series(rows):

@@ -155,7 +155,7 @@ def test_sbatch_tasks_get_their_rank_secrets_and_write_exit_codes(tmp_path):
         (bin_dir / name).chmod(0o755)
     s = spec(**cluster(2), **{"cluster.run_root": str(tmp_path / "runs")})
     (tmp_path / "runs/job-1").mkdir(parents=True)
-    (tmp_path / "runs/job-1/secrets.env").write_text("WANDB_API_KEY=k3y\n")
+    (tmp_path / "runs/job-1/job.secrets.env").write_text("WANDB_API_KEY=k3y\n")
     (tmp_path / "job.sbatch").write_text(render(s, "job-1").files["job.sbatch"])
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "SLURM_JOB_NODELIST": "n[1-2]",
            "SLURM_NNODES": "2"}
@@ -163,6 +163,7 @@ def test_sbatch_tasks_get_their_rank_secrets_and_write_exit_codes(tmp_path):
     assert proc.returncode == 7, proc.stderr
     assert (tmp_path / "seen").read_text().split("\n")[:2] == ["0 n1 k3y", "1 n1 k3y"]
     assert [(tmp_path / f"runs/job-1/exit_code.{r}").read_text().strip() for r in (0, 1)] == ["0", "7"]
+    assert not (tmp_path / "runs/job-1/job.secrets.env").exists()  # read once, then deleted
 
 
 class Health(http.server.BaseHTTPRequestHandler):

@@ -1,18 +1,20 @@
-"""Shell safety, property-based: any string in any field reaches swift exactly as typed.
+"""Shell safety, property-based: any string in any field reaches swift exactly as typed, or is refused by name.
 
 Each example puts hostile strings (quotes, $(), backticks, newlines, unicode, leading dashes, empty strings) in every
 string field at once, renders the node script, checks `bash -n`, runs it with `swift` replaced by a recorder on PATH,
-and compares the argv and environment it received with the intended ones. 1000 examples = 1000 per field.
+and compares the argv and environment it received with the intended ones. 1000 examples = 1000 per field. Host-like
+fields take only host names and addresses: a string that is neither is refused with the field named.
 """
 
 import os
 import subprocess
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from grpo_ui.render import render
-from grpo_ui.spec import JobSpec, with_changes
+from grpo_ui.spec import ARGS, JobSpec, SpecError, check_host, with_changes
 from grpo_ui.swift_cli import train_command
 
 NASTY = st.sampled_from(["'", '"', "$(touch /tmp/grpo-ui-pwned)", "`id`", "\n", "-x", "--model", "", " ", "\\", "${HOME}",
@@ -42,20 +44,33 @@ def record(tmp, script_text):
 
 @settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck))
 @given(model=TEXT, dataset=NONBLANK, system=TEXT, output_dir=TEXT, extra=TEXT, env_value=TEXT, master=TEXT,
-       python_env=TEXT)
+       python_env=TEXT, run_root=NONBLANK, workdir=NONBLANK)
 def test_any_string_reaches_swift_exactly(tmp_path_factory, model, dataset, system, output_dir, extra, env_value,
-                                          master, python_env):
+                                          master, python_env, run_root, workdir):
     tmp = tmp_path_factory.mktemp("rec")
     (tmp / "bin").mkdir()
     (tmp / "bin" / "swift").write_text(RECORDER)
     (tmp / "bin" / "swift").chmod(0o755)
+    try:
+        check_host(master.strip())
+    except ValueError:
+        with pytest.raises(SpecError, match=r"cluster\.master_addr: .* is not an IPv4/IPv6 address"):
+            with_changes(JobSpec(), {"cluster.master_addr": master})
+        master = None
+    workdir = tmp / "work" / workdir.replace("/", "_")  # the script cd's there: it must exist
+    workdir.mkdir(parents=True, exist_ok=True)
+    run_root = "runs/" + run_root.replace("/", "_")  # relative: under the login's home ($HOME is tmp here)
+    every_text_field = {d.path: ("x" + extra if d.annotation in (str, str | None) else ["x" + extra, extra + "y"])
+                        for d in ARGS if d.section == "train" and d.annotation in (str, str | None, list[str])}
     spec = with_changes(JobSpec(), {
+        **every_text_field,  # every free-text ms-swift argument (host-like ones are refused above, not quoted)
         "train.model": model, "train.dataset": [dataset, "second"], "train.system": system,
         "train.output_dir": output_dir, "extra_args": ["--extra", extra], "env": {"USER_VALUE": env_value},
-        "cluster.master_addr": master, "cluster.run_root": str(tmp / "runs"), "train.reward_funcs": ["format"],
-        "cluster.nodes": [{"host": "localhost", "gpus": [0], "python_env": python_env}]})
+        "cluster.master_addr": master, "cluster.run_root": run_root, "cluster.workdir": str(workdir), "cluster.nodes": [{"host": "localhost", "gpus": [0], "python_env": python_env,
+                                                             "env": {"NODE_VALUE": env_value}}]})
     argv, env = record(tmp, render(spec, "job-1").files["node_0.sh"])
     assert argv == train_command(spec).argv
-    assert env["USER_VALUE"] == env_value
+    assert env["USER_VALUE"] == env_value and env["NODE_VALUE"] == env_value
     assert env["MASTER_ADDR"] == spec.master_addr() and env["NODE_RANK"] == "0"
+    assert os.path.isfile(os.path.join(tmp, run_root, "job-1", "exit_code.0"))  # the run dir is where it says
     assert not os.path.exists("/tmp/grpo-ui-pwned")

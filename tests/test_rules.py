@@ -109,6 +109,7 @@ CASES = {
                           "cluster.master_addr": "10.0.0.1"},
                          {"cluster.nodes": TWO_NODES, "cluster.master_addr": "10.0.0.1"}),
     "SEED-REF-MODEL": ({"train.tuner_type": "full"}, {"train.tuner_type": "full", "train.beta": 0.0}),
+    "ENV-SECRET-MOVED": ({"env": {"HF_TOKEN": "hf_x"}}, {"env": {"HF_HOME": "/cache"}, "secret_env": ["HF_TOKEN"]}),
     "VERSION-FLAG-UNSUPPORTED": ({"swift_version": "3.9", "train.advantage_estimator": "rloo"},
                                  {"swift_version": "3.10", "train.advantage_estimator": "rloo"}),
     "VERSION-MULTI-SERVER": ({"swift_version": "3.6", "rollout.vllm_mode": "server",

@@ -33,6 +33,7 @@ def test_unknown_host_key_is_refused_with_its_fingerprint_until_trusted(ssh_env)
     assert e.value.fingerprint == expected and h.name in str(e.value)
     trust_host_key(e.value.hostname, e.value.port, e.value.key, ssh_env.known_hosts)
     assert Pool().get(h.name).run("true").rc == 0
+    assert ssh_env.known_hosts.stat().st_mode & 0o777 == 0o600  # key material: the owner's only
 
 
 def test_changed_host_key_is_a_hard_error(ssh_env):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 
+from grpo_ui.commands import job_id
 from grpo_ui.remote.launcher import Launcher, LaunchError
 from grpo_ui.spec import load_spec
 from grpo_ui.store import Store
@@ -14,7 +15,7 @@ from grpo_ui.store import Store
 def add_parser(sub) -> None:
     p = sub.add_parser("launch", help="start a job on its nodes over SSH (detached: it outlives this command)")
     p.add_argument("spec", help="job YAML")
-    p.add_argument("--job-id", help="job id / run directory name (default: <name>-<timestamp>)")
+    p.add_argument("--job-id", type=job_id, help="job id / run directory name (default: <name>-<timestamp>)")
     p.add_argument("--wait", action="store_true", help="follow the job until it ends (Ctrl-C stops following only)")
     p.add_argument("--no-preflight", action="store_true",
                    help="skip the preflight check of every node that otherwise runs first and blocks on errors")

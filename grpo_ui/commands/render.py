@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from grpo_ui.commands import job_id
 from grpo_ui.findings import format_findings, has_errors
 from grpo_ui.render import render, write_bundle
 from grpo_ui.spec import load_spec
@@ -13,7 +14,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("render", help="write per-node launch scripts and exports for a job spec")
     p.add_argument("spec", help="job YAML")
     p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--job-id", help="run directory name on the nodes (default: <name>-<timestamp>)")
+    p.add_argument("--job-id", type=job_id, help="run directory name on the nodes (default: <name>-<timestamp>)")
     p.set_defaults(run=run)
 
 

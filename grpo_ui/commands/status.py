@@ -16,9 +16,11 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     launcher = Launcher(Store())
     if not args.job:
-        launcher.reattach()
+        errors = Watcher(launcher).reattach()  # each job alone may fail: its lines say why
         for j in launcher.store.jobs():
             print(f"{j['id']:<40} {j['state']:<10} {j['name']}")
+            for e in errors.get(j["id"], []):
+                print(f"  unreachable or unreadable: {e}")
         return 0
     result = Watcher(launcher).poll(args.job)
     job = launcher.store.job(args.job)

@@ -62,7 +62,8 @@ def import_scripts(scripts: list[tuple[str, bytes | str]], version: str = "4.6",
         _place_server_flags(servers[0], draft, version)
     topology.cluster(trainers, servers, draft)
     draft.findings += topology.disagreements(trainers)
-    spec = topology.keep_launch_env(validated(draft), trainers, draft)
+    spec = validated(draft)
+    topology.launch_env_findings(spec, trainers, draft)
     return spec, draft.findings
 
 

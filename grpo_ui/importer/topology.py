@@ -1,12 +1,13 @@
 """The machines imported scripts describe: trainer nodes from NNODES/NODE_RANK/MASTER_*/NPROC_PER_NODE/
 CUDA_VISIBLE_DEVICES, rollout nodes from ``swift rollout`` scripts, the environment common to every node, and where
-the scripts disagree. Launch variables are kept as the scripts say (node env overrides what grpo-ui would render)."""
+the scripts disagree. Launch variables are grpo-ui's to set (spec.RESERVED_ENV): a script's value that differs from
+what grpo-ui renders for that node is a finding, never a node env override."""
 
 from __future__ import annotations
 
 from grpo_ui.findings import Finding, finding
 from grpo_ui.importer.build import LAUNCH_ENV, LOOPBACK, SECRET_ENV, Call, Draft
-from grpo_ui.spec import JobSpec, parse_version, with_changes
+from grpo_ui.spec import JobSpec, parse_version
 
 SHARED_WITH_ROLLOUT = ("model_type", "template", "external_plugins", "multi_turn_scheduler")  # rollout_command adds
 
@@ -141,25 +142,29 @@ def _environment(trainers: list[Call], servers: list[Call], draft: Draft) -> Non
             node["env"] = own
 
 
-def keep_launch_env(spec: JobSpec, trainers: list[Call], draft: Draft) -> JobSpec:
-    """Where a script sets a launch variable to something other than what grpo-ui renders for its node (rank 0's
-    MASTER_ADDR=127.0.0.1, an NPROC_PER_NODE below the GPU count), that node's env keeps the script's value."""
+def launch_env_findings(spec: JobSpec, trainers: list[Call], draft: Draft) -> None:
+    """Where a script sets a launch variable to something other than what grpo-ui renders for its node, say so (rank
+    0's MASTER_ADDR=127.0.0.1 is the same rendezvous as node 0's address, so it passes)."""
     rendered = {"NNODES": str(len(spec.trainer_nodes())), "MASTER_ADDR": spec.master_addr(),
                 "MASTER_PORT": str(spec.cluster.master_port), "NPROC_PER_NODE": str(spec.nproc_per_node())}
-    changes = {}
     index = [i for i, n in enumerate(spec.cluster.nodes) if n.role == "trainer"]
     for rank, call in enumerate(trainers):
         node = spec.cluster.nodes[index[rank]]
         expected = {**rendered, "NODE_RANK": str(rank), "CUDA_VISIBLE_DEVICES": ",".join(map(str, node.gpus))}
-        own = {k: text for k in LAUNCH_ENV if (text := call.text(k)) is not None and text != expected[k]}
-        if own:
-            changes[f"cluster.nodes[{index[rank]}].env"] = {**node.env, **own}
+        own = {k: text for k in LAUNCH_ENV if (text := call.text(k)) is not None and text != expected[k]
+               and k not in ("NNODES", "NPROC_PER_NODE")  # IMPORT-NNODES and IMPORT-NPROC-GPUS say those
+               and not (k == "MASTER_ADDR" and rank == 0 and text in LOOPBACK)}
         if "NODE_RANK" in own:
             draft.findings.append(finding("IMPORT-NODE-RANK", "warning", "cluster.nodes", f"{call.source} says "
-                                          f"NODE_RANK={own['NODE_RANK']} but it is trainer script {rank} of "
-                                          f"{len(trainers)}; kept as the script says.",
+                                          f"NODE_RANK={own.pop('NODE_RANK')} but it is trainer script {rank} of "
+                                          f"{len(trainers)}; it is rendered as rank {rank}.",
                                           "Give each node script its own NODE_RANK, 0 … NNODES-1."))
-    return with_changes(spec, changes) if changes else spec
+        for key, text in own.items():
+            draft.findings.append(finding("IMPORT-LAUNCH-ENV", "warning", f"cluster.nodes[{index[rank]}]",
+                                          f"{call.source} sets {key}={text}; grpo-ui sets the launch variables "
+                                          f"itself and renders {key}={expected[key]} for this node.",
+                                          "If the script's value was meant, say it through the cluster settings: "
+                                          "the node's gpus, cluster.master_addr or cluster.master_port."))
 
 
 def disagreements(trainers: list[Call]) -> list[Finding]:

@@ -1,7 +1,10 @@
 """One monitoring pass over a job: node states, new log lines, new metrics from rank 0, GPU samples, alerts.
 
 The app calls ``Watcher.poll`` from a timed fragment and the CLI from a loop; every offset and sample is kept in
-SQLite, so a restarted app continues where the last pass stopped.
+SQLite, so a restarted app continues where the last pass stopped. Offsets advance by compare-and-set, so two watchers
+(two browsers, the app and the CLI) never store a line twice or skip one. A job that ended while nobody watched gets
+one last pass when it is next seen (``reattach`` after a restart), which fetches what it wrote at the end. Each node
+fails alone: its error names the job and the host, and the other nodes and jobs go on.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import posixpath
 import time
 
 from grpo_ui import shell
+from grpo_ui.errors import describe
 from grpo_ui.monitor import curves, liveness, stacks
 from grpo_ui.monitor.doctor import DUTY_WINDOW_S, Snapshot, diagnose
 from grpo_ui.monitor.logs import LogTail
@@ -25,11 +29,13 @@ from grpo_ui.monitor.snapshot import overdue
 from grpo_ui.remote.launcher import Launcher, _run_of, run_token
 from grpo_ui.remote.ssh import SshError
 from grpo_ui.spec import JobSpec, spec_from_yaml
+from grpo_ui.store import ACTIVE
 from grpo_ui.swift_cli import effective_output_dir
 
 LOGGING_PATH = "logging_jsonl"  # job_meta key: where rank 0 writes logging.jsonl, once known
 STACKS, STACKS_AT = "stacks", "stacks_at"  # job_meta keys: the last py-spy dumps of every rank, and when
 STACKS_EVERY_S = 300.0  # while a hang is suspected, stacks are dumped again at most this often
+DRAINED = "drained"  # job_meta key: the ended job's last lines and metrics were fetched
 ROLLOUT_LEVERS = ("async_generate", "sleep_level", "offload_model", "offload_optimizer", "vllm_gpu_memory_utilization",
                   "move_model_batches")
 TRAIN_LEVERS = ("deepspeed", "dataloader_num_workers", "steps_per_generation")
@@ -45,19 +51,38 @@ class Watcher:
         self.launcher = launcher
         self.store = launcher.store
 
+    def needs_poll(self, job: dict) -> bool:
+        """Active, or ended without its last lines and metrics fetched yet."""
+        return job["state"] in ACTIVE or self.store.meta(job["id"], DRAINED) is None
+
+    def reattach(self) -> dict[str, list[str]]:
+        """After an app restart (or from ``status``): re-check every unfinished job and fetch what ended jobs wrote
+        last; job id → the errors that job alone had (each names the job and host), [] when none."""
+        out = {}
+        for job in self.store.jobs():
+            if self.needs_poll(job):
+                try:
+                    out[job["id"]] = self.poll(job["id"])["errors"]
+                except Exception as e:  # noqa: BLE001 - this job alone fails; the message names it
+                    out[job["id"]] = [f"job {job['id']}: {describe(e)}"]
+        return out
+
     def poll(self, job_id: str) -> dict:
-        """Refresh the job; returns {'state', 'new_lines', 'new_steps', 'alerts', 'errors'}."""
+        """Refresh the job; returns {'state', 'new_lines', 'new_steps', 'alerts', 'errors'}. Errors name the job and
+        the host; one node's error leaves the others polled."""
         job = self.store.job(job_id)
         if job is None:
             return {"state": "unknown", "new_lines": 0, "new_steps": 0, "alerts": [], "errors": []}
-        spec = spec_from_yaml(job["spec_yaml"])
         errors: list[str] = []
         state = job["state"]
-        if state in ("starting", "running"):
-            try:
+        try:
+            spec = spec_from_yaml(job["spec_yaml"])
+            if state in ACTIVE:
                 state = self.launcher.refresh(job_id)
-            except SshError as e:
-                errors.append(str(e))
+        except Exception as e:  # noqa: BLE001 - this job alone fails; the message names it
+            return {"state": state, "new_lines": 0, "new_steps": 0, "alerts": [],
+                    "errors": [f"job {job_id}: {describe(e)}"]}
+        ended = state not in ACTIVE  # decided before tailing: an ended job's files are complete
         new_lines = new_steps = 0
         nodes = self.store.nodes(job_id)
         for n in nodes:
@@ -67,47 +92,55 @@ class Watcher:
                 new_lines += len(lines)
                 if n["node_rank"] == 0:
                     new_steps += self._metrics(job_id, spec, n, runner, lines)
-            except SshError as e:
-                errors.append(str(e))
+            except Exception as e:  # noqa: BLE001 - one node fails alone, named
+                errors.append(f"job {job_id}, node {n['node_index']} ({n['host']}): {describe(e)}")
+        if ended and not errors:
+            self.store.set_meta(job_id, DRAINED, "1")
         record_peaks(self.store, job_id, spec)  # measured memory next to the launch's estimate
         alerts = self._diagnose(job_id, spec, self.store.job(job_id), nodes)
         return {"state": state, "new_lines": new_lines, "new_steps": new_steps, "alerts": alerts, "errors": errors}
 
     def _tail(self, job_id: str, n: dict, runner) -> list[str]:
         path = f"{n['run_dir']}/{n['script'].removesuffix('.sh')}.log"
-        tail = LogTail(runner.read, path, self.store.offset(job_id, n["node_index"], path))
+        start = self.store.offset(job_id, n["node_index"], path)
+        tail = LogTail(runner.read, path, start)
         lines = tail.poll()
-        self.store.add_log_lines(job_id, n["node_index"], lines)
-        self.store.set_offset(job_id, n["node_index"], path, tail.offset)
+        with self.store.claim(job_id, n["node_index"], path, start, tail.offset) as mine:
+            if mine:
+                self.store.add_log_lines(job_id, n["node_index"], lines)
         mark = liveness.progress_mark(tail.pending)  # tqdm's bar moving on an unfinished line is progress too
         if mark and mark != self.store.meta(job_id, f"pending:{n['node_index']}"):
             self.store.set_meta(job_id, f"pending:{n['node_index']}", mark)
             self.store.set_meta(job_id, f"progress_at:{n['node_index']}", str(time.time()))
-        return lines
+        return lines if mine else []
 
     def _metrics(self, job_id: str, spec: JobSpec, n: dict, runner, new_lines: list[str]) -> int:
         """New steps from rank 0's logging.jsonl; while there is none (yet), from the dicts it prints on stdout. A
         step first taken from stdout is overwritten, not repeated, when logging.jsonl brings it."""
         path = self.store.meta(job_id, LOGGING_PATH) or self._find_logging_path(job_id, spec, n, runner, new_lines)
-        rows = self._tail_rows(job_id, n, runner, path, parse_jsonl_line) if path else []
-        if not path or self.store.offset(job_id, n["node_index"], path) == 0:
-            rows = [p for p in map(parse_stdout_line, new_lines) if p]  # no logging.jsonl to read (yet)
-        new_steps = sum(self.store.add_metrics(job_id, step, values) for step, values in rows if step is not None)
+        new_steps = 0
+        if not path or self.store.offset(job_id, n["node_index"], path) == 0:  # no logging.jsonl read (yet)
+            new_steps = self._store_steps(job_id, [p for p in map(parse_stdout_line, new_lines) if p])
         if path:
-            comp = completions_file(path)
-            self.store.add_completions(job_id, [r for rs in self._tail_rows(job_id, n, runner, comp,
-                                                                            parse_completion_line) for r in rs])
+            new_steps += self._tail_rows(job_id, n, runner, path, parse_jsonl_line, self._store_steps)
+            self._tail_rows(job_id, n, runner, completions_file(path), parse_completion_line,
+                            lambda job, rows: self.store.add_completions(job, [r for rs in rows for r in rs]))
         return new_steps
 
-    def _tail_rows(self, job_id: str, n: dict, runner, path: str, parse) -> list:
-        """Parsed new lines of a file next to the job (logging.jsonl, completions.jsonl); [] when it cannot be read."""
-        tail = LogTail(runner.read, path, self.store.offset(job_id, n["node_index"], path))
+    def _store_steps(self, job_id: str, rows: list) -> int:
+        return sum(self.store.add_metrics(job_id, step, values) for step, values in rows if step is not None)
+
+    def _tail_rows(self, job_id: str, n: dict, runner, path: str, parse, store) -> int:
+        """Parse the new lines of a file next to the job (logging.jsonl, completions.jsonl) and ``store(job_id,
+        rows)`` them with the offset (compare-and-set); 0 when it cannot be read (yet) or another watcher was first."""
+        start = self.store.offset(job_id, n["node_index"], path)
+        tail = LogTail(runner.read, path, start)
         try:
             rows = [r for r in map(parse, tail.poll()) if r]
         except (SshError, OSError):  # unreadable (permissions, a path that is a directory): try again next pass
-            return []
-        self.store.set_offset(job_id, n["node_index"], path, tail.offset)
-        return rows
+            return 0
+        with self.store.claim(job_id, n["node_index"], path, start, tail.offset) as mine:
+            return (store(job_id, rows) or 0) if mine else 0
 
     def _find_logging_path(self, job_id: str, spec: JobSpec, n: dict, runner, new_lines: list[str]) -> str | None:
         """From rank 0's log lines (new ones, then the stored window), else the newest versioned run dir written

@@ -166,13 +166,13 @@ def _nvml_facts(facts: HostFacts) -> bool:
 
 def _taken(runner: Runner, ports: list[int]) -> list[int]:
     """The ports something already listens on (on the node itself)."""
-    cmd = f"for p in {' '.join(map(str, ports))}; do (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null && echo $p; done"
+    cmd = f"for p in {shell.join(ports)}; do (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null && echo $p; done"
     return [int(p) for p in runner.run(cmd, timeout=15).out.split()]
 
 
 def _unreachable(runner: Runner, endpoints: list[tuple[str, int]]) -> list[tuple[str, int]]:
     """The (host, port)s this node cannot open a TCP connection to within 5 s (--norc: see launcher._start)."""
-    hps = " ".join(f"{h}:{p}" for h, p in endpoints)
+    hps = shell.join(f"{h}:{p}" for h, p in endpoints)
     cmd = (f'for hp in {hps}; do timeout 5 bash --norc -c "exec 3<>/dev/tcp/${{hp%:*}}/${{hp##*:}}" 2>/dev/null '
            '|| echo "$hp"; done')
     down = set(runner.run(cmd, timeout=5 * len(endpoints) + 15).out.split())
@@ -182,8 +182,8 @@ def _unreachable(runner: Runner, endpoints: list[tuple[str, int]]) -> list[tuple
 def _listen(runner: Runner, node: Node, ports: list[int]) -> str:
     """Listen on the ports on that node for at most 15 s (nothing of the job runs yet); returns the listener's pid
     once the last port accepts connections."""
-    cmd = (_activate(node.python_env) + f"nohup python3 -c {shell.quote(LISTEN)} {' '.join(map(str, ports))} "
-           f"> /dev/null 2>&1 & pid=$!; for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/{ports[-1]}) "
+    cmd = (_activate(node.python_env) + f"nohup python3 -c {shell.quote(LISTEN)} {shell.join(ports)} "
+           f"> /dev/null 2>&1 & pid=$!; for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/{int(ports[-1])}) "
            "2>/dev/null && break; sleep 0.05; done; echo $pid")
     return runner.run(cmd, timeout=20).out.strip()
 
@@ -201,7 +201,7 @@ def _master_checks(spec: JobSpec, runners: dict[int, Runner], trainers: list[int
     try:
         results = parallel(lambda i: _unreachable(runners[i], [(addr, port)]), trainers[1:])
     finally:
-        runners[master].run(f"kill {pid} 2>/dev/null", timeout=10)
+        runners[master].run(shell.join(["kill", pid]) + " 2>/dev/null", timeout=10)
     return [finding("PREFLIGHT-MASTER-UNREACHABLE", "error", f"cluster.nodes[{i}].host",
                     f"{spec.cluster.nodes[i].host} cannot reach MASTER_ADDR {addr}:{port}: the rendezvous would hang.",
                     "Open the port between the nodes (firewall, security group) or set master_addr to an address "
@@ -238,7 +238,7 @@ def _rollout_checks(spec: JobSpec, runners: dict[int, Runner], rank0: int) -> li
         try:
             down = _unreachable(runners[rank0], [(host, p) for p in free])
         finally:
-            runners[index].run(f"kill {pid} 2>/dev/null", timeout=10)
+            runners[index].run(shell.join(["kill", pid]) + " 2>/dev/null", timeout=10)
         for h, p in down:
             out.append(finding("PREFLIGHT-ROLLOUT-UNREACHABLE", "error", ports[p][1],
                                f"Trainer rank 0 ({r0}) cannot reach rollout node {nodes[index].host} at {h}:{p} "

@@ -8,6 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol
 
+import paramiko
+
 from grpo_ui.remote.ssh import Connection, Pool, Result, SshError
 from grpo_ui.spec import Node
 
@@ -89,8 +91,8 @@ class SshRunner:
                 return f.read(limit)
         except FileNotFoundError:
             return b""
-        except OSError as e:
-            raise SshError(self.host, f"cannot read {path}: {e}") from None
+        except (OSError, EOFError, paramiko.SSHException) as e:  # a dropped connection is not a traceback
+            raise SshError(self.host, f"cannot read {path}: {e or type(e).__name__}") from None
 
 
 def runner_for(node: Node, pool: Pool, password: str | None = None) -> Runner:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import paramiko
 
+from grpo_ui.errors import UserError
+
 CONNECT_TIMEOUT = 10.0
 MAX_JUMPS = 8
 
@@ -24,7 +26,7 @@ def ssh_config_path() -> Path:
     return Path(os.environ.get("GRPO_UI_SSH_CONFIG", Path.home() / ".ssh/config"))
 
 
-class SshError(Exception):
+class SshError(UserError):
     """A connection problem on one host; the message says what to do."""
 
     def __init__(self, host: str, message: str):
@@ -58,7 +60,7 @@ def known_host_name(hostname: str, port: int) -> str:
 def trust_host_key(hostname: str, port: int, key: paramiko.PKey, path: Path | None = None) -> None:
     """Append a host key to known_hosts (the user's explicit 'trust this key' action)."""
     path = path or known_hosts_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # ~/.ssh, when it is created here
     with open(path, "a") as f:
         f.write(f"{known_host_name(hostname, port)} {key.get_name()} {key.get_base64()}\n")
     path.chmod(0o600)
@@ -195,9 +197,12 @@ class Connection:
                 chan_in.write(stdin)
                 chan_in.channel.shutdown_write()
             o, e = out.read().decode(errors="replace"), err.read().decode(errors="replace")
-            return Result(out.channel.recv_exit_status(), o, e)
+            status = out.channel.recv_exit_status()
         except (OSError, paramiko.SSHException) as e:
             raise SshError(self.target.alias, f"command failed or timed out after {timeout:.0f} s: {e}") from None
+        if status == -1 and not self.alive:
+            raise SshError(self.target.alias, "the connection dropped while a command ran; it may have run in part")
+        return Result(status, o, e)
 
     def sftp(self) -> paramiko.SFTPClient:
         if self._sftp is None:

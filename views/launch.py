@@ -13,6 +13,7 @@ from grpo_ui.check import check
 from grpo_ui.findings import SEVERITY_ICON, has_errors, sort_findings
 from grpo_ui.remote.launcher import Launcher, LaunchError
 from grpo_ui.render import render
+from grpo_ui.spec import SpecError
 from grpo_ui.store import Store
 
 
@@ -22,7 +23,9 @@ def launcher() -> Launcher:
 
 
 st.title("Launch")
-spec = ui_state.load_draft()
+spec, notice = ui_state.open_draft()
+if notice:
+    st.warning(notice)
 findings = sort_findings(check(spec))
 errors = [f for f in findings if f.severity == "error"]
 job_id = st.text_input("Job id (the run directory on every node)",
@@ -30,7 +33,7 @@ job_id = st.text_input("Job id (the run directory on every node)",
                        key="launch_id")
 try:
     bundle = render(spec, job_id)
-except ValueError as e:
+except SpecError as e:
     st.error(str(e))
     st.stop()
 
@@ -77,4 +80,4 @@ if st.button("Launch", type="primary", disabled=bool(errors)):
     if failure:
         st.error(failure)
 if st.session_state.get("monitor_job"):
-    st.page_link("pages/monitor.py", label=f"Watch {st.session_state['monitor_job']} on the Monitor page", icon="📈")
+    st.page_link("views/monitor.py", label=f"Watch {st.session_state['monitor_job']} on the Monitor page", icon="📈")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import streamlit as st
 
-from grpo_ui import ui_state
+from grpo_ui import rules, ui_state
 from grpo_ui.catalog import ModelArch, from_hf_config, gpus, parse_hf_config
 from grpo_ui.check import check
 from grpo_ui.findings import SEVERITY_ICON, Finding, has_errors, sort_findings
@@ -27,6 +27,7 @@ from grpo_ui.spec import (
 )
 
 NODE_COLUMNS = ("host", "address", "user", "port", "gpus", "gpu_model", "gpu_memory_gib", "python_env", "role")
+ROW = "_node"  # hidden table column: which node of the base spec a row shows (its other fields are kept)
 
 
 def reset_to(spec: JobSpec) -> None:
@@ -38,7 +39,8 @@ def reset_to(spec: JobSpec) -> None:
 
 def base_spec() -> JobSpec:
     if "base_yaml" not in st.session_state:
-        st.session_state["base_yaml"] = spec_to_yaml(ui_state.load_draft())
+        draft, st.session_state["draft_notice"] = ui_state.open_draft()
+        st.session_state["base_yaml"] = st.session_state["saved_yaml"] = spec_to_yaml(draft)
     return spec_from_yaml(st.session_state["base_yaml"])
 
 
@@ -67,11 +69,22 @@ def field_widget(decl, base: JobSpec):
 
 def node_rows(base: JobSpec) -> list[dict]:
     rows = []
-    for n in base.cluster.nodes:
+    for i, n in enumerate(base.cluster.nodes):
         d = n.model_dump()
         d["gpus"] = ",".join(map(str, n.gpus))
-        rows.append({c: d.get(c) for c in NODE_COLUMNS})
+        rows.append({**{c: d.get(c) for c in NODE_COLUMNS}, ROW: i})
     return rows
+
+
+def row_node(base: JobSpec, row: dict, node: dict) -> dict:
+    """The node a table row describes: the base node it shows, with its set fields (those the table leaves out, such
+    as identity_file, workdir and env, included) and the row's values where they differ; a new row's values."""
+    try:
+        shown = base.cluster.nodes[int(row.get(ROW))]
+    except (TypeError, ValueError, IndexError):  # a row added in the table (None, or NaN)
+        return {k: v for k, v in node.items() if v is not None}
+    current = shown.model_dump()
+    return {**shown.model_dump(exclude_unset=True), **{k: v for k, v in node.items() if v != current.get(k)}}
 
 
 def build_spec(base: JobSpec, values: dict, nodes: list[dict], cluster: dict) -> tuple[JobSpec, dict[str, str]]:
@@ -100,10 +113,9 @@ def build_spec(base: JobSpec, values: dict, nodes: list[dict], cluster: dict) ->
         node = {k: (row.get(k) or None) for k in NODE_COLUMNS if k not in ("gpus",)}
         node["role"] = node["role"] or "trainer"
         node["port"] = int(node["port"]) if node["port"] else None
-        old = base.cluster.nodes[i].model_dump(exclude_unset=True) if i < len(base.cluster.nodes) else {}
-        node_list.append({**old, **{k: v for k, v in node.items() if v is not None or k in old}, "gpus": gpus_})
-    changes.update({f"cluster.{k}": v for k, v in cluster.items()})
-    if node_list:
+        node_list.append(row_node(base, row, {**node, "gpus": gpus_}))
+    changes.update({f"cluster.{k}": v for k, v in cluster.items() if v != getattr(base.cluster, k)})
+    if node_list and node_list != [n.model_dump(exclude_unset=True) for n in base.cluster.nodes]:
         changes["cluster.nodes"] = node_list
     unresolved = {p: t for p, t in base.unresolved.items() if p not in changes}
     if unresolved != base.unresolved:
@@ -170,6 +182,8 @@ def apply_fix(spec: JobSpec, changes: dict) -> None:
 
 st.title("Configure a GRPO job")
 base = base_spec()
+if st.session_state.get("draft_notice"):
+    st.warning(st.session_state["draft_notice"])
 
 with st.sidebar:
     st.subheader("Start from")
@@ -185,7 +199,8 @@ with st.sidebar:
         files = {u.name: u.getvalue() for u in uploads} if uploads else {"pasted": pasted.encode()}
         try:
             imported, notes = import_uploads(files, base.swift_version)
-            st.session_state["import_notes"] = [f.to_dict() for f in notes]
+            moved = [f for f in rules.validate(imported) if f.id == "ENV-SECRET-MOVED"]
+            st.session_state["import_notes"] = [f.to_dict() for f in [*notes, *moved]]
             reset_to(imported)
             st.rerun()
         except SpecError as e:
@@ -216,7 +231,8 @@ with st.container(border=True):
                                    "GPU GiB", min_value=1, help="memory per GPU, for a GPU the catalogue lacks"),
                                "role": st.column_config.SelectboxColumn("role", options=["trainer", "rollout"]),
                                "port": st.column_config.NumberColumn("ssh port", min_value=1, max_value=65535),
-                               "gpus": st.column_config.TextColumn("gpus", help="CUDA ids, e.g. 0,1,2,3")})
+                               "gpus": st.column_config.TextColumn("gpus", help="CUDA ids, e.g. 0,1,2,3"),
+                               ROW: None})
     c1, c2, c3 = st.columns(3)
     st.session_state.setdefault("cl:master_addr", base.cluster.master_addr or "")
     st.session_state.setdefault("cl:master_port", base.cluster.master_port)
@@ -245,8 +261,9 @@ for path, slot in slots.items():
     show_findings(slot, here, parse_errors.get(path) or (
         "; ".join(f"{p}: {m}" for p, m in parse_errors.items() if p.startswith("cluster")) if path == "cluster"
         else None))
-if not parse_errors:
+if not parse_errors and (text := spec_to_yaml(spec)) != st.session_state.get("saved_yaml"):  # changed: autosave
     ui_state.save_draft(spec)
+    st.session_state["saved_yaml"] = text
 
 with top:
     errors = [f for f in findings if f.severity == "error"]

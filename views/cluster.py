@@ -25,7 +25,9 @@ def ssh_aliases() -> list[str]:
 
 
 st.title("Cluster")
-spec = ui_state.load_draft()
+spec, notice = ui_state.open_draft()
+if notice:
+    st.warning(notice)
 st.caption(f"Job **{spec.name}** — hosts come from the Configure page's Cluster tab (autosaved draft).")
 st.dataframe([{"#": i, "host": n.host, "role": n.role, "user": n.user or "", "gpus": ",".join(map(str, n.gpus)),
                "gpu_model": n.gpu_model or "", "python_env": n.python_env or ""}

@@ -60,7 +60,7 @@ with c1:
         ui_state.save_draft(spec_from_yaml(job["spec_yaml"]))
         for key in [k for k in st.session_state if str(k).startswith(("f:", "nodes", "cl:", "base_yaml"))]:
             del st.session_state[key]
-        st.switch_page("pages/configure.py")
+        st.switch_page("views/configure.py")
 with c2:
     metrics = db.metrics(pick)
     st.markdown("**Final metrics**")

@@ -20,6 +20,7 @@ from grpo_ui.remote.launcher import Launcher, LaunchError
 from grpo_ui.remote.ssh import SshError
 from grpo_ui.spec import spec_from_yaml
 from grpo_ui.store import Store
+from views.boundary import guarded
 
 CHARTS = [("reward", ["reward"], "rewards/"), ("reward spread", ["reward_std", "frac_reward_zero_std"], None),
           ("KL", ["kl"], None), ("loss", ["loss"], None), ("grad norm", ["grad_norm"], None),
@@ -133,9 +134,10 @@ shown_state = lz.store.job(job_id)["state"]  # as the picker's label says it
 
 
 @st.fragment(run_every=3)
+@guarded
 def live():
-    job = lz.store.job(job_id)
-    result = Watcher(lz).poll(job_id) if job["state"] in ("starting", "running") else None
+    job, watcher = lz.store.job(job_id), Watcher(lz)
+    result = watcher.poll(job_id) if watcher.needs_poll(job) else None  # an ended job: once, for its last lines
     job = lz.store.job(job_id)
     if job["state"] != shown_state:
         st.rerun()  # the whole page, so the job picker's label shows the new state too
@@ -221,6 +223,7 @@ def stacks_panel(job: dict) -> None:
 live()
 
 @st.fragment(run_every=3)
+@guarded
 def logs():
     st.subheader("Logs")
     nodes = lz.store.nodes(job_id)

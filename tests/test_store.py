@@ -1,0 +1,126 @@
+"""The job database and the app's files: owner-only modes (tightened when looser), clear errors for a damaged,
+locked or shared database (browser and CLI), one name validator for job ids, duplicate ids, and offsets that
+advance by compare-and-set."""
+
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grpo_ui.private import PrivateFileError
+from grpo_ui.remote.launcher import Launcher, LaunchError
+from grpo_ui.render import render
+from grpo_ui.spec import SpecError, validate_spec
+from grpo_ui.store import DuplicateJob, Store, StoreError
+from grpo_ui.ui_state import home
+
+ROOT = Path(__file__).parent.parent
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_database_and_its_wal_are_owner_only_and_looser_modes_are_tightened(tmp_path):
+    db = tmp_path / "jobs" / "db.sqlite"
+    store = Store(db)
+    store.create_job("j", "n", "name: n\n")
+    assert mode(db.parent) == 0o700 and {mode(p) for p in db.parent.iterdir()} == {0o600}
+    assert {p.name for p in db.parent.iterdir()} >= {"db.sqlite", "db.sqlite-wal", "db.sqlite-shm"}
+    db.chmod(0o644)
+    Store(db)
+    assert mode(db) == 0o600
+
+
+def test_the_data_directory_is_tightened_and_a_shared_one_is_refused(tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    data.mkdir(mode=0o755)
+    data.chmod(0o755)
+    monkeypatch.setenv("GRPO_UI_HOME", str(data))
+    assert mode(home()) == 0o700
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(PrivateFileError, match=f"{shared} is writable by other users"):
+        Store(shared / "db.sqlite")
+    assert not (shared / "db.sqlite").exists()
+
+
+def cli(tmp_path, *args):
+    env = {**os.environ, "GRPO_UI_DB": str(tmp_path / "db.sqlite"), "GRPO_UI_HOME": str(tmp_path / "home"),
+           "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "grpo_ui", *args], capture_output=True, text=True, env=env,
+                          timeout=120, cwd=ROOT)
+
+
+def test_a_damaged_database_is_a_clear_error_with_the_way_out_in_the_cli(tmp_path):
+    (tmp_path / "db.sqlite").write_bytes(b"this is not a database" * 200)
+    with pytest.raises(StoreError, match="move it aside"):
+        Store(tmp_path / "db.sqlite")
+    out = cli(tmp_path, "status")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert f"the job database {tmp_path / 'db.sqlite'} cannot be used" in out.stderr
+    assert f"mv {tmp_path / 'db.sqlite'} {tmp_path / 'db.sqlite'}.bad" in out.stderr
+
+
+def test_a_locked_database_names_what_holds_it(tmp_path):
+    Store(tmp_path / "db.sqlite")
+    holder = sqlite3.connect(tmp_path / "db.sqlite")
+    holder.execute("BEGIN EXCLUSIVE")  # another grpo-ui in the middle of a write
+    try:
+        with pytest.raises(StoreError, match="locked.*another grpo-ui"):
+            Store(tmp_path / "db.sqlite", timeout=0.2).create_job("j", "n", "name: n\n")
+    finally:
+        holder.rollback()
+
+
+def local_spec(tmp_path):
+    return validate_spec({"train": {"model": "m", "dataset": ["d"], "reward_funcs": ["format"],
+                                    "num_generations": 2, "per_device_train_batch_size": 2},
+                          "rollout": {"use_vllm": False, "vllm_mode": None},
+                          "cluster": {"nodes": [{"host": "localhost"}], "run_root": str(tmp_path / "runs")}})
+
+
+def test_one_validator_for_names_that_become_paths(tmp_path):
+    store = Store(tmp_path / "db.sqlite")
+    spec = local_spec(tmp_path)
+    for bad in ("..", ".", "../x", "a/b", "", "-rf", "x" * 129, "a b", "$(id)"):
+        with pytest.raises(SpecError, match="not usable as a job id"):
+            store.create_job(bad, "n", "name: n\n")
+        with pytest.raises(SpecError, match="not usable as a job id"):
+            render(spec, bad)
+        with pytest.raises(SpecError, match="not usable as a job id"):
+            Launcher(store).launch(spec, bad or "..")  # an empty id means "make one up"
+    with pytest.raises(SpecError, match="name: .*not usable as a job name"):
+        validate_spec({"name": "../up"})
+    out = cli(tmp_path, "render", str(tmp_path / "none.yaml"), "--out", str(tmp_path / "o"), "--job-id", "../x")
+    assert out.returncode == 2 and "--job-id: '../x' is not usable as a job id" in out.stderr
+    assert not list(tmp_path.glob("runs*")) and store.jobs() == []
+
+
+def test_a_duplicate_job_id_is_a_clear_error(tmp_path):
+    store = Store(tmp_path / "db.sqlite")
+    store.create_job("same", "n", "name: n\n")
+    with pytest.raises(DuplicateJob, match="a job with id 'same' already exists"):
+        store.create_job("same", "n", "name: n\n")
+    with pytest.raises(LaunchError, match="already exists: pick another job id"):
+        Launcher(store).launch(local_spec(tmp_path), "same")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_offsets_advance_by_compare_and_set(tmp_path):
+    a, b = Store(tmp_path / "db.sqlite"), Store(tmp_path / "db.sqlite")  # two watchers, one database
+    a.create_job("j", "n", "name: n\n")
+    with a.claim("j", 0, "log", 0, 10) as mine:
+        assert mine
+        a.add_log_lines("j", 0, ["one", "two"])
+    with b.claim("j", 0, "log", 0, 10) as mine:  # b read the same bytes: a stored them already
+        assert not mine
+    with pytest.raises(RuntimeError), a.claim("j", 0, "log", 10, 20):
+        a.add_log_lines("j", 0, ["lost?"])
+        raise RuntimeError("the watcher died before committing")
+    assert b.offset("j", 0, "log") == 10 and [t for _, t, _ in b.log_lines("j", 0)] == ["one", "two"]
