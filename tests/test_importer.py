@@ -185,6 +185,16 @@ def test_the_web_page_never_reads_a_referenced_file_from_disk(tmp_path, monkeypa
     assert "num_generations" in local.train.model_fields_set
 
 
+@pytest.mark.parametrize("version", ["3.12", "4.6"])
+def test_an_absolute_config_path_in_an_uploaded_script_is_never_read_from_the_app_host(tmp_path, version):
+    """`--config /etc/passwd`-style paths: the web import names the file as missing and reads nothing from disk."""
+    on_host = tmp_path / "host.yaml"
+    on_host.write_bytes(b"model: read-from-the-app-host\nnum_generations: 4\n")
+    spec, findings = import_uploads({"run.sh": f"swift rlhf --config {on_host} --model m\n".encode()}, version)
+    assert spec.train.model == "m" and "num_generations" not in spec.train.model_fields_set
+    assert any(f.id == "IMPORT-CONFIG-MISSING" and str(on_host) in f.message for f in findings)
+
+
 def test_a_single_job_yaml_upload_is_a_spec():
     spec, findings = import_uploads({"job.yaml": spec_to_yaml(import_scripts([("a.sh", HEAD + "--model m")])[0]
                                                               ).encode()})
