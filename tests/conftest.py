@@ -19,4 +19,4 @@ def swift_python() -> Path:
     return py
 
 
-pytest_plugins = ["tests.hosts"]
+pytest_plugins = ["tests.hosts", "tests.slurm"]
