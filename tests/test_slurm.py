@@ -17,8 +17,10 @@ import pytest
 
 from grpo_ui.backends.jobs import STATUS, BackendJobs
 from grpo_ui.backends.slurm import SlurmBackend
+from grpo_ui.backends.slurm_text import gres_gpus
+from grpo_ui.check import check
 from grpo_ui.render import render
-from grpo_ui.spec import spec_to_yaml, validate_spec
+from grpo_ui.spec import SpecError, spec_to_yaml, validate_spec
 from grpo_ui.store import Store
 from tests.test_launcher import wait_for
 from tests.tiny_job import ASSETS, SWIFT_VENV, tiny_spec_data
@@ -38,6 +40,43 @@ echo "rank=$NODE_RANK of=$NNODES master=$MASTER_ADDR:$MASTER_PORT host=$(hostnam
 sleep "${WORK_SECONDS:-0}"
 exit $(( NODE_RANK == ${FAIL_RANK:--1} ? 7 : 0 ))
 """
+
+
+def test_slurm_fields_are_checked_line_by_line_and_name_the_field_to_use():
+    with pytest.raises(SpecError) as e:
+        validate_spec({"slurm": {"time_limit": "2h", "extra_sbatch": ["--exclusive", "--part=gpu", "-N 2", "x",
+                                                                      "--mem=1\n#SBATCH --nodes=9"]}})
+    problems = dict(e.value.problems)
+    assert "not a Slurm time limit" in problems["slurm.time_limit"]
+    lines = problems["slurm.extra_sbatch"]
+    assert "line 1" not in lines and "line 2: '--part=gpu': grpo-ui sets --partition from slurm.partition" in lines
+    assert "line 3: '-N 2': grpo-ui sets --nodes" in lines and "line 4: 'x' is not one sbatch option" in lines
+    assert "line 5" in lines
+    ok = validate_spec({"slurm": {"time_limit": "1-12:00:00", "extra_sbatch": ["#SBATCH --mem=0", "--exclusive"]}})
+    sbatch = render(ok, "j").files["job.sbatch"]
+    assert "#SBATCH --time=1-12:00:00\n#SBATCH --mem=0\n#SBATCH --exclusive\n" in sbatch
+
+
+def test_on_slurm_the_node_entries_only_shape_the_allocation():
+    nodes = [{"host": "localhost", "gpus": [0, 1]}, {"host": "localhost", "gpus": [0, 1]}]
+    ssh = validate_spec({"train": {"model": "m", "dataset": ["d"], "reward_funcs": ["format"]},
+                         "cluster": {"nodes": nodes, "run_root": "/shared/runs"}})
+    assert {"MASTER-LOOPBACK", "CLUSTER-GPU-OVERLAP"} <= {f.id for f in check(ssh)}
+    slurm = validate_spec({**ssh.model_dump(), "cluster": {**ssh.cluster.model_dump(), "backend": "slurm"},
+                           "slurm": {"gpus_per_node": 4}})
+    found = {f.id: f for f in check(slurm)}
+    assert not {"MASTER-LOOPBACK", "CLUSTER-GPU-OVERLAP"} & set(found)
+    assert "2 node(s) with 2 GPU(s) each" in found["SLURM-NODE-HOSTS"].message
+    assert found["SLURM-GPUS-MISMATCH"].apply == {"slurm.gpus_per_node": None}
+    assert "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gres=gpu:4\n" in render(
+        slurm, "j").files["job.sbatch"]
+
+
+def test_gres_strings_as_sinfo_prints_them():
+    """GRES columns from a public sinfo listing (gist.github.com/sithhell/54cbd0299c1f728fd47c6ea7b43e1572) and
+    the socket-affinity suffix newer Slurm versions append."""
+    assert [gres_gpus(g) for g in ("gpu:k40m:2", "gpu:k20c:1,mic:knc:1", "(null)", "mic:knc:2", "gpu:8(S:0-1)",
+                                   "gpu:a100:4(S:0),gpu:v100:2(S:1)")] == [2, 1, 0, 0, 8, 6]
 
 
 @pytest.fixture
