@@ -37,6 +37,7 @@ http.server.HTTPServer(("0.0.0.0", int(sys.argv[1])), H).serve_forever()' "${@: 
 fi
 echo "rank=$NODE_RANK of=$NNODES master=$MASTER_ADDR:$MASTER_PORT host=$(hostname) gpus=${CUDA_VISIBLE_DEVICES:-}\
  secret=${API_TOKEN:-} cwd=$PWD argv=$*" > "$RUN_DIR/seen.$NODE_RANK"
+[ "$NODE_RANK" = "${KILL_RANK:-}" ] && { kill -9 "$PPID"; exit 0; }  # the node's task dies without an exit code
 sleep "${WORK_SECONDS:-0}"
 exit $(( NODE_RANK == ${FAIL_RANK:--1} ? 7 : 0 ))
 """
@@ -120,10 +121,25 @@ def test_two_nodes_get_rank_master_gpus_and_secrets_and_the_failed_rank_is_named
         assert f"rank={rank} of=2 master={n1}:29500 host=n{rank + 1} gpus=0 secret=s3cr'et cwd={rd}" in text
     assert "s3cr" not in (rd / "job.sbatch").read_text()
     assert stat.S_IMODE((rd / "secrets.env").stat().st_mode) == 0o600
-    assert status.state == "failed" and [(n.host, n.state, n.exit_code) for n in status.nodes] == [
-        ("n1", "succeeded", 0), ("n2", "failed", 7)]
+    assert status.state == "failed" and (status.nodes[1].host, status.nodes[1].state, status.nodes[1].exit_code) == (
+        "n2", "failed", 7)
+    # rank 0 finished, or srun --kill-on-bad-exit ended it first, before it wrote its exit code
+    assert (status.nodes[0].host, status.nodes[0].state, status.nodes[0].exit_code) in (
+        ("n1", "succeeded", 0), ("n1", "failed", None))
     assert status.error.startswith("node 1 (n2, rank 1) failed first: exit code 7; Slurm job ")
     assert "FAILED" in status.error and "exit code 7" in status.error
+    assert not slurm_env.job_pids(handle["job"])
+
+
+def test_a_task_killed_before_writing_its_exit_code_is_named_from_srun_and_ends_the_others(slurm_env, env_dir,
+                                                                                          tmp_path):
+    spec = recorder_spec(tmp_path, env_dir, env={"KILL_RANK": "1", "WORK_SECONDS": "120"})
+    backend = SlurmBackend(spec)
+    handle = backend.start(render(spec, "rec-killed"), {})
+    status = until_ended(backend, handle, 300)
+    # rank 0 was ended by srun --kill-on-bad-exit: had it slept its 120 s, it would have written exit code 0
+    assert [(n.host, n.state, n.exit_code) for n in status.nodes] == [("n1", "failed", None), ("n2", "failed", None)]
+    assert status.error.startswith("node 1 (n2, rank 1) failed first: srun: task 1: Killed; Slurm job ")
     assert not slurm_env.job_pids(handle["job"])
 
 

@@ -14,7 +14,15 @@ import time
 
 from grpo_ui import shell
 from grpo_ui.backends.base import Backend, BackendError, JobStatus, NodeStatus
-from grpo_ui.backends.slurm_text import QUEUED, RUNNING, exit_code, job_state, records, sinfo_nodes
+from grpo_ui.backends.slurm_text import (
+    QUEUED,
+    RUNNING,
+    exit_code,
+    job_state,
+    records,
+    sinfo_nodes,
+    srun_task_error,
+)
 from grpo_ui.findings import Finding, finding
 from grpo_ui.remote.runner import Runner, runner_for
 from grpo_ui.render import Bundle, run_dir, slurm_gpus
@@ -124,7 +132,7 @@ class SlurmBackend(Backend):
                             f"Cannot create {root} on {login.host}: {res.err.strip()}",
                             "Choose a run_root you can write to on a file system the compute nodes share.")]
         said, _, listing = res.out.partition("#srun ")
-        code, *written = listing.split()
+        code, *written = listing.split() or ["?"]
         if code != "0":
             return [finding("SLURM-RUN-DIR-UNCHECKED", "info", "cluster.run_root",
                             f"No allocation within {PROBE_WAIT} s to check {root} from the compute nodes: "
@@ -151,14 +159,15 @@ class SlurmBackend(Backend):
         if secrets:
             login.write(f"{rd}/secrets.env", "".join(f"{k}={shell.quote(v)}\n" for k, v in secrets.items()), 0o600)
         res = login.run(f"cd {shell.path(rd)} && sbatch --parsable job.sbatch", timeout=60)
-        if res.rc or not res.out.strip():
+        job = res.out.strip().split(";")[0]
+        if res.rc or not job.isdigit():
             raise BackendError(f"sbatch on {login.host} refused the job: {(res.err or res.out).strip()}")
-        return {"backend": self.name, "job": res.out.strip().split(";")[0], "run_dir": rd,
+        return {"backend": self.name, "job": job, "run_dir": rd,
                 "trainers": sorted(bundle.node_files), "rollouts": sorted(bundle.rollout_files),
                 "submitted": time.time()}
 
     def poll(self, handle: dict) -> JobStatus:
-        job, rd = handle["job"], shell.path(handle["run_dir"])
+        job, rd = shell.quote(handle["job"]), shell.path(handle["run_dir"])
         login = self.login
         res = login.run(
             f"if s=$(scontrol show job -o {job} 2>&1); then echo \"$s\"; elif grep -q 'Invalid job id' <<< \"$s\"; "
@@ -180,7 +189,7 @@ class SlurmBackend(Backend):
         nodes = self._nodes(handle, files)
         state = job_state(slurm) if slurm else (
             "succeeded" if all(n.exit_code == 0 for n, _ in nodes if n.role == "trainer") else "failed")
-        status = JobStatus(state, f"Slurm job {job}: {slurm or 'no longer known to Slurm'}")
+        status = JobStatus(state, f"Slurm job {handle['job']}: {slurm or 'no longer known to Slurm'}")
         if reason != "None":
             status.detail += f" ({reason})"
             status.reason = reason
@@ -190,7 +199,7 @@ class SlurmBackend(Backend):
                 n.state = "stopped" if state == "stopped" or n.role == "rollout" else "failed"
         status.nodes = [n for n, _ in nodes]
         if state == "queued":
-            status.queue_position = self._queue_position(job, lead)
+            status.queue_position = self._queue_position(handle["job"], lead)
             if lead.get("StartTime") not in (None, "Unknown", "None"):
                 status.detail += f", expected start {lead['StartTime']}"
         elif state == "failed":
@@ -233,17 +242,21 @@ class SlurmBackend(Backend):
         return ahead + 1
 
     def _root_cause(self, handle: dict, detail: str, code: str, nodes: list[tuple[NodeStatus, float]]) -> str:
-        """The node that failed first (earliest non-zero exit code, else a trainer that left none), its exit code
-        and log tail; without one, what Slurm says and the batch script's own output."""
+        """The node that failed first, what happened to it and its log tail: the earliest non-zero exit code in the
+        run directory, else the first task srun reported (a task killed before it could write one); without
+        either, what Slurm says and the batch script's own output."""
         ended = f"{detail}, exit code {exit_code(code)[0]}" if code else detail
-        failed = [(t, n) for n, t in nodes if n.exit_code not in (None, 0)]
-        killed = [n for n, _ in nodes if n.role == "trainer" and n.exit_code is None and n.host]
-        first = min(failed, key=lambda x: x[0])[1] if failed else (killed[0] if killed else None)
-        if first is None:
-            batch_log = f"{handle['run_dir']}/slurm-{handle['job']}.out"  # the batch script's own output
-            return f"{ended}\n{self._tail(batch_log)}"
+        failed = sorted(((t, n) for n, t in nodes if n.exit_code not in (None, 0)), key=lambda x: x[0])
+        if failed:
+            first, why = failed[0][1], f"exit code {failed[0][1].exit_code}"
+        else:
+            batch = self._tail(f"{handle['run_dir']}/slurm-{handle['job']}.out", 200)
+            reported = srun_task_error(batch)
+            trainers = {n.rank: n for n, _ in nodes if n.role == "trainer"}
+            if not reported or reported[0] not in trainers:
+                return f"{ended}\n{batch[-4000:]}"
+            first, why = trainers[reported[0]], f"srun: task {reported[0]}: {reported[1]}"
         label = f"rank {first.rank}" if first.role == "trainer" else "rollout server"
-        why = f"exit code {first.exit_code}" if first.exit_code is not None else "no exit code (killed)"
         return f"node {first.index} ({first.host}, {label}) failed first: {why}; {ended}\n{self._tail(first.log)}"
 
     def _tail(self, path: str, lines: int = 50) -> str:
@@ -256,7 +269,8 @@ class SlurmBackend(Backend):
         before = self.poll(handle)
         job, active = handle["job"], "|".join(sorted(QUEUED | RUNNING))
         rounds = int((grace + STOP_WAIT) / 0.5)
-        res = self.login.run(f"scancel {job} 2>&1; for _ in $(seq {rounds}); do s=$(scontrol show job -o {job} "
+        res = self.login.run(f"scancel {shell.quote(job)} 2>&1; for _ in $(seq {rounds}); do s=$(scontrol show job "
+                             f"-o {shell.quote(job)} "
                              f"2>&1); grep -qE 'JobState=({active}) ' <<< \"$s\" || break; sleep 0.5; done; "
                              'echo "$s"', timeout=grace + STOP_WAIT + 30)
         left = [r for r in records(res.out) if r["JobState"] in QUEUED | RUNNING]

@@ -14,6 +14,7 @@ FAILED = {"FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADL
 # sinfo's compact node states a job can still be scheduled on (sinfo(1), NODE STATE CODES).
 USABLE_NODE = {"idle", "mix", "alloc", "comp", "resv", "plnd", "boot", "blocked"}
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z][\w:/]*)=(\S*)")
+_SRUN_TASK = re.compile(r"^srun: error: \S+: tasks? (\d+)(?:-\d+)?: (.+)$", re.MULTILINE)
 
 
 def job_state(slurm_state: str) -> str:
@@ -73,3 +74,10 @@ def sinfo_nodes(text: str) -> list[SlurmNode]:
             name, part, gres, state = parts
             nodes.append(SlurmNode(name, part.rstrip("*"), part.endswith("*"), gres_gpus(gres), state))
     return nodes
+
+
+def srun_task_error(text: str) -> tuple[int, str] | None:
+    """The first task srun reported as failed in a batch script's output (``srun: error: n2: task 1: Killed``):
+    (task id, what happened). With one task per node, the task id is the node id."""
+    m = _SRUN_TASK.search(text)
+    return (int(m[1]), m[2].strip()) if m else None
