@@ -360,9 +360,15 @@ SBATCH_OWN = {
 SBATCH_SHORT = {"N": "nodes", "n": "ntasks", "o": "output", "e": "error", "J": "job-name", "D": "chdir", "a": "array",
                 "p": "partition", "A": "account", "q": "qos", "t": "time", "G": "gpus", "C": "constraint",
                 "c": "cpus-per-task"}
-TIME_LIMIT = re.compile(r"^(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2}|UNLIMITED|INFINITE)$")
 SBATCH_LINE = re.compile(r"^--([A-Za-z][A-Za-z0-9-]*)(?=[= ]|$)|^-([A-Za-z])")  # the option's long or short name
-SLURM_NAME = re.compile(r"^[A-Za-z0-9_.,-]+$")
+_NAME = (re.compile(r"^[A-Za-z0-9_.-]+$"), "letters, digits, '.', '_' and '-'")
+SLURM_TEXT = {  # field → (what sbatch takes, said in words)
+    "partition": (re.compile(r"^[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*$"), "a name, or names separated by ','"),
+    "account": _NAME, "qos": _NAME,
+    "time_limit": (re.compile(r"^(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2}|UNLIMITED|INFINITE)$"),
+                   "minutes, HH:MM:SS or D-HH:MM:SS"),
+    "constraint": (re.compile(r"^[A-Za-z0-9_.,:&|!*\[\]()-]+$"), "feature names joined by & | , ( ) [ ] *"),
+}
 
 
 def sbatch_option(line: str) -> str:
@@ -391,23 +397,16 @@ class SlurmSpec(BaseModel):
                                       "empty: the trainer nodes' GPU count; 0 asks for none (a CPU partition).")
     cpus_per_task: int | None = Field(None, ge=1, le=4096, description="CPUs for each node's task, torchrun and "
                                       "its workers (--cpus-per-task); empty: the partition's default.")
-    constraint: str | None = Field(None, pattern=r"^[A-Za-z0-9_.,:&|!*\[\]()-]+$",
-                                   description="Node features the machines must have (-C), e.g. a100|h100.")
+    constraint: str | None = Field(None, description="Node features the machines must have (-C), e.g. a100|h100.")
     extra_sbatch: list[str] = Field(default_factory=list, description="More #SBATCH lines, one option each "
                                     "(e.g. --exclusive, --mem=0, --reservation=ml).")
 
-    @field_validator("partition", "account", "qos")
+    @field_validator("partition", "account", "qos", "time_limit", "constraint")
     @classmethod
-    def _name_ok(cls, v: str | None) -> str | None:
-        if v is not None and not SLURM_NAME.match(v):
-            raise ValueError(f"{v!r}: letters, digits, '.', '_', '-' (and ',' between partitions)")
-        return v
-
-    @field_validator("time_limit")
-    @classmethod
-    def _time_ok(cls, v: str | None) -> str | None:
-        if v is not None and not TIME_LIMIT.match(v):
-            raise ValueError(f"{v!r} is not a Slurm time limit: use minutes, HH:MM:SS or D-HH:MM:SS")
+    def _text_ok(cls, v: str | None, info) -> str | None:
+        pattern, form = SLURM_TEXT[info.field_name]
+        if v is not None and not pattern.match(v):
+            raise ValueError(f"{v!r} is not a Slurm {info.field_name.replace('_', ' ')}: use {form}")
         return v
 
     @field_validator("extra_sbatch")

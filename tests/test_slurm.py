@@ -22,22 +22,16 @@ from grpo_ui.check import check
 from grpo_ui.render import render
 from grpo_ui.spec import SpecError, spec_to_yaml, validate_spec
 from grpo_ui.store import Store
-from tests.test_launcher import wait_for
+from tests.test_launcher import SERVER_WORKLOAD, wait_for
 from tests.tiny_job import ASSETS, SWIFT_VENV, tiny_spec_data
 
 ROOT = Path(__file__).parent.parent
-RECORDER = """#!/bin/bash
-if [ "$1" = rollout ]; then  # stands in for `swift rollout`: a real HTTP server with /health/ on --port
-  exec python3 -c 'import http.server, sys
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200 if self.path == "/health/" else 404); self.end_headers()
-    def log_message(self, *a): pass
-http.server.HTTPServer(("0.0.0.0", int(sys.argv[1])), H).serve_forever()' "${@: -1}"
-fi
+# The recording `swift`: as `swift rollout` test_launcher's real HTTP server with /health/; as `swift rlhf` it writes
+# what its node saw and exits 7 on FAIL_RANK, or kills its own task's shell on KILL_RANK.
+RECORDER = SERVER_WORKLOAD.removesuffix("exec sleep 1\n") + """
 echo "rank=$NODE_RANK of=$NNODES master=$MASTER_ADDR:$MASTER_PORT host=$(hostname) gpus=${CUDA_VISIBLE_DEVICES:-}\
  secret=${API_TOKEN:-} cwd=$PWD argv=$*" > "$RUN_DIR/seen.$NODE_RANK"
-[ "$NODE_RANK" = "${KILL_RANK:-}" ] && { kill -9 "$PPID"; exit 0; }  # the node's task dies without an exit code
+[ "$NODE_RANK" = "${KILL_RANK:-}" ] && { kill -9 "$PPID"; exit 0; }
 sleep "${WORK_SECONDS:-0}"
 exit $(( NODE_RANK == ${FAIL_RANK:--1} ? 7 : 0 ))
 """
@@ -261,14 +255,13 @@ def test_tiny_grpo_on_two_slurm_nodes_via_the_ssh_login_node_watched_then_stoppe
     launch = cli("launch", str(spec), "--job-id", "slurm-two")
     assert launch.returncode == 0, launch.stdout + launch.stderr
 
-    def metrics_arrived():
-        out = cli("status", "slurm-two").stdout
-        return "step " in out and "slurm-two: running" in out and out
-    out = wait_for(metrics_arrived, 240)
-    assert out, cli("status", "slurm-two").stdout
+    store = Store(tmp_path / "db.sqlite")
+    assert wait_for(lambda: "step " in cli("status", "slurm-two").stdout and store.metrics("slurm-two"), 240), \
+        cli("status", "slurm-two").stdout
+    assert store.job("slurm-two")["state"] == "running"  # metrics read while it runs
     log0 = (tmp_path / "runs/slurm-two/node_0.log").read_text()
     assert f"--nnodes 2 --node_rank 0 --master_addr {slurm_env.hosts[0].addr}" in log0
-    job = json.loads(Store(tmp_path / "db.sqlite").meta("slurm-two", "backend_handle"))["job"]
+    job = json.loads(store.meta("slurm-two", "backend_handle"))["job"]
     assert slurm_env.job_pids(job)
     stop = cli("stop", "slurm-two")
     assert stop.returncode == 0 and stop.stdout.split() == ["n1:", "stopped", "n2:", "stopped"], stop.stdout

@@ -13,9 +13,8 @@ import time
 
 from grpo_ui.backends.base import Backend, BackendError, JobStatus
 from grpo_ui.backends.slurm import SlurmBackend
-from grpo_ui.check import check
 from grpo_ui.findings import format_findings
-from grpo_ui.remote.launcher import Launcher, LaunchError
+from grpo_ui.remote.launcher import Launcher, LaunchError, launch_checks
 from grpo_ui.remote.runner import Runner
 from grpo_ui.remote.ssh import Pool, SshError
 from grpo_ui.render import render, run_dir
@@ -52,13 +51,7 @@ class BackendJobs:
                progress=lambda where, msg: None, preflight: bool = False) -> str:
         """Submit the job; returns its id. With ``preflight`` the backend's checks run first and their errors fail
         the job before anything is submitted. Raises LaunchError with the reasons."""
-        errors = [f for f in check(spec) if f.severity == "error"]
-        if errors:
-            raise LaunchError("the spec has errors:\n" + format_findings(errors))
-        missing = [n for n in spec.secret_env if not (secrets or {}).get(n)]
-        if missing:
-            raise LaunchError(f"secret value(s) missing for {', '.join(missing)}: enter them before launching")
-        job_id = job_id or f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        job_id = launch_checks(spec, job_id, secrets)
         bundle, backend, where = render(spec, job_id), self.backend(spec), spec.cluster.login
         self.store.create_job(job_id, spec.name, spec_to_yaml(spec), "pending")
         # A node's log is named after its script (node_<rank>.sh → node_<rank>.log), as srun writes it.
