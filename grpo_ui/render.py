@@ -92,14 +92,14 @@ def _sbatch_context(spec: JobSpec, trainers: list[Node], rollouts: list[Node], t
     trainer waiting in the queue while its servers already run, or the reverse), one scancel ends both, and the
     trainers learn the servers' addresses from the allocation itself."""
     ctx = {"trainer_sbatch": _sbatch_options(spec, trainers, "trainer"), "rollout_sbatch": [],
-           "command": swift_line(train_argv)}
+           "command": swift_line(train_argv), "allocated_servers_port": None}
     if rollout_argv is not None:
         ctx["rollout_sbatch"] = _sbatch_options(spec, rollouts, "rollout")
         ctx["rollout_command"] = swift_line(rollout_argv)
         if not spec.rollout.vllm_server_host:  # the servers are the rollout component's nodes
             start, end = train_argv.index("--vllm_server_host") + 1, train_argv.index("--vllm_server_port")
             ctx["command"] = f"swift {shell.join(train_argv[:start])} {ROLLOUT_HOSTS} {shell.join(train_argv[end:])}"
-            ctx["servers"] = [(ROLLOUT_HOSTS, spec.server.port)]
+            ctx["servers"], ctx["allocated_servers_port"] = [], spec.server.port
     return ctx
 
 
