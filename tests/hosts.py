@@ -155,18 +155,20 @@ def hostnet(tmp_path_factory):
 
 
 def stop_active_jobs(db_path) -> None:
-    """Teardown for tests that launch jobs: stop whatever a failed test left running (no orphans, ever)."""
-    from grpo_ui.remote.launcher import Launcher
+    """Teardown for tests that launch jobs: stop whatever a failed test left running (no orphans, ever), through
+    each job's own backend."""
+    from grpo_ui.backends.jobs import launcher_of
+    from grpo_ui.remote.ssh import Pool
     from grpo_ui.store import Store
     if not Path(db_path).exists():
         return
-    launcher = Launcher(Store(db_path))
-    for job in launcher.store.jobs(active_only=True):
+    store, pool = Store(db_path), Pool()
+    for job in store.jobs(active_only=True):
         try:
-            launcher.stop(job["id"], grace=3)
+            launcher_of(job["id"], store, pool).stop(job["id"], grace=3)
         except Exception as e:  # noqa: BLE001 - report, keep tearing down
             print(f"teardown: could not stop {job['id']}: {e}")
-    launcher.pool.close()
+    pool.close()
 
 
 @pytest.fixture

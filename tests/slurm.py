@@ -63,6 +63,19 @@ class SlurmCluster:
         return found
 
 
+def describe(pids: list[int]) -> str:
+    """pid, parent, state and command line of each process, for a failure message."""
+    out = []
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            out.append(f"{pid} (parent {stat[1]}, state {stat[0]}): {cmd[:300]}")
+        except OSError:
+            out.append(f"{pid}: gone")
+    return "\n".join(out)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("", 0))
@@ -84,7 +97,7 @@ def _config(d: Path, controller: str, hosts: list[TestHost]) -> str:
         "AuthType=auth/munge", "CredType=cred/munge", f"AuthInfo=socket={d / 'munge/socket'}",
         "SlurmUser=root", "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "SelectType=select/cons_tres",
         "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
-        "MailProg=/bin/true", "ReturnToService=2", "KillWait=3", "GresTypes=gpu",
+        "MailProg=/bin/true", "ReturnToService=2", "KillWait=15", "GresTypes=gpu",
         "SlurmdParameters=config_overrides",  # CPUs=2 on any machine
         "SchedulerParameters=bf_interval=1",  # heterogeneous jobs are started by the backfill scheduler only
         f"StateSaveLocation={d / 'state'}", f"SlurmdSpoolDir={d / 'spool/%n'}",

@@ -22,6 +22,8 @@ from grpo_ui.check import check
 from grpo_ui.render import render
 from grpo_ui.spec import SpecError, spec_to_yaml, validate_spec
 from grpo_ui.store import Store
+from tests.hosts import stop_active_jobs
+from tests.slurm import describe
 from tests.test_launcher import SERVER_WORKLOAD, wait_for
 from tests.tiny_job import ASSETS, SWIFT_VENV, tiny_spec_data
 
@@ -207,9 +209,7 @@ def cli(slurm_env, tmp_path):
         return subprocess.run([sys.executable, "-m", "grpo_ui", *args], capture_output=True, text=True, env=env,
                               timeout=timeout, cwd=ROOT)
     yield run
-    store = Store(tmp_path / "db.sqlite")
-    for job in store.jobs(active_only=True):
-        BackendJobs(store).stop(job["id"], grace=3)
+    stop_active_jobs(tmp_path / "db.sqlite")
 
 
 def tiny_yaml(tmp_path, nodes, partition, login="localhost", max_steps=3, **train):
@@ -265,6 +265,6 @@ def test_tiny_grpo_on_two_slurm_nodes_via_the_ssh_login_node_watched_then_stoppe
     assert slurm_env.job_pids(job)
     stop = cli("stop", "slurm-two")
     assert stop.returncode == 0 and stop.stdout.split() == ["n1:", "stopped", "n2:", "stopped"], stop.stdout
-    assert not slurm_env.job_pids(job)
+    assert not (left := slurm_env.job_pids(job)), describe(left)
     assert "slurm-two: stopped" in cli("status", "slurm-two").stdout
     print(f"two nodes took {time.time() - start:.0f} s")
