@@ -96,7 +96,8 @@ def _sbatch_context(spec: JobSpec, trainers: list[Node], rollouts: list[Node], t
     if rollout_argv is not None:
         ctx["rollout_sbatch"] = _sbatch_options(spec, rollouts, "rollout")
         ctx["rollout_command"] = swift_line(rollout_argv)
-        if not spec.rollout.vllm_server_host:  # the servers are the rollout component's nodes
+        # The trainers talk to the cluster's rollout nodes: in the job, those are the rollout component's nodes.
+        if "--vllm_server_host" in train_argv and not spec.rollout.vllm_server_host:
             start, end = train_argv.index("--vllm_server_host") + 1, train_argv.index("--vllm_server_port")
             ctx["command"] = f"swift {shell.join(train_argv[:start])} {ROLLOUT_HOSTS} {shell.join(train_argv[end:])}"
             ctx["servers"], ctx["allocated_servers_port"] = [], spec.server.port

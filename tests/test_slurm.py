@@ -59,8 +59,8 @@ def test_on_slurm_the_node_entries_only_shape_the_allocation():
     ssh = validate_spec({"train": {"model": "m", "dataset": ["d"], "reward_funcs": ["format"]},
                          "cluster": {"nodes": nodes, "run_root": "/shared/runs"}})
     assert {"MASTER-LOOPBACK", "CLUSTER-GPU-OVERLAP"} <= {f.id for f in check(ssh)}
-    slurm = validate_spec({**ssh.model_dump(), "cluster": {**ssh.cluster.model_dump(), "backend": "slurm"},
-                           "slurm": {"gpus_per_node": 4}})
+    slurm = validate_spec({**ssh.model_dump(exclude_unset=True), "slurm": {"gpus_per_node": 4},
+                           "cluster": {**ssh.cluster.model_dump(exclude_unset=True), "backend": "slurm"}})
     found = {f.id: f for f in check(slurm)}
     assert not {"MASTER-LOOPBACK", "CLUSTER-GPU-OVERLAP"} & set(found)
     assert "2 node(s) with 2 GPU(s) each" in found["SLURM-NODE-HOSTS"].message
@@ -85,16 +85,20 @@ def env_dir(tmp_path):
     return d
 
 
-def recorder_spec(tmp_path, env_dir, nodes=2, partition="multi", env=None, **changes):
+def recorder_spec(tmp_path, env_dir, nodes=2, partition="multi", env=None, rollout_gpus=None, **changes):
+    """A Slurm job of ``nodes`` one-GPU trainers running the recording swift (and a rollout node with
+    ``rollout_gpus`` GPUs); ``changes`` are merged into its sections."""
+    slots = [{"host": f"slot{k}", "gpus": [0], "python_env": str(env_dir)} for k in range(nodes)]
+    if rollout_gpus:
+        slots.append({"host": "roll", "gpus": list(range(rollout_gpus)), "role": "rollout", "python_env": str(env_dir)})
     data = {"name": "recorded", "train": {"model": "Qwen/Qwen2.5-0.5B", "dataset": ["d.jsonl"],
                                          "reward_funcs": ["format"], "num_generations": 2,
                                          "per_device_train_batch_size": 2},
             "rollout": {"use_vllm": False, "vllm_mode": None}, "env": env or {},
-            "cluster": {"backend": "slurm", "run_root": str(tmp_path / "runs"),
-                        "nodes": [{"host": f"slot{k}", "gpus": [0], "python_env": str(env_dir)} for k in range(nodes)]},
+            "cluster": {"backend": "slurm", "run_root": str(tmp_path / "runs"), "nodes": slots},
             "slurm": {"partition": partition}}
     for key, value in changes.items():
-        data[key] = {**data[key], **value} if isinstance(value, dict) else value
+        data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
     return validate_spec(data)
 
 
@@ -141,12 +145,8 @@ def test_a_task_killed_before_writing_its_exit_code_is_named_from_srun_and_ends_
 
 def test_rollout_servers_are_a_heterogeneous_component_the_trainer_finds_and_waits_for(slurm_env, env_dir,
                                                                                         tmp_path):
-    spec = recorder_spec(tmp_path, env_dir, nodes=1, rollout={"use_vllm": True, "vllm_mode": "server",
-                                                             "vllm_server_timeout": 30})
-    nodes = [*spec.model_dump()["cluster"]["nodes"], {"host": "roll", "gpus": [0, 1], "role": "rollout",
-                                                      "python_env": str(env_dir)}]
-    spec = validate_spec({**spec.model_dump(), "server": {"port": 18111}, "cluster": {
-        **spec.model_dump()["cluster"], "nodes": nodes}})
+    spec = recorder_spec(tmp_path, env_dir, nodes=1, rollout_gpus=2, server={"port": 18111},
+                         rollout={"use_vllm": True, "vllm_mode": "server", "vllm_server_timeout": 30})
     backend = SlurmBackend(spec)
     handle = backend.start(render(spec, "rec-het"), {})
     status = until_ended(backend, handle, 90)
@@ -184,8 +184,7 @@ def test_preflight_names_partition_capacity_and_refused_requests_over_the_ssh_lo
     login = {"backend": "slurm", "login": slurm_env.hosts[0].name}
 
     def findings(**changes):
-        spec = recorder_spec(tmp_path, env_dir, **changes)
-        spec = validate_spec({**spec.model_dump(), "cluster": {**spec.model_dump()["cluster"], **login}})
+        spec = recorder_spec(tmp_path, env_dir, cluster=login, **changes)
         return {f.id: f for f in SlurmBackend(spec).prepare(render(spec, "pre"))}
 
     assert findings() == {}  # two nodes wrote into run_root from their allocation, the login node saw it
