@@ -1,6 +1,6 @@
 """Jobs run through a Backend and recorded in the store: launch (check, render, preflight, start), refresh, stop.
 
-It has the SSH launcher's shape (``store``, ``launch``, ``refresh``, ``stop``, ``runner``, ``tail``), so the Watcher
+It has the SSH launcher's shape (``store``, ``launch``, ``refresh``, ``stop``, ``runner``), so the Watcher
 and the CLI commands use either; ``launcher_for`` picks by the spec's ``cluster.backend``. The backend's handle is
 kept in the job's meta (``backend_handle``), its last status words in ``backend_status``. A queued job is
 'starting' in the store: submitted, waiting for its machines.
