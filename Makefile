@@ -5,7 +5,7 @@ PORT ?= 8501
 SWIFT_VENV ?= $(HOME)/.cache/grpo-ui/swift-venv
 SWIFT3_VENV ?= $(HOME)/.cache/grpo-ui/swift3-venv
 ASSETS ?= $(HOME)/.cache/grpo-ui/tiny-assets
-APT_PACKAGES := openssh-server chromium shellcheck pdsh iproute2 curl procps
+APT_PACKAGES := openssh-server chromium shellcheck pdsh iproute2 curl procps slurmctld slurmd slurm-client munge
 
 .PHONY: run test deps test-deps system-deps swift-venv swift3-venv assets lint bench
 
@@ -27,7 +27,8 @@ $(VENV)/.test-deps: $(VENV)/.deps requirements-test.txt
 
 test-deps: $(VENV)/.test-deps
 
-# Debian packages the tests use: sshd for the test hosts, chromium for the browser tests, shellcheck, pdsh.
+# Debian packages the tests use: sshd for the test hosts, chromium for the browser tests, shellcheck, pdsh, and
+# Slurm (slurmctld, slurmd, munge) for the Slurm backend's tests.
 system-deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \

@@ -1,8 +1,10 @@
-"""All findings for a spec before anything runs: ms-swift's rules, field advisories, the target dialect and memory."""
+"""All findings for a spec before anything runs: ms-swift's rules, field advisories, the target dialect, memory and
+the backend's own."""
 
 from __future__ import annotations
 
 from grpo_ui import rules
+from grpo_ui.backends.slurm import spec_findings as slurm_findings
 from grpo_ui.catalog import UnknownGpu
 from grpo_ui.engines import EngineConfigError
 from grpo_ui.findings import Finding, finding
@@ -51,11 +53,11 @@ def memory_findings(spec: JobSpec, arch=None) -> list[Finding]:
 
 
 def check(spec: JobSpec, arch=None) -> list[Finding]:
-    """rules.validate + what the argv rendering reports + the memory verdict, without duplicates."""
+    """rules.validate + what the argv rendering reports + the memory verdict + Slurm's, without duplicates."""
     found = list(rules.validate(spec)) + train_command(spec).findings
     if spec.rollout.use_vllm and spec.rollout.vllm_mode == "server" and spec.rollout_nodes():
         found += rollout_command(spec).findings
-    found += memory_findings(spec, arch)
+    found += memory_findings(spec, arch) + slurm_findings(spec)
     seen, out = set(), []
     for f in found:
         key = (f.id, f.fields)

@@ -17,11 +17,12 @@ import yaml
 
 from grpo_ui import rules, shell
 from grpo_ui.findings import Finding, finding
-from grpo_ui.spec import JobSpec, Node, check_name, parse_version
+from grpo_ui.spec import JobSpec, Node, check_name, parse_version, sbatch_option
 from grpo_ui.swift_cli import TRAIN_FLAGS, coerce, rollout_command, train_command
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 EXECUTABLE = (".sh", ".sbatch")
+ROLLOUT_HOSTS = '"${ROLLOUT_HOSTS[@]}"'  # in job.sbatch: the rollout component's node addresses, known at run time
 
 
 _env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
@@ -72,6 +73,45 @@ def _node_context(spec: JobSpec, node: Node, job_id: str) -> dict:
             "cuda_visible_devices": ",".join(map(str, node.gpus))}
 
 
+def swift_line(argv: list[str]) -> str:
+    return "swift " + shell.join(argv)
+
+
+def slurm_gpus(spec: JobSpec, nodes: list[Node], role: str) -> int:
+    """GPUs per node a job.sbatch component asks for (--gres=gpu:N): slurm.gpus_per_node for the trainers, by
+    default (and always for the rollout servers) the nodes' GPU count."""
+    wanted = spec.slurm.gpus_per_node if role == "trainer" else None
+    return len(nodes[0].gpus) if wanted is None else wanted
+
+
+def _sbatch_options(spec: JobSpec, nodes: list[Node], role: str) -> list[str]:
+    """The #SBATCH options of one job component: its node count, one task per node, GPUs, the slurm fields."""
+    s, gpus = spec.slurm, slurm_gpus(spec, nodes, role)
+    named = {"partition": s.partition, "account": s.account, "qos": s.qos, "time": s.time_limit,
+             "constraint": s.constraint, "cpus-per-task": s.cpus_per_task}
+    return [f"--nodes={len(nodes)}", "--ntasks-per-node=1", *([f"--gres=gpu:{gpus}"] if gpus else []),
+            *(f"--{k}={v}" for k, v in named.items() if v is not None), *map(sbatch_option, s.extra_sbatch)]
+
+
+def _sbatch_context(spec: JobSpec, trainers: list[Node], rollouts: list[Node], train_argv: list[str],
+                    rollout_argv: list[str] | None) -> dict:
+    """job.sbatch: the trainers as the job's first component and, in server mode, the rollout nodes as a second
+    (heterogeneous) one. A heterogeneous job rather than a separate rollout job: Slurm allocates both at once (no
+    trainer waiting in the queue while its servers already run, or the reverse), one scancel ends both, and the
+    trainers learn the servers' addresses from the allocation itself."""
+    ctx = {"trainer_sbatch": _sbatch_options(spec, trainers, "trainer"), "rollout_sbatch": [],
+           "command": swift_line(train_argv), "allocated_servers_port": None}
+    if rollout_argv is not None:
+        ctx["rollout_sbatch"] = _sbatch_options(spec, rollouts, "rollout")
+        ctx["rollout_command"] = swift_line(rollout_argv)
+        # The trainers talk to the cluster's rollout nodes: in the job, those are the rollout component's nodes.
+        if "--vllm_server_host" in train_argv and not spec.rollout.vllm_server_host:
+            start, end = train_argv.index("--vllm_server_host") + 1, train_argv.index("--vllm_server_port")
+            ctx["command"] = f"swift {shell.join(train_argv[:start])} {ROLLOUT_HOSTS} {shell.join(train_argv[end:])}"
+            ctx["servers"], ctx["allocated_servers_port"] = [], spec.server.port
+    return ctx
+
+
 def _yaml_config(argv: list[str], env: dict[str, str]) -> str:
     """ms-swift ≥ 4.1 config: each --flag becomes a key with the launch env in ENV. Values take their declared
     field's type (a system prompt 'true' stays a string); flags we do not declare (extra_args) stay strings."""
@@ -103,13 +143,13 @@ def render(spec: JobSpec, job_id: str) -> Bundle:
     files: dict[str, str] = {}
     bundle = Bundle(job_id, files, findings, added=list(train.added))
     common = {"nnodes": len(trainers), "master_addr": spec.master_addr(), "master_port": spec.cluster.master_port,
-              "nproc": spec.nproc_per_node(), "argv": train.argv,
+              "nproc": spec.nproc_per_node(),
               "servers": spec.server_endpoints() if server_mode else [],
               "server_timeout": int(spec.rollout.vllm_server_timeout)}
     yaml_ok = parse_version(spec.swift_version) >= (4, 1, 0)
     for rank, (i, node) in enumerate(trainers):
         name = f"node_{rank}.sh"
-        ctx = {**common, **_node_context(spec, node, job_id), "rank": rank,
+        ctx = {**common, **_node_context(spec, node, job_id), "rank": rank, "command": swift_line(train.argv),
                "secrets_file": "node_${NODE_RANK}.secrets.env"}
         files[name] = _env.get_template("node.sh.j2").render(ctx)
         bundle.node_files[i] = name
@@ -122,19 +162,22 @@ def render(spec: JobSpec, job_id: str) -> Bundle:
         findings.append(finding("RENDER-NO-YAML", "info", "swift_version",
                                 f"ms-swift {spec.swift_version} cannot take a positional YAML config (added in 4.1); "
                                 "no swift_<rank>.yaml was written.", "Use the node scripts, or ms-swift ≥ 4.1."))
-    if server_mode and rollouts:
-        findings += rollout_command(spec).findings
+    servers = rollout_command(spec) if server_mode and rollouts else None  # every server on server.port (sbatch)
+    if servers:
+        findings += servers.findings
         for k, (i, node) in enumerate(rollouts):
             roll = rollout_command(spec, index=k)
             bundle.added += [(f"{flags} (rollout_{k}.sh)", why) for flags, why in roll.added]
             name = f"rollout_{k}.sh"
-            ctx = {**_node_context(spec, node, job_id), "index": k, "argv": roll.argv,
+            ctx = {**_node_context(spec, node, job_id), "index": k, "command": swift_line(roll.argv),
                    "secrets_file": "rollout_${ROLLOUT_INDEX}.secrets.env"}
             files[name] = _env.get_template("rollout.sh.j2").render(ctx)
             bundle.rollout_files[i] = name
     if trainers:
         files["job.sbatch"] = _env.get_template("job.sbatch.j2").render(
-            {**common, **_node_context(spec, trainers[0][1], job_id), "secrets_file": secrets_file("job.sbatch")})
+            {**common, **_node_context(spec, trainers[0][1], job_id), "secrets_file": secrets_file("job.sbatch"),
+             **_sbatch_context(spec, [n for _, n in trainers], [n for _, n in rollouts], train.argv,
+                               servers.argv if servers else None)})
     files["secrets.env.example"] = "".join(f"{name}=\n" for name in spec.secret_env) or "# no secrets declared\n"
     files["README.txt"] = _env.get_template("README.txt.j2").render(
         job_id=job_id, swift_version=spec.swift_version, files=sorted([*files, "README.txt"]),

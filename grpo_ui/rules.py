@@ -566,8 +566,9 @@ def cluster(spec):
                               f"Rollout node {n.host} has {len(n.gpus)} GPUs but TP × DP uses {tp * dp}.",
                               f"Raise server.vllm_data_parallel_size to {len(n.gpus) // tp}.",
                               {"server.vllm_data_parallel_size": len(n.gpus) // tp})
+    ssh = spec.cluster.backend == "ssh"  # on Slurm the nodes' hosts are not used: Slurm picks the machines
     seen: dict[str, tuple[int, set[int]]] = {}
-    for i, n in enumerate(spec.cluster.nodes):
+    for i, n in enumerate(spec.cluster.nodes if ssh else []):
         key = n.routable
         if key in seen and seen[key][1] & set(n.gpus):
             overlap = sorted(seen[key][1] & set(n.gpus))
@@ -578,7 +579,7 @@ def cluster(spec):
                           "Give each node on the same machine its own GPU ids.")
         seen.setdefault(key, (i, set()))[1].update(n.gpus)
     master = spec.master_addr()
-    if len(trainers) > 1 and (master in ("127.0.0.1", "localhost", "::1") or any(n.is_local for n in trainers)):
+    if ssh and len(trainers) > 1 and (master in ("127.0.0.1", "localhost", "::1") or any(n.is_local for n in trainers)):
         yield finding("MASTER-LOOPBACK", "error", ("cluster.master_addr", "cluster.nodes[0].host"),
                       f"NNODES is {len(trainers)} but MASTER_ADDR is {master} (or a trainer is localhost): the other "
                       "nodes cannot reach a loopback address and would hang at rendezvous.",

@@ -414,11 +414,93 @@ class ClusterSpec(BaseModel):
     master_port: int = Field(29500, ge=1, le=65535, description="Rendezvous port on the master.")
     workdir: str | None = Field(None, description="Directory every node cd's into (default: the job's run dir).")
     run_root: str = Field("~/.grpo-ui/runs", description="Where each node keeps its run directories.")
+    backend: Literal["ssh", "slurm"] = Field(
+        "ssh", description="ssh: grpo-ui starts every node over SSH. slurm: one sbatch job; Slurm picks the machines "
+                           "(the trainer nodes then say how many nodes with how many GPUs, their hosts are unused).")
+    login: str = Field("localhost", pattern=r"^[A-Za-z0-9_.-]+$",
+                       description="Slurm: where sbatch, squeue and scancel run, a hostname or ~/.ssh/config alias "
+                                   "reached over SSH, or localhost when the app runs on a login node. run_root must "
+                                   "be on a file system the compute nodes share.")
 
     @field_validator("master_addr")
     @classmethod
     def _master_ok(cls, v: str | None) -> str | None:
         return None if v is None else check_host(v.strip())
+
+
+# Options a job's extra #SBATCH lines may not set: grpo-ui writes them itself, or a field of its own sets them.
+SBATCH_OWN = {
+    "nodes": "the number of trainer nodes", "ntasks": "one task per node", "ntasks-per-node": "one task per node",
+    "output": "the per-node logs in the run directory", "error": "the per-node logs in the run directory",
+    "job-name": "the job id", "chdir": "the run directory", "array": "one job per launch", "wrap": "the batch script",
+    "parsable": "the submission", "partition": "slurm.partition", "account": "slurm.account", "qos": "slurm.qos",
+    "time": "slurm.time_limit", "gres": "slurm.gpus_per_node", "gpus": "slurm.gpus_per_node",
+    "gpus-per-node": "slurm.gpus_per_node", "constraint": "slurm.constraint", "cpus-per-task": "slurm.cpus_per_task",
+}
+SBATCH_SHORT = {"N": "nodes", "n": "ntasks", "o": "output", "e": "error", "J": "job-name", "D": "chdir", "a": "array",
+                "p": "partition", "A": "account", "q": "qos", "t": "time", "G": "gpus", "C": "constraint",
+                "c": "cpus-per-task"}
+SBATCH_LINE = re.compile(r"^--([A-Za-z][A-Za-z0-9-]*)(?=[= ]|$)|^-([A-Za-z])")  # the option's long or short name
+_NAME = (re.compile(r"^[A-Za-z0-9_.-]+$"), "letters, digits, '.', '_' and '-'")
+SLURM_TEXT = {  # field → (what sbatch takes, said in words)
+    "partition": (re.compile(r"^[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*$"), "a name, or names separated by ','"),
+    "account": _NAME, "qos": _NAME,
+    "time_limit": (re.compile(r"^(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2}|UNLIMITED|INFINITE)$"),
+                   "minutes, HH:MM:SS or D-HH:MM:SS"),
+    "constraint": (re.compile(r"^[A-Za-z0-9_.,:&|!*\[\]()-]+$"), "feature names joined by & | , ( ) [ ] *"),
+}
+
+
+def sbatch_option(line: str) -> str:
+    """One extra #SBATCH line → the option text sbatch reads (``#SBATCH`` prefix dropped); ValueError says why not."""
+    text = line.strip().removeprefix("#SBATCH").strip()
+    m = SBATCH_LINE.match(text)
+    if not m or "#" in text or not text.isprintable():
+        raise ValueError(f"{line!r} is not one sbatch option (e.g. --mem=64G or --exclusive)")
+    name = m[1] or SBATCH_SHORT.get(m[2], m[2])
+    own = next((o for o in SBATCH_OWN if o.startswith(name)), None)  # sbatch takes unambiguous prefixes (--part)
+    if own:
+        raise ValueError(f"{line!r}: grpo-ui sets --{own} from {SBATCH_OWN[own]}; remove the line")
+    return text
+
+
+class SlurmSpec(BaseModel):
+    """How the job asks Slurm for its allocation (cluster.backend slurm)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    partition: str | None = Field(None, description="Partition (-p); empty: the cluster's default partition.")
+    account: str | None = Field(None, description="Account charged for the job (-A).")
+    qos: str | None = Field(None, description="Quality of service (--qos).")
+    time_limit: str | None = Field(None, description="Wall-clock limit (-t): minutes, HH:MM:SS or D-HH:MM:SS; the "
+                                                     "job ends as TIMEOUT when it passes.")
+    gpus_per_node: int | None = Field(None, ge=0, le=128, description="GPUs requested per node (--gres=gpu:N); "
+                                      "empty: the trainer nodes' GPU count; 0 asks for none (a CPU partition).")
+    cpus_per_task: int | None = Field(None, ge=1, le=4096, description="CPUs for each node's task, torchrun and "
+                                      "its workers (--cpus-per-task); empty: the partition's default.")
+    constraint: str | None = Field(None, description="Node features the machines must have (-C), e.g. a100|h100.")
+    extra_sbatch: list[str] = Field(default_factory=list, description="More #SBATCH lines, one option each "
+                                    "(e.g. --exclusive, --mem=0, --reservation=ml).")
+
+    @field_validator("partition", "account", "qos", "time_limit", "constraint")
+    @classmethod
+    def _text_ok(cls, v: str | None, info) -> str | None:
+        pattern, form = SLURM_TEXT[info.field_name]
+        if v is not None and not pattern.match(v):
+            raise ValueError(f"{v!r} is not a Slurm {info.field_name.replace('_', ' ')}: use {form}")
+        return v
+
+    @field_validator("extra_sbatch")
+    @classmethod
+    def _lines_ok(cls, v: list[str]) -> list[str]:
+        problems = []
+        for i, line in enumerate(v):
+            try:
+                sbatch_option(line)
+            except ValueError as e:
+                problems.append(f"line {i + 1}: {e}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return v
 
 
 def _split_secrets(data: dict) -> tuple[dict, list[str]]:
@@ -454,6 +536,7 @@ class JobSpec(BaseModel):
     rollout: RolloutArgs = Field(default_factory=RolloutArgs)
     server: ServerArgs = Field(default_factory=ServerArgs)
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
+    slurm: SlurmSpec = Field(default_factory=SlurmSpec)
     env: dict[str, str] = Field(default_factory=dict, description="Environment for every node.")
     secret_env: list[str] = Field(default_factory=list,
                                   description="Names of secret variables (values live in a 0600 file, never here).")

@@ -10,7 +10,7 @@ import types
 import typing
 from pathlib import Path
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from grpo_ui.private import private_dir, private_file, write_private
 from grpo_ui.spec import ARGS, ArgDecl, JobSpec, SpecError, spec_from_yaml, spec_to_yaml
@@ -139,3 +139,21 @@ def from_text(decl: ArgDecl, text: str):
         if isinstance(e, ValidationError):
             raise ValueError(e.errors()[0]["msg"]) from None
         raise ValueError(str(e)) from None
+
+
+def section_text(section: BaseModel) -> dict[str, str]:
+    """A section of plain fields (``slurm``) as form text: empty when unset, a list one item per line."""
+    return {name: "\n".join(value) if isinstance(value, list) else "" if value is None else str(value)
+            for name, value in section}
+
+
+def section_values(model: type[BaseModel], texts: dict[str, str]) -> dict:
+    """Form text back to the section's values: empty → unset, lists by line; pydantic converts and checks the rest
+    when the spec is validated (its errors name the field)."""
+    out: dict = {}
+    for name, text in texts.items():
+        if typing.get_origin(model.model_fields[name].annotation) is list:
+            out[name] = [line.strip() for line in text.splitlines() if line.strip()]
+        else:
+            out[name] = text.strip() or None
+    return out

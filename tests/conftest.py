@@ -32,4 +32,4 @@ def swift3_python() -> Path:
     return _python(SWIFT3_VENV, "swift3-venv")
 
 
-pytest_plugins = ["tests.hosts"]
+pytest_plugins = ["tests.hosts", "tests.slurm"]

@@ -144,12 +144,23 @@ def _why_not() -> str | None:
     return None
 
 
+def _free_subnet(start: int) -> int:
+    """S of a 10.S.0.0/24 no interface uses yet (S in 200–249, trying ``start`` first): two test sessions on one
+    machine with the same subnet would route each other's packets to the wrong bridge."""
+    used = sh("ip", "-4", "-o", "addr").stdout
+    for k in range(50):
+        subnet = 200 + (start + k) % 50
+        if f" 10.{subnet}.0." not in used:
+            return subnet
+    raise RuntimeError("no free 10.200–249.0.0/24 subnet left for test hosts")
+
+
 @pytest.fixture(scope="session")
 def hostnet(tmp_path_factory):
     reason = _why_not()
     if reason:
         pytest.skip(reason)
-    net = HostNet(tmp_path_factory.mktemp("hostnet"), f"g{os.getpid() % 10000}", 200 + os.getpid() % 50)
+    net = HostNet(tmp_path_factory.mktemp("hostnet"), f"g{os.getpid() % 10000}", _free_subnet(os.getpid() % 50))
     try:
         yield net
     finally:
@@ -157,18 +168,20 @@ def hostnet(tmp_path_factory):
 
 
 def stop_active_jobs(db_path) -> None:
-    """Teardown for tests that launch jobs: stop whatever a failed test left running (no orphans, ever)."""
-    from grpo_ui.remote.launcher import Launcher
+    """Teardown for tests that launch jobs: stop whatever a failed test left running (no orphans, ever), through
+    each job's own backend."""
+    from grpo_ui.backends.jobs import launcher_of
+    from grpo_ui.remote.ssh import Pool
     from grpo_ui.store import Store
     if not Path(db_path).exists():
         return
-    launcher = Launcher(Store(db_path))
-    for job in launcher.store.jobs(active_only=True):
+    store, pool = Store(db_path), Pool()
+    for job in store.jobs(active_only=True):
         try:
-            launcher.stop(job["id"], grace=3)
+            launcher_of(job["id"], store, pool).stop(job["id"], grace=3)
         except Exception as e:  # noqa: BLE001 - report, keep tearing down
             print(f"teardown: could not stop {job['id']}: {e}")
-    launcher.pool.close()
+    pool.close()
 
 
 @pytest.fixture

@@ -135,6 +135,20 @@ def test_an_unknown_model_is_estimated_from_a_pasted_config_json(app):
     assert not any("MEMORY-UNKNOWN-MODEL" in label for label in labels(app))
 
 
+def test_slurm_fields_appear_with_the_slurm_backend_and_bad_ones_are_named(app):
+    assert not any(t.key == "cl:slurm.partition" for t in app.text_input)
+    app.selectbox(key="cl:backend").set_value("slurm").run()
+    app.text_input(key="cl:slurm.partition").set_value("gpu").run()
+    app.text_input(key="cl:slurm.time_limit").set_value("2h").run()
+    assert any("slurm.time_limit" in m.value and "not a Slurm time limit" in m.value for m in app.markdown)
+    app.text_input(key="cl:slurm.time_limit").set_value("1-02:00:00").run()
+    app.text_area(key="cl:slurm.extra_sbatch").set_value("--exclusive\n--mem=0").run()
+    draft = load_draft()
+    assert (draft.cluster.backend, draft.slurm.partition, draft.slurm.time_limit) == ("slurm", "gpu", "1-02:00:00")
+    assert draft.slurm.extra_sbatch == ["--exclusive", "--mem=0"]
+    assert any(label.startswith(SEVERITY_ICON["info"] + " SLURM-NODE-HOSTS") for label in labels(app))
+
+
 def test_draft_survives_an_app_restart(tmp_path, monkeypatch):
     monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
     at = AppTest.from_file(APP, default_timeout=60).run()

@@ -137,35 +137,6 @@ def test_relative_and_dash_paths_start_at_home_whatever_the_cwd(tmp_path):
     assert (home / "-runs/job-1/exit_code.0").read_text().strip() == "0"
 
 
-SRUN = """#!/bin/bash
-# Slurm is not installed here: this srun runs the task command once per node id, as srun does on each node.
-while [[ $1 == --* ]]; do shift; done
-for id in 0 1; do SLURM_NODEID=$id "$@" || code=$?; done
-exit "${code:-0}"
-"""
-
-
-def test_sbatch_tasks_get_their_rank_secrets_and_write_exit_codes(tmp_path):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name, text in {"srun": SRUN, "scontrol": "#!/bin/sh\nprintf 'n1\\nn2\\n'\n",
-                       "swift": '#!/bin/bash\necho "$NODE_RANK $MASTER_ADDR $WANDB_API_KEY" >> "$HOME/seen"\n'
-                                '[ "$NODE_RANK" = 1 ] && exit 7; exit 0\n'}.items():
-        (bin_dir / name).write_text(text)
-        (bin_dir / name).chmod(0o755)
-    s = spec(**cluster(2), **{"cluster.run_root": str(tmp_path / "runs")})
-    (tmp_path / "runs/job-1").mkdir(parents=True)
-    (tmp_path / "runs/job-1/job.secrets.env").write_text("WANDB_API_KEY=k3y\n")
-    (tmp_path / "job.sbatch").write_text(render(s, "job-1").files["job.sbatch"])
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "SLURM_JOB_NODELIST": "n[1-2]",
-           "SLURM_NNODES": "2"}
-    proc = subprocess.run(["bash", str(tmp_path / "job.sbatch")], capture_output=True, text=True, env=env, timeout=60)
-    assert proc.returncode == 7, proc.stderr
-    assert (tmp_path / "seen").read_text().split("\n")[:2] == ["0 n1 k3y", "1 n1 k3y"]
-    assert [(tmp_path / f"runs/job-1/exit_code.{r}").read_text().strip() for r in (0, 1)] == ["0", "7"]
-    assert not (tmp_path / "runs/job-1/job.secrets.env").exists()  # read once, then deleted
-
-
 class Health(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         self.send_response(200 if self.path == "/health/" else 404)

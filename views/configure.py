@@ -19,7 +19,9 @@ from grpo_ui.spec import (
     ARGS_BY_PATH,
     GROUPS,
     SUPPORTED_VERSIONS,
+    ClusterSpec,
     JobSpec,
+    SlurmSpec,
     SpecError,
     spec_from_yaml,
     spec_to_yaml,
@@ -87,9 +89,11 @@ def row_node(base: JobSpec, row: dict, node: dict) -> dict:
     return {**shown.model_dump(exclude_unset=True), **{k: v for k, v in node.items() if v != current.get(k)}}
 
 
-def build_spec(base: JobSpec, values: dict, nodes: list[dict], cluster: dict) -> tuple[JobSpec, dict[str, str]]:
+def build_spec(base: JobSpec, values: dict, nodes: list[dict], cluster: dict,
+               slurm: dict | None) -> tuple[JobSpec, dict[str, str]]:
     """The spec the form describes, and the fields whose text does not parse (path → message). Only fields set before
-    or changed on the form are set; a value typed over an imported script's unresolved text replaces it."""
+    or changed on the form are set; a value typed over an imported script's unresolved text replaces it. ``slurm``:
+    the Slurm fields, when they are drawn."""
     errors: dict[str, str] = {}
     changes = {}
     for path, raw in ui_state.changed_fields(base, values).items():
@@ -115,6 +119,7 @@ def build_spec(base: JobSpec, values: dict, nodes: list[dict], cluster: dict) ->
         node["port"] = int(node["port"]) if node["port"] else None
         node_list.append(row_node(base, row, {**node, "gpus": gpus_}))
     changes.update({f"cluster.{k}": v for k, v in cluster.items() if v != getattr(base.cluster, k)})
+    changes.update({f"slurm.{k}": v for k, v in (slurm or {}).items() if v != getattr(base.slurm, k)})
     if node_list and node_list != [n.model_dump(exclude_unset=True) for n in base.cluster.nodes]:
         changes["cluster.nodes"] = node_list
     unresolved = {p: t for p, t in base.unresolved.items() if p not in changes}
@@ -240,6 +245,20 @@ with st.container(border=True):
     cluster = {"master_addr": c1.text_input("master_addr", key="cl:master_addr", help="default: node 0") or None,
                "master_port": c2.number_input("master_port", key="cl:master_port", min_value=1, max_value=65535),
                "run_root": c3.text_input("run_root", key="cl:run_root", help="run directories on every node")}
+    st.session_state.setdefault("cl:backend", base.cluster.backend)
+    st.session_state.setdefault("cl:login", base.cluster.login)
+    c1, c2 = st.columns(2)
+    cluster["backend"] = c1.selectbox("backend", ["ssh", "slurm"], key="cl:backend",
+                                      help=ClusterSpec.model_fields["backend"].description)
+    slurm = None
+    if cluster["backend"] == "slurm":
+        cluster["login"] = c2.text_input("login node", key="cl:login", help=ClusterSpec.model_fields["login"].description)
+        texts, cols = ui_state.section_text(base.slurm), st.columns(4)
+        for k, (name, info) in enumerate(SlurmSpec.model_fields.items()):
+            st.session_state.setdefault(f"cl:slurm.{name}", texts[name])
+            widget = cols[k % 4].text_area if name == "extra_sbatch" else cols[k % 4].text_input
+            texts[name] = widget(name, key=f"cl:slurm.{name}", help=info.description)
+        slurm = ui_state.section_values(SlurmSpec, texts)
     slots["cluster"] = st.empty()
 
 with st.sidebar:
@@ -250,16 +269,18 @@ with st.sidebar:
                            if base.swift_version in SUPPORTED_VERSIONS else 0, key="swift_version")
 
 spec, parse_errors = build_spec(base.model_copy(update={"name": name, "swift_version": version}), values,
-                                list(nodes), cluster)
+                                list(nodes), cluster, slurm)
 arch = pasted_arch(spec.train.model)
 findings = sort_findings(check(spec, arch)) if not parse_errors else []
 placed: set[int] = set()
 for path, slot in slots.items():
-    here = [f for f in findings if any(fp == path or (path == "cluster" and fp.startswith(("cluster", "spec")))
+    cluster_wide = ("cluster", "slurm", "spec")
+    here = [f for f in findings if any(fp == path or (path == "cluster" and fp.startswith(cluster_wide))
                                        for fp in f.fields)]
     placed.update(id(f) for f in here)
     show_findings(slot, here, parse_errors.get(path) or (
-        "; ".join(f"{p}: {m}" for p, m in parse_errors.items() if p.startswith("cluster")) if path == "cluster"
+        "; ".join(f"{p}: {m}" for p, m in parse_errors.items() if p.startswith(("cluster", "slurm")))
+        if path == "cluster"
         else None))
 if not parse_errors and (text := spec_to_yaml(spec)) != st.session_state.get("saved_yaml"):  # changed: autosave
     ui_state.save_draft(spec)

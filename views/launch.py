@@ -9,17 +9,19 @@ import time
 import streamlit as st
 
 from grpo_ui import ui_state
+from grpo_ui.backends.jobs import launcher_for
 from grpo_ui.check import check
 from grpo_ui.findings import SEVERITY_ICON, has_errors, sort_findings
-from grpo_ui.remote.launcher import Launcher, LaunchError
+from grpo_ui.remote.launcher import LaunchError
+from grpo_ui.remote.ssh import Pool
 from grpo_ui.render import render
 from grpo_ui.spec import SpecError
 from grpo_ui.store import Store
 
 
 @st.cache_resource
-def launcher() -> Launcher:
-    return Launcher(Store())
+def store_and_pool() -> tuple[Store, Pool]:
+    return Store(), Pool()
 
 
 st.title("Launch")
@@ -68,8 +70,8 @@ if st.button("Launch", type="primary", disabled=bool(errors)):
     failure, steps = None, []  # progress arrives from one thread per host: collect it, show it here
     with st.status(f"Launching {job_id}…", expanded=True) as box:
         try:
-            launched = launcher().launch(spec, job_id, secrets, lambda host, msg: steps.append(f"**{host}**: {msg}"),
-                                         preflight=check_first)
+            launched = launcher_for(spec, *store_and_pool()).launch(
+                spec, job_id, secrets, lambda host, msg: steps.append(f"**{host}**: {msg}"), preflight=check_first)
             for line in steps:
                 box.write(line)
             box.update(label=f"{launched} is running", state="complete")

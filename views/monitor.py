@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
+from grpo_ui.backends.jobs import launcher_of
 from grpo_ui.findings import SEVERITY_ICON
 from grpo_ui.monitor.curves import extra_curves
 from grpo_ui.monitor.gpu import APPS, SmiChannel, nvml_processes, nvml_samples
@@ -131,17 +132,19 @@ default = ids.index(st.session_state["monitor_job"]) if st.session_state.get("mo
 job_id = st.selectbox("Job", ids, index=default, format_func=lambda i: f"{i} — {lz.store.job(i)['state']}")
 st.session_state["monitor_job"] = job_id
 shown_state = lz.store.job(job_id)["state"]  # as the picker's label says it
+# GPU telemetry is sampled on the hosts the spec names: SSH jobs only (a Slurm job's nodes are Slurm's choice)
+sampled = spec_from_yaml(lz.store.job(job_id)["spec_yaml"]).cluster.backend == "ssh"
 
 
 @st.fragment(run_every=3)
 @guarded
 def live():
-    job, watcher = lz.store.job(job_id), Watcher(lz)
+    job, watcher = lz.store.job(job_id), Watcher(launcher_of(job_id, lz.store, lz.pool))
     result = watcher.poll(job_id) if watcher.needs_poll(job) else None  # an ended job: once, for its last lines
     job = lz.store.job(job_id)
     if job["state"] != shown_state:
         st.rerun()  # the whole page, so the job picker's label shows the new state too
-    if job["state"] in ("starting", "running"):
+    if job["state"] in ("starting", "running") and sampled:
         gpu_channels(job_id)
         lz.store.add_gpu_samples(job_id, nvml_samples())
         if (snap := nvml_processes()) is not None:
@@ -251,7 +254,7 @@ logs()
 job = lz.store.job(job_id)
 if job["state"] in ("starting", "running") and st.button("Stop this job on every node", type="primary"):
     try:
-        outcome = lz.stop(job_id)
+        outcome = launcher_of(job_id, lz.store, lz.pool).stop(job_id)
         st.success("Stopped: " + ", ".join(f"{h}: {o}" for h, o in outcome.items()))
     except (LaunchError, SshError) as e:
         st.error(str(e))

@@ -6,14 +6,16 @@ from __future__ import annotations
 import os
 import time
 
+from grpo_ui.backends.jobs import launcher_for
 from grpo_ui.commands import job_id
-from grpo_ui.remote.launcher import Launcher, LaunchError
+from grpo_ui.remote.launcher import LaunchError
 from grpo_ui.spec import load_spec
 from grpo_ui.store import Store
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("launch", help="start a job on its nodes over SSH (detached: it outlives this command)")
+    p = sub.add_parser("launch", help="start a job on its nodes over SSH, or submit it to Slurm (detached: it "
+                                      "outlives this command)")
     p.add_argument("spec", help="job YAML")
     p.add_argument("--job-id", type=job_id, help="job id / run directory name (default: <name>-<timestamp>)")
     p.add_argument("--wait", action="store_true", help="follow the job until it ends (Ctrl-C stops following only)")
@@ -24,7 +26,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     spec = load_spec(args.spec)
-    launcher = Launcher(Store())
+    launcher = launcher_for(spec, Store())
     secrets = {name: os.environ.get(name, "") for name in spec.secret_env}
     try:
         job = launcher.launch(spec, args.job_id, secrets, lambda host, msg: print(f"{host}: {msg}"),

@@ -1,14 +1,17 @@
-"""`preflight job.yaml [--trust] [--json]`: check every node before a launch; exit 1 on errors."""
+"""`preflight job.yaml [--trust] [--json]`: check every node (on Slurm: the partition, the request and the shared
+run directory, from the login node) before a launch; exit 1 on errors."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict
 
+from grpo_ui.backends.slurm import SlurmBackend
 from grpo_ui.findings import format_findings, has_errors
 from grpo_ui.remote.preflight import preflight
 from grpo_ui.remote.ssh import Pool, UnknownHostKey, trust_host_key
-from grpo_ui.spec import load_spec
+from grpo_ui.render import render
+from grpo_ui.spec import Node, load_spec
 
 
 def add_parser(sub) -> None:
@@ -23,8 +26,9 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     spec = load_spec(args.spec)
     pool = Pool()
+    slurm = spec.cluster.backend == "slurm"
     if args.trust:
-        for node in spec.cluster.nodes:
+        for node in [Node(host=spec.cluster.login)] if slurm else spec.cluster.nodes:
             if node.is_local:
                 continue
             try:
@@ -34,7 +38,10 @@ def run(args) -> int:
                 trust_host_key(e.hostname, e.port, e.key)
             except Exception:  # noqa: BLE001 - preflight below reports it properly
                 pass
-    facts, findings = preflight(spec, pool, lambda host, msg: None if args.json else print(f"{host}: {msg}"))
+    if slurm:
+        facts, findings = [], SlurmBackend(spec, pool).prepare(render(spec, "preflight"))
+    else:
+        facts, findings = preflight(spec, pool, lambda host, msg: None if args.json else print(f"{host}: {msg}"))
     pool.close()
     if args.json:
         print(json.dumps({"hosts": [asdict(f) for f in facts], "findings": [f.to_dict() for f in findings]},

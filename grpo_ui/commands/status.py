@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
+from grpo_ui.backends.jobs import STATUS, launcher_of
 from grpo_ui.monitor.watch import Watcher
-from grpo_ui.remote.launcher import Launcher
+from grpo_ui.remote.launcher import Launcher, LaunchError
 from grpo_ui.store import Store
 
 
@@ -14,20 +17,26 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    launcher = Launcher(Store())
+    store = Store()
     if not args.job:
-        errors = Watcher(launcher).reattach()  # each job alone may fail: its lines say why
-        for j in launcher.store.jobs():
+        errors = Watcher(Launcher(store)).reattach()  # each job alone may fail: its lines say why
+        for j in store.jobs():
             print(f"{j['id']:<40} {j['state']:<10} {j['name']}")
             for e in errors.get(j["id"], []):
                 print(f"  unreachable or unreadable: {e}")
         return 0
-    result = Watcher(launcher).poll(args.job)
-    job = launcher.store.job(args.job)
-    if not job:
-        print(f"no job {args.job!r}")
+    try:
+        launcher = launcher_of(args.job, store)
+    except LaunchError as e:
+        print(e)
         return 1
+    result = Watcher(launcher).poll(args.job)
+    job = store.job(args.job)
     print(f"{job['id']}: {result['state']}")
+    backend = json.loads(store.meta(args.job, STATUS) or "null")
+    if backend:
+        position = backend["queue_position"]
+        print(f"  {backend['detail']}" + (f", queue position {position}" if position else ""))
     for n in launcher.store.nodes(args.job):
         print(f"  node {n['node_index']} {n['host']:<20} {n['role']:<8} rank {n['node_rank']} pid {n['pid']} "
               f"{n['state']} exit {n['exit_code']}")

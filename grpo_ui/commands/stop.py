@@ -1,8 +1,10 @@
-"""`stop JOB [--grace S]`: SIGTERM every node's processes, SIGKILL after the grace period, verify nothing is left."""
+"""`stop JOB [--grace S]`: SIGTERM every node's processes, SIGKILL after the grace period (on Slurm: scancel), verify
+nothing is left."""
 
 from __future__ import annotations
 
-from grpo_ui.remote.launcher import Launcher, LaunchError
+from grpo_ui.backends.jobs import launcher_of
+from grpo_ui.remote.launcher import LaunchError
 from grpo_ui.store import Store
 
 
@@ -15,7 +17,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     try:
-        outcome = Launcher(Store()).stop(args.job, args.grace)
+        outcome = launcher_of(args.job, Store()).stop(args.job, args.grace)
     except LaunchError as e:
         print(e)
         return 1

@@ -13,6 +13,7 @@ import posixpath
 import time
 
 from grpo_ui import shell
+from grpo_ui.backends.jobs import launcher_of
 from grpo_ui.errors import describe
 from grpo_ui.monitor import curves, liveness, stacks
 from grpo_ui.monitor.doctor import DUTY_WINDOW_S, Snapshot, diagnose
@@ -61,8 +62,9 @@ class Watcher:
         out = {}
         for job in self.store.jobs():
             if self.needs_poll(job):
-                try:
-                    out[job["id"]] = self.poll(job["id"])["errors"]
+                try:  # each job through its own backend's launcher
+                    watcher = Watcher(launcher_of(job["id"], self.store, self.launcher.pool))
+                    out[job["id"]] = watcher.poll(job["id"])["errors"]
                 except Exception as e:  # noqa: BLE001 - this job alone fails; the message names it
                     out[job["id"]] = [f"job {job['id']}: {describe(e)}"]
         return out

@@ -88,6 +88,18 @@ def _node_runs(spec: JobSpec, bundle: Bundle) -> list[NodeRun]:
     return runs
 
 
+def launch_checks(spec: JobSpec, job_id: str | None, secrets: dict[str, str] | None) -> str:
+    """What every launch checks first, on any backend: the spec has no errors and every secret has a value. Returns
+    the job id (default: <name>-<timestamp>); raises LaunchError with the reasons."""
+    errors = [f for f in check(spec) if f.severity == "error"]
+    if errors:
+        raise LaunchError("the spec has errors:\n" + format_findings(errors))
+    missing = [n for n in spec.secret_env if not (secrets or {}).get(n)]
+    if missing:
+        raise LaunchError(f"secret value(s) missing for {', '.join(missing)}: enter them before launching")
+    return check_name(job_id or f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
 def launch_tag(job: dict) -> str:
     """What tells this launch of a job id apart from any other: its creation time in microseconds, in hex."""
     return format(round(job["created"] * 1e6), "x")
@@ -152,13 +164,7 @@ class Launcher:
         """Start the job; returns its id. With ``preflight``, every node is checked first and any preflight error
         fails the job before anything is started. Raises LaunchError (with every reason) and leaves nothing running.
         """
-        errors = [f for f in check(spec) if f.severity == "error"]
-        if errors:
-            raise LaunchError("the spec has errors:\n" + format_findings(errors))
-        missing = [n for n in spec.secret_env if not (secrets or {}).get(n)]
-        if missing:
-            raise LaunchError(f"secret value(s) missing for {', '.join(missing)}: enter them before launching")
-        job_id = check_name(job_id or f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        job_id = launch_checks(spec, job_id, secrets)
         bundle = render(spec, job_id)
         runs = _node_runs(spec, bundle)
         rd = run_dir(spec, job_id)

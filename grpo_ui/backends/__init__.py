@@ -1,0 +1,1 @@
+"""Execution backends: where and how a rendered job runs (``base.Backend`` is the interface)."""

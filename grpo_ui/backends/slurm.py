@@ -1,0 +1,288 @@
+"""Slurm backend: the whole GRPO job is one sbatch job (templates/job.sbatch.j2), submitted, watched and cancelled
+from a login node.
+
+The login node is the app's own machine (cluster.login ``localhost``) or a host reached over SSH. The run directory
+(cluster.run_root/<job id>) must be on a file system the login node and every compute node share: job.sbatch, the
+0600 secrets file (read once by the batch script, then deleted), each node's log and exit code and the list of allocated hosts are written there, so everything
+is read on the login node. The job's state comes from ``scontrol show job`` (Slurm keeps an ended job there for
+MinJobAge, 300 s by default), then from ``sacct`` where accounting is set up, then from the exit codes alone.
+"""
+
+from __future__ import annotations
+
+import time
+
+from grpo_ui import shell
+from grpo_ui.backends.base import Backend, BackendError, JobStatus, NodeStatus
+from grpo_ui.backends.slurm_text import (
+    QUEUED,
+    RUNNING,
+    exit_code,
+    job_state,
+    records,
+    sinfo_nodes,
+    srun_task_error,
+)
+from grpo_ui.findings import Finding, finding
+from grpo_ui.remote.runner import Runner, runner_for
+from grpo_ui.render import Bundle, run_dir, secrets_file, slurm_gpus
+from grpo_ui.spec import JobSpec, Node
+
+PROBE_WAIT = 20  # seconds the preflight's srun waits for an allocation (--immediate) before giving up
+STOP_WAIT = 60   # seconds, on top of the grace, a cancelled job may stay COMPLETING while Slurm kills its tasks
+NODE_LOCAL = ("/tmp", "/var/tmp", "/dev/shm", "/scratch/local")
+
+
+def spec_findings(spec: JobSpec) -> list[Finding]:
+    """What the spec alone says about a Slurm job (no cluster needed)."""
+    trainers = spec.trainer_nodes()
+    if spec.cluster.backend != "slurm" or not trainers:
+        return []
+    gpus = len(trainers[0].gpus)
+    out = [finding("SLURM-NODE-HOSTS", "info", "cluster.nodes",
+                   f"Slurm picks the machines: the {len(trainers)} trainer node entries ask for {len(trainers)} "
+                   f"node(s) with {gpus} GPU(s) each; their hosts, users and ports are not used.",
+                   "List one trainer entry per node you want, each with the GPU ids a node gives the job.")]
+    wanted = spec.slurm.gpus_per_node
+    if wanted and wanted != gpus:
+        out.append(finding("SLURM-GPUS-MISMATCH", "error", ("slurm.gpus_per_node", "cluster.nodes"),
+                           f"Slurm would give each node {wanted} GPU(s) but NPROC_PER_NODE is {gpus} (the trainer "
+                           "nodes' GPU ids); ms-swift needs one process per visible GPU.",
+                           f"Clear slurm.gpus_per_node (it then asks for {gpus}), or give each trainer node "
+                           f"{wanted} GPU ids.", {"slurm.gpus_per_node": None}))
+    if spec.cluster.run_root.startswith(NODE_LOCAL):
+        out.append(finding("SLURM-RUN-ROOT-LOCAL", "warning", "cluster.run_root",
+                           f"run_root {spec.cluster.run_root} is usually local to each machine, but the login node "
+                           "reads every node's log and exit code there.",
+                           "Use a directory on a shared file system, e.g. ~/.grpo-ui/runs on a shared home."))
+    return out
+
+
+class SlurmBackend(Backend):
+    """One job spec run as one Slurm job; see the module docstring."""
+
+    name = "slurm"
+
+    @property
+    def login(self) -> Runner:
+        return runner_for(Node(host=self.spec.cluster.login), self.pool)
+
+    def runner(self, node: int) -> Runner:
+        return self.login  # every node's files are in the shared run directory
+
+    # -- preflight ------------------------------------------------------------------------------------------------
+
+    def prepare(self, bundle: Bundle) -> list[Finding]:
+        """sinfo: the partition exists and has enough usable nodes with the GPUs asked for; sbatch --test-only:
+        Slurm accepts the request (account, QoS, limits); srun: every allocated node can write into run_root and
+        the login node sees what they wrote."""
+        login = self.login
+        res = login.run("sinfo -h -N -o '%N|%P|%G|%t'", timeout=30)
+        if res.rc:
+            return [finding("SLURM-UNREACHABLE", "error", "cluster.login",
+                            f"sinfo on {login.host} failed: {(res.err or res.out).strip()[-500:]}",
+                            "Check that cluster.login is a Slurm login node and that slurmctld answers there.")]
+        found = self._capacity(bundle, res.out)
+        if not found:
+            test = login.run("sbatch --test-only", timeout=60, stdin=bundle.files["job.sbatch"].encode())
+            if test.rc:
+                found.append(finding("SLURM-REQUEST", "error", ("slurm.partition", "slurm.account", "slurm.qos"),
+                                     f"Slurm refuses the job: {(test.err or test.out).strip()[-500:]}",
+                                     "Fix the slurm section (partition, account, QoS, time limit, extra lines)."))
+        return found or self._probe_run_root(login, len(bundle.node_files))
+
+    def _capacity(self, bundle: Bundle, sinfo: str) -> list[Finding]:
+        nodes = sinfo_nodes(sinfo)
+        wanted = self.spec.slurm.partition
+        parts = wanted.split(",") if wanted else sorted({n.partition for n in nodes if n.default})
+        known = sorted({n.partition for n in nodes})
+        missing = [p for p in parts if p not in known]
+        if missing or not parts:
+            what = f"no partition {', '.join(missing)}" if missing else "no default partition"
+            return [finding("SLURM-PARTITION", "error", "slurm.partition",
+                            f"The cluster has {what}; its partitions: {', '.join(known) or 'none'}.",
+                            "Set slurm.partition to one of them.")]
+        usable = {n.name: n for n in nodes if n.partition in parts and n.usable}
+        out = []
+        for role, indices in (("trainer", bundle.node_files), ("rollout", bundle.rollout_files)):
+            if not indices:
+                continue
+            group = [self.spec.cluster.nodes[i] for i in indices]
+            gpus = slurm_gpus(self.spec, group, role)
+            fit = sorted(n.name for n in usable.values() if n.gpus >= gpus)
+            if len(fit) < len(group):
+                down = sorted({f"{n.name} ({n.state})" for n in nodes if n.partition in parts and not n.usable})
+                out.append(finding("SLURM-NODES", "error", ("slurm.partition", "slurm.gpus_per_node", "cluster.nodes"),
+                                   f"Partition {','.join(parts)} has {len(fit)} usable node(s) with ≥ {gpus} GPU(s) "
+                                   f"({', '.join(fit) or 'none'}) but the job asks for {len(group)} {role} node(s)"
+                                   + (f"; not usable: {', '.join(down)}" if down else "") + ".",
+                                   "Ask for fewer nodes or GPUs per node, or choose another partition."))
+        return out
+
+    def _probe_run_root(self, login: Runner, nnodes: int) -> list[Finding]:
+        s, root = self.spec.slurm, self.spec.cluster.run_root
+        where = {"partition": s.partition, "account": s.account, "qos": s.qos, "constraint": s.constraint}
+        srun = ["srun", f"--immediate={PROBE_WAIT}", "--quiet", "--job-name=grpo-ui-preflight", "--time=1",
+                f"--nodes={nnodes}", "--ntasks-per-node=1", *(f"--{k}={v}" for k, v in where.items() if v),
+                "bash", "-c", 'touch "$0/$SLURM_NODEID"']
+        res = login.run(f'd={shell.path(root)}/.grpo-ui-probe-$$ && mkdir -p "$d" || exit 9; {shell.join(srun)} "$d" '
+                        '2>&1; echo "#srun $?"; ls "$d"; rm -rf "$d"', timeout=PROBE_WAIT + 60)
+        if res.rc == 9:
+            return [finding("SLURM-RUN-DIR", "error", "cluster.run_root",
+                            f"Cannot create {root} on {login.host}: {res.err.strip()}",
+                            "Choose a run_root you can write to on a file system the compute nodes share.")]
+        said, _, listing = res.out.partition("#srun ")
+        code, *written = listing.split() or ["?"]
+        if code != "0":
+            return [finding("SLURM-RUN-DIR-UNCHECKED", "info", "cluster.run_root",
+                            f"No allocation within {PROBE_WAIT} s to check {root} from the compute nodes: "
+                            f"{said.strip()[-300:]}", "Nothing to do if run_root is on a shared file system.")]
+        unseen = sorted(set(map(str, range(nnodes))) - set(written))
+        if unseen:
+            return [finding("SLURM-RUN-DIR", "error", "cluster.run_root",
+                            f"{len(unseen)} of {nnodes} allocated node(s) wrote into {root} but {login.host} does "
+                            "not see their files: it is not shared with the compute nodes.",
+                            "Put run_root on a file system every node shares (a shared home or a parallel file "
+                            "system).")]
+        return []
+
+    # -- the job --------------------------------------------------------------------------------------------------
+
+    def start(self, bundle: Bundle, secrets: dict[str, str]) -> dict:
+        """Write job.sbatch (and the 0600 secrets file) into the run directory and submit it from there."""
+        login, rd = self.login, run_dir(self.spec, bundle.job_id)
+        res = login.run(f"mkdir -p {shell.path(rd)} && cd {shell.path(rd)} && rm -f exit_code.* hosts rollout_hosts",
+                        timeout=30)
+        if res.rc:
+            raise BackendError(f"{login.host}: cannot create the run directory {rd}: {res.err.strip()}")
+        login.write(f"{rd}/job.sbatch", bundle.files["job.sbatch"], 0o755)
+        if secrets:
+            login.write(f"{rd}/{secrets_file('job.sbatch')}", "".join(f"{k}={shell.quote(v)}\n" for k, v in secrets.items()), 0o600)
+        res = login.run(f"cd {shell.path(rd)} && sbatch --parsable job.sbatch", timeout=60)
+        job = res.out.strip().split(";")[0]
+        if res.rc or not job.isdigit():
+            raise BackendError(f"sbatch on {login.host} refused the job: {(res.err or res.out).strip()}")
+        return {"backend": self.name, "job": job, "run_dir": rd,
+                "trainers": sorted(bundle.node_files), "rollouts": sorted(bundle.rollout_files),
+                "submitted": time.time()}
+
+    def poll(self, handle: dict) -> JobStatus:
+        job, rd = shell.quote(handle["job"]), shell.path(handle["run_dir"])
+        login = self.login
+        res = login.run(
+            f"if s=$(scontrol show job -o {job} 2>&1); then echo \"$s\"; elif grep -q 'Invalid job id' <<< \"$s\"; "
+            f"then echo '#forgotten'; sacct -n -X -P -j {job} -o State,ExitCode 2>/dev/null; else echo \"#error $s\"; "
+            f"fi; echo '#files'; cd {rd} 2>/dev/null && for f in hosts rollout_hosts exit_code.*; do [ -f \"$f\" ] && "
+            "echo \"$f $(stat -c %.3Y \"$f\") $(tr '\\n' ' ' < \"$f\")\"; done; true", timeout=30)
+        head, _, tail = res.out.partition("#files\n")
+        if head.startswith("#error"):
+            raise BackendError(f"scontrol on {login.host}: {head.removeprefix('#error').strip()}")
+        files = {name: (float(mtime), words.split()) for name, mtime, words in
+                 (line.split(" ", 2) for line in tail.splitlines() if line.count(" ") >= 2)}
+        comps = records(head)
+        lead = comps[0] if comps else {}
+        if comps:
+            slurm, reason, code = lead["JobState"], lead.get("Reason", "None"), lead.get("ExitCode", "")
+        else:  # Slurm forgot it (MinJobAge): sacct's 'STATE|CODE', or nothing without accounting
+            slurm, _, code = (head.removeprefix("#forgotten").strip().splitlines() or ["|"])[0].partition("|")
+            slurm, reason = slurm.split(" ")[0], "None"
+        nodes = self._nodes(handle, files)
+        state = job_state(slurm) if slurm else (
+            "succeeded" if all(n.exit_code == 0 for n, _ in nodes if n.role == "trainer") else "failed")
+        status = JobStatus(state, f"Slurm job {handle['job']}: {slurm or 'no longer known to Slurm'}")
+        if reason != "None":
+            status.detail += f" ({reason})"
+            status.reason = reason
+        for n, _ in nodes:
+            if n.exit_code is None and state in ("succeeded", "failed", "stopped"):
+                # ended without an exit code: killed (rollout servers are, when the training ends)
+                n.state = "stopped" if state == "stopped" or n.role == "rollout" else "failed"
+        status.nodes = [n for n, _ in nodes]
+        if state == "queued":
+            status.queue_position = self._queue_position(handle["job"], lead)
+            if lead.get("StartTime") not in (None, "Unknown", "None"):
+                status.detail += f", expected start {lead['StartTime']}"
+        elif state == "failed":
+            status.error = self._root_cause(handle, status.detail, code, nodes)
+        return status
+
+    @staticmethod
+    def _nodes(handle: dict, files: dict) -> list[tuple[NodeStatus, float]]:
+        """Each node's status from the run directory (its host once allocated, its exit code once it ended), with
+        the time its exit code was written."""
+        out = []
+        for role, key, hosts, exit_name, log in (("trainer", "trainers", "hosts", "exit_code.{}", "node_{}.log"),
+                                                 ("rollout", "rollouts", "rollout_hosts", "exit_code.rollout{}",
+                                                  "rollout_{}.log")):
+            names = files.get(hosts, (0, []))[1]
+            for k, index in enumerate(handle[key]):
+                written, words = files.get(exit_name.format(k), (0.0, ["?"]))
+                code = int(words[0]) if words and words[0].lstrip("-").isdigit() else None
+                state = ("succeeded" if code == 0 else "failed") if code is not None else (
+                    "running" if names else "pending")
+                out.append((NodeStatus(index, role, k if role == "trainer" else None,
+                                       names[k] if k < len(names) else None, state, code,
+                                       f"{handle['run_dir']}/{log.format(k)}"), written))
+        return out
+
+    def _queue_position(self, job: str, lead: dict) -> int | None:
+        """1 + the pending jobs of its partition that Slurm would start first (higher priority, or equal and
+        submitted earlier)."""
+        res = self.login.run(f"squeue -h -t PENDING -p {shell.quote(lead.get('Partition', ''))} -o '%i|%Q'",
+                             timeout=30)
+        if res.rc or not lead.get("Priority", "").isdigit():
+            return None
+        mine, ahead = (-int(lead["Priority"]), int(job)), 0
+        for line in res.out.split():
+            jid, _, prio = line.partition("|")
+            base = jid.split("+")[0].split("_")[0]
+            if ("+" in jid and not jid.endswith("+0")) or not base.isdigit() or base == job or not prio.isdigit():
+                continue  # a heterogeneous job counts once, by its first component
+            ahead += (-int(prio), int(base)) < mine
+        return ahead + 1
+
+    def _root_cause(self, handle: dict, detail: str, code: str, nodes: list[tuple[NodeStatus, float]]) -> str:
+        """The node that failed first, what happened to it and its log tail: the earliest non-zero exit code in the
+        run directory, else the first task srun reported (a task killed before it could write one); without
+        either, what Slurm says and the batch script's own output."""
+        ended = f"{detail}, exit code {exit_code(code)[0]}" if code else detail
+        failed = sorted(((t, n) for n, t in nodes if n.exit_code not in (None, 0)), key=lambda x: x[0])
+        if failed:
+            first, why = failed[0][1], f"exit code {failed[0][1].exit_code}"
+        else:
+            batch = self._tail(f"{handle['run_dir']}/slurm-{handle['job']}.out", 200)
+            reported = srun_task_error(batch)
+            trainers = {n.rank: n for n, _ in nodes if n.role == "trainer"}
+            if not reported or reported[0] not in trainers:
+                return f"{ended}\n{batch[-4000:]}"
+            first, why = trainers[reported[0]], f"srun: task {reported[0]}: {reported[1]}"
+        label = f"rank {first.rank}" if first.role == "trainer" else "rollout server"
+        return f"node {first.index} ({first.host}, {label}) failed first: {why}; {ended}\n{self._tail(first.log)}"
+
+    def _tail(self, path: str, lines: int = 50) -> str:
+        return self.login.run(f"tail -n {lines} {shell.path(path)} 2>&1", timeout=20).out
+
+    def stop(self, handle: dict, grace: float = 10.0) -> dict[str, str]:
+        """scancel, then wait until no component is pending, running or completing (Slurm has then killed every
+        task process: SIGTERM, and SIGKILL after its KillWait), and check that no allocated node was drained for
+        processes that would not die ('Kill task failed')."""
+        before = self.poll(handle)
+        job, active = handle["job"], "|".join(sorted(QUEUED | RUNNING))
+        rounds = int((grace + STOP_WAIT) / 0.5)
+        res = self.login.run(f"scancel {shell.quote(job)} 2>&1; for _ in $(seq {rounds}); do s=$(scontrol show job "
+                             f"-o {shell.quote(job)} "
+                             f"2>&1); grep -qE 'JobState=({active}) ' <<< \"$s\" || break; sleep 0.5; done; "
+                             'echo "$s"', timeout=grace + STOP_WAIT + 30)
+        left = [r for r in records(res.out) if r["JobState"] in QUEUED | RUNNING]
+        if left:
+            raise BackendError(f"Slurm job {job} is still {left[0]['JobState']} on {left[0].get('NodeList')} "
+                               f"{grace + STOP_WAIT:.0f} s after scancel; its processes may be left there.")
+        hosts = sorted({n.host for n in before.nodes if n.host})
+        if hosts:
+            drained = self.login.run(f"sinfo -h -N -n {shell.quote(','.join(hosts))} -o '%N|%E'", timeout=30).out
+            stuck = [line.split("|")[0] for line in drained.splitlines() if "Kill task failed" in line]
+            if stuck:
+                raise BackendError(f"processes of Slurm job {job} outlived it on {', '.join(stuck)}: Slurm drained "
+                                   "the node(s) (Kill task failed); an administrator must clean them up.")
+        outcome = "stopped" if before.state in ("queued", "running") else "gone"
+        return dict.fromkeys(hosts, outcome) or {f"Slurm job {job}": outcome}
