@@ -718,6 +718,15 @@ def vllm_kv(i: Inputs, tp: int, seqs: int, max_len: int) -> float:
     return seqs * (max_len * i.arch.kv_bytes_per_token() + i.arch.linear_state_bytes()) / tp
 
 
+def zero3_generation_gather(i: Inputs) -> float:
+    """ZeRO-3 without vLLM: generation runs the training model with every parameter gathered (ms-swift's and TRL's
+    ds3_gather_for_generation, default True: unwrap_model_for_generation(gather_deepspeed3_params=True)), so the
+    whole model sits on each GPU beside its partition while it generates (bytes beyond the partition)."""
+    if i.stage != 3 or i.weights_offloaded:
+        return 0.0
+    return base_weight_bytes(i) * (1 - 1 / i.world)
+
+
 def vllm_asleep(i: Inputs, reserve: float) -> float:
     """GPU memory a colocated vLLM keeps while the trainer trains (bytes): its whole reservation at sleep_level 0,
     nothing of its weights or KV cache at sleep levels 1 and 2.
@@ -832,6 +841,8 @@ def estimate(i: Inputs) -> MemoryReport:
         kv = vllm_kv(i, 1, i.generation_batch, i.prompt_len + i.completion_len)
         rollout.append(Term("generate() KV cache", kv / GIB, "transformers generation: micro-batch × steps per "
                             "generation sequences"))
+        rollout.append(Term("ZeRO-3 gathered weights", zero3_generation_gather(i) / GIB,
+                            "ds3_gather_for_generation: the whole model gathered beside its shard"))
         phases.append(Phase("rollout", rollout))
     phases.insert(1, optimizer_step_phase(i, ms["trainable"], training))
     phases[0].terms.append(_allocator_reserve(i, phases[0]))

@@ -203,6 +203,17 @@ def test_reference_and_reward_models_are_counted_and_sharded_like_the_policy():
         estimate_spec(spec(train__reward_model=["acme/mystery-rm"]))
 
 
+def test_zero3_generation_without_vllm_gathers_the_whole_model():
+    """ms-swift's and TRL's ds3_gather_for_generation (default True): transformers generation runs with every
+    parameter gathered, the whole model beside each GPU's partition."""
+    def gathered(engine, use_vllm):
+        report = estimate_spec(spec(train__deepspeed=engine, train__tuner_type="full", rollout__use_vllm=use_vllm))
+        return term(report, "rollout", "ZeRO-3 gathered")
+
+    assert gathered("zero3", False) == pytest.approx(2 * P7 * 7 / 8 / GIB)
+    assert gathered("zero2", False) == 0 and gathered("zero3", True) == 0  # vLLM generates: the model stays sharded
+
+
 def test_sleep_levels_free_vllm_memory_while_training():
     """vLLM's worker sleep unmaps every CuMem allocation at both levels; level 1 keeps a CPU copy of the weights."""
     reports = [estimate_spec(spec(rollout__sleep_level=lvl, rollout__vllm_gpu_memory_utilization=0.4))
