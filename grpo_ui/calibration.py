@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import statistics
 from dataclasses import dataclass, replace
@@ -131,8 +132,10 @@ def spec_of(row: dict) -> JobSpec:
 def inputs_of(row: dict) -> Inputs:
     """A row's Inputs, with the facts of its software that a JobSpec does not carry:
 
-    - SFT scores the whole sequence with a cross-entropy loss, loads no other model and keeps the ZeRO-3 prefetch
-      bucket at transformers' 'auto' (0.9·h²), which ms-swift's GRPO config zeroes (GRPOConfig.__post_init__);
+    - SFT scores the whole sequence with a cross-entropy loss, loads no other model, keeps the ZeRO-3 prefetch
+      bucket at transformers' 'auto' (0.9·h²), which ms-swift's GRPO config zeroes (GRPOConfig.__post_init__), and
+      accumulates ceil(16 / (micro-batch × world)) micro-steps unless told (ms-swift's TrainingArguments default;
+      GRPO's is 1);
     - TRL (``framework: trl``; ``trl_version`` when the source names it, else a current 1.x): before 0.25 it prepared
       a quantised model with PEFT's prepare_model_for_kbit_training, which upcasts the unquantised weights to fp32;
       from 0.26 it casts QLoRA adapters to bf16 (grpo_trainer.py), from 1.0 it divides the logits by the temperature
@@ -151,8 +154,9 @@ def inputs_of(row: dict) -> Inputs:
     i = replace(i, fixed_shapes=bool(cfg.get("fixed_length")), vit_trainable=cfg.get("freeze_vit") is False,
                 vit_ckpt=cfg.get("vit_gradient_checkpointing", i.grad_ckpt))
     if row["workload"] == "sft":
+        accumulation = cfg.get("gradient_accumulation_steps") or math.ceil(16 / i.micro_batch / i.world)
         i = replace(i, loss="ce", prompt_len=0, completion_len=cfg["seq_len"], extra_models=(), vllm="none",
-                    generation_batch=0, zero3_prefetch=0.9 * i.arch.hidden_size ** 2)
+                    generation_batch=0, zero3_prefetch=0.9 * i.arch.hidden_size ** 2, grad_accum=max(1, accumulation))
     return i
 
 

@@ -189,6 +189,7 @@ class Inputs:
     world: int
     nproc: int
     micro_batch: int            # sequences per device per micro-step
+    grad_accum: int             # micro-steps per optimizer step
     prompt_len: int
     completion_len: int         # tokens whose logits are computed (GRPO: the completion; SFT: the whole sequence)
     grad_ckpt: bool
@@ -338,7 +339,8 @@ def inputs_from_spec(spec: JobSpec, gpu: str | None = None, arch: ModelArch | No
         arch=arch, compute_bytes=compute, quant=quant, full=t.tuner_type == "full", lora_rank=t.lora_rank,
         lora_targets=_lora_targets(t.target_modules, arch), lora_dropout=t.lora_dropout,
         zero=zero_config(t.deepspeed), fsdp=fsdp, world=max(spec.world_size(), 1), nproc=max(spec.nproc_per_node(), 1),
-        micro_batch=t.per_device_train_batch_size, prompt_len=prompt, completion_len=t.max_completion_length,
+        micro_batch=t.per_device_train_batch_size, grad_accum=t.gradient_accumulation_steps or 1,
+        prompt_len=prompt, completion_len=t.max_completion_length,
         grad_ckpt=t.gradient_checkpointing or bool(fsdp and fsdp.activation_checkpointing),
         attn={"flash_attn": "flash", "sdpa": "sdpa", "eager": "eager"}.get(t.attn_impl or "", "flash"),
         liger=t.use_liger_kernel, sequence_parallel=t.sequence_parallel_size, image_tokens=images,
@@ -416,6 +418,14 @@ def model_states(i: Inputs) -> dict[str, float]:
     grads = 0.0 if (i.fsdp and i.fsdp.offload) else trainable * grad_b / grad_shard
     optim = 0.0 if offload_opt else trainable * opt_b / opt_shard
     return {"weights": weights, "grads": grads, "optimizer": optim, "trainable": trainable}
+
+
+def live_gradients(i: Inputs, grads: float) -> float:
+    """The gradients alive at the training phase's peak (bytes). HF Trainer zeroes them after every optimizer step
+    with set_to_none (torch's default), so with one micro-step per step they are None when the loss's backward starts
+    and its peak comes (the optimizer-step phase holds them all); gradient accumulation keeps them from the first
+    micro-step on, and DeepSpeed keeps its gradient partition allocated."""
+    return grads if (i.deepspeed or i.grad_accum > 1) else 0.0
 
 
 def sharding_buffers(i: Inputs, trainable: int) -> float:
@@ -751,7 +761,8 @@ def _base_terms(i: Inputs) -> list[Term]:
 def _training_terms(i: Inputs, ms: dict, extras: float) -> list[Term]:
     return [Term("weights", ms["weights"] / GIB, "base weights (quantised linears packed) + adapters; ÷ world when "
                  "sharded (ZeRO-3, FSDP)"),
-            Term("gradients", ms["grads"] / GIB, "trainable × grad bytes (÷ world from ZeRO-2, FSDP)"),
+            Term("gradients", live_gradients(i, ms["grads"]) / GIB, "trainable × grad bytes (÷ world from ZeRO-2, FSDP); "
+                 "none yet at the logits' peak when each step is one micro-step without DeepSpeed"),
             Term("optimizer states", ms["optimizer"] / GIB, "AdamW: 12 B/param fp32 under DeepSpeed (÷ world from "
                  "ZeRO-1), else 2 × param dtype"),
             Term("ZeRO/FSDP/DDP buffers", sharding_buffers(i, ms["trainable"]) / GIB,
@@ -771,12 +782,14 @@ def _training_terms(i: Inputs, ms: dict, extras: float) -> list[Term]:
 DYNAMIC = ("activations", "logits", "vision tower", "dequantisation buffers", "autocast weight cache")
 
 
-def optimizer_step_phase(i: Inputs, trainable: int, training: list[Term]) -> Phase:
-    """The optimizer step: everything resident in training except activations and logits, plus the step's
-    temporaries. The training peak is the larger of this phase and the forward/backward one."""
-    kept = [t for t in training if t.name not in DYNAMIC]
-    return Phase("optimizer step", kept + [Term("optimizer-step temporaries", step_temporaries(i, trainable) / GIB,
-                                                "foreach AdamW: one params-sized list; ZeRO: fp32 grad partition")])
+def optimizer_step_phase(i: Inputs, ms: dict, training: list[Term]) -> Phase:
+    """The optimizer step: everything resident in training except activations and logits, every gradient, plus the
+    step's temporaries. The training peak is the larger of this phase and the forward/backward one."""
+    kept = [replace(t, gib=ms["grads"] / GIB) if t.name == "gradients" else t for t in training
+            if t.name not in DYNAMIC]
+    return Phase("optimizer step", kept + [Term("optimizer-step temporaries", step_temporaries(i, ms["trainable"])
+                                                / GIB, "foreach AdamW: one params-sized list; ZeRO: fp32 grad "
+                                                "partition")])
 
 
 def _vllm_colocate(i: Inputs, ms: dict, extras: float, training: list[Term], rollout: list[Term],
@@ -844,7 +857,7 @@ def estimate(i: Inputs) -> MemoryReport:
         rollout.append(Term("ZeRO-3 gathered weights", zero3_generation_gather(i) / GIB,
                             "ds3_gather_for_generation: the whole model gathered beside its shard"))
         phases.append(Phase("rollout", rollout))
-    phases.insert(1, optimizer_step_phase(i, ms["trainable"], training))
+    phases.insert(1, optimizer_step_phase(i, ms, training))
     phases[0].terms.append(_allocator_reserve(i, phases[0]))
     roles = [RoleReport("trainer", i.gpu_name, i.capacity_gib, phases, notes)]
     if i.vllm == "server":

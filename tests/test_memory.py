@@ -100,10 +100,24 @@ def test_lora_adapter_bytes_follow_the_engine(stage, adapter_b, grads, optim):
     assert ms["grads"] == pytest.approx(n * grads) and ms["optimizer"] == pytest.approx(n * optim)
 
 
-def test_autocast_caches_bf16_copies_of_fp32_adapters_only_without_deepspeed():
+def test_gradients_are_not_yet_alive_at_the_logits_peak_of_a_one_micro_step_update():
+    """HF Trainer zeroes gradients with set_to_none after each optimizer step: with one micro-step per step none exist
+    when the loss's backward starts (the optimizer-step phase holds them all); accumulation and DeepSpeed keep them."""
+    def grads(**kw):
+        report = estimate_spec(spec(train__tuner_type="full", **kw))
+        return term(report, "training", "gradients"), term(report, "optimizer step", "gradients")
+
+    assert grads() == (0, pytest.approx(2 * P7 / GIB))
+    assert grads(train__gradient_accumulation_steps=2) == (pytest.approx(2 * P7 / GIB),) * 2
+    assert grads(train__deepspeed="zero2") == (pytest.approx(2 * P7 / 8 / GIB),) * 2
+
+
+def test_autocast_caches_16bit_copies_of_fp32_trainable_weights_only_without_deepspeed():
     cache = lambda **kw: term(estimate_spec(spec(train__lora_rank=8, **kw)), "training", "autocast")  # noqa: E731
     assert cache() == pytest.approx(20_185_088 * 2 / GIB)
-    assert cache(train__deepspeed="zero2") == 0 and cache(train__tuner_type="full") == 0
+    assert cache(train__deepspeed="zero2") == 0 and cache(train__tuner_type="full") == 0  # bf16 weights: no cast
+    linears = sum(i * o * n for _, i, o, n in find_model("Qwen2.5-7B").linears()) + 152064 * 3584  # + untied lm_head
+    assert cache(train__tuner_type="full", train__torch_dtype="float32") == pytest.approx(linears * 2 / GIB)
 
 
 # Qwen2.5-7B: hidden 3584, vocab 152064 (untied lm_head), largest linear gate/up/down 3584 × 18944, 28 layers
