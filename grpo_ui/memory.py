@@ -5,19 +5,24 @@ Pure functions over ``Inputs``; ``inputs_from_spec`` is the one adapter from a J
 docstring gives its formula and source:
 - model states: ZeRO paper (Rajbhandari et al. 2020) §3, DeepSpeed's stage_1_and_2.py / stage3.py / bf16_optimizer.py,
   PyTorch FSDP2 (fully_shard), PEFT's adapter dtypes;
-- activations: Korthikanti et al. 2022 ("Reducing Activation Recomputation") adapted to gated MLPs, GQA, MoE,
-  Gated DeltaNet layers, flash/sdpa/eager attention, PEFT's LoRA dropout, gradient checkpointing;
-- logits: TRL's selective_log_softmax (ms-swift GRPO), the causal-LM cross entropy (12 B per logit measured on
-  transformers 5: github.com/MakazhanAlpamys/Soup/pull/610), Liger's chunked losses;
+- activations: what autograd saves in transformers' decoder layers and PEFT's LoRA layer (Korthikanti et al. 2022's
+  accounting, redone per tensor: frozen linears keep no input, RMSNorm's fp32 copies, autocast's per-linear casts),
+  flash/sdpa/eager attention, MoE, Gated DeltaNet layers, gradient checkpointing; checked on the CPU against the real
+  libraries (tests/test_memory_physics.py);
+- logits: TRL's selective_log_softmax (ms-swift and TRL GRPO) in fp32 under accelerate's native AMP or 16-bit under
+  DeepSpeed, the causal-LM cross entropy (12 B per logit: github.com/MakazhanAlpamys/Soup/pull/610 and the CPU
+  probe), Liger's chunked losses;
 - vLLM: its gpu_memory_utilization budget (vllm#10511), KV cache per token, sleep levels (vllm cumem.py);
 - the caching allocator's reserve (what torch's memory_reserved and nvidia-smi show above what is allocated).
 Checked against published measurements: bench/memory_accuracy.py, tests/data/memory_measurements.jsonl.
 
-Known gaps: ZeRO-3 and FSDP2 LoRA rows measure about the whole model per GPU (perhaps loaded before it is
-sharded) and run ~40 % low, as does the one DDP LoRA row; TRL's QLoRA GRPO notebook rows run ~2× high (their prompt
-lengths are assumed at the 512 cap); teacher and value models are modelled (ExtraModel) but the JobSpec has no field
-for them yet; an omni model's audio tower counts as weights only; vLLM memory outside its cuMem pool (CUDA graphs)
-stays while it sleeps and is not counted.
+Known gaps: the allocator's reserve is one fitted factor (1.3 × dynamic memory) while TRL runs measure 0.3-0.4 ×
+(CoursIA's probe, TRL#3456) and ms-swift 2.x SFT with varying lengths more; ZeRO-3 and FSDP2 LoRA rows measure
+about the whole model per GPU (perhaps loaded before it is sharded) and run ~40 % low, as does the one DDP LoRA
+row; bitsandbytes linears return their input's dtype, so an fp32 model's quantised layers keep fp32 outputs (counted
+as 16-bit); teacher and value models are modelled (ExtraModel) but the JobSpec has no field for them yet; an omni
+model's audio tower counts as weights only; vLLM memory outside its cuMem pool (CUDA graphs) stays while it sleeps
+and is not counted.
 """
 
 from __future__ import annotations
