@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import statistics
 from dataclasses import dataclass, replace
@@ -32,20 +33,22 @@ from grpo_ui.memory import (
     inputs_from_spec,
     weights_only_gib,
 )
-from grpo_ui.spec import JobSpec, RolloutArgs, ServerArgs, TrainArgs, with_changes
+from grpo_ui.spec import JobSpec, RolloutArgs, ServerArgs, TrainArgs, parse_version, with_changes
 
 REQUIRED = ("id", "kind", "workload", "source", "config", "gpu", "measured_gib", "unit", "measures", "compare",
             "notes", "added")
 WORKLOADS = ("grpo", "sft", "vllm")
 UNITS = ("GiB", "GB", "G", "MiB")
 # Row keys that are not JobSpec fields: the layout, the environment, and facts of the run's software
-LAYOUT_KEYS = {"nodes", "gpus_per_node", "swift_version", "seq_len", "env", "framework", "freeze_vit",
+LAYOUT_KEYS = {"nodes", "gpus_per_node", "swift_version", "seq_len", "env", "framework", "trl_version",
+               "transformers_version", "freeze_vit",
                "vit_gradient_checkpointing", "fixed_length"}
 # peak: everything on the GPU (nvidia-smi); torch: what torch's allocator reserved (ms-swift's memory(GiB));
 # allocated: what torch's tensors held at most (torch.cuda.max_memory_allocated)
 COMPARE = ("peak", "torch", "allocated")
 NOT_TORCH = ("vLLM", "CUDA context", "NCCL")  # not torch allocations, or (vLLM) counted apart: predicted_gib
 SPLIT_SALT = 2
+TRL_CURRENT = "1.9"  # what a TRL row without trl_version is taken to run
 FIRST_ISSUE = "issue 3"
 
 
@@ -129,19 +132,31 @@ def spec_of(row: dict) -> JobSpec:
 def inputs_of(row: dict) -> Inputs:
     """A row's Inputs, with the facts of its software that a JobSpec does not carry:
 
-    - SFT scores the whole sequence with a cross-entropy loss, loads no other model and keeps the ZeRO-3 prefetch
-      bucket at transformers' 'auto' (0.9·h²), which ms-swift's GRPO config zeroes (GRPOConfig.__post_init__);
-    - TRL prepares a quantised model with PEFT's prepare_model_for_kbit_training (fp32 unquantised weights);
+    - SFT scores the whole sequence with a cross-entropy loss, loads no other model, keeps the ZeRO-3 prefetch
+      bucket at transformers' 'auto' (0.9·h²), which ms-swift's GRPO config zeroes (GRPOConfig.__post_init__), and
+      accumulates ceil(16 / (micro-batch × world)) micro-steps unless told (ms-swift's TrainingArguments default;
+      GRPO's is 1);
+    - TRL (``framework: trl``; ``trl_version`` when the source names it, else a current 1.x): before 0.25 it prepared
+      a quantised model with PEFT's prepare_model_for_kbit_training, which upcasts the unquantised weights to fp32;
+      from 0.26 it casts QLoRA adapters to bf16 (grpo_trainer.py), from 1.0 it divides the logits by the temperature
+      in place;
+    - transformers_version: before 4.45 causal-LM heads upcast their logits to fp32 (ms-swift 2.x implies it);
     - fixed_length: every step has the same shapes (packing, padding to the maximum length);
     - freeze_vit / vit_gradient_checkpointing (ms-swift flags the JobSpec does not declare)."""
     cfg = row["config"]
     i = inputs_from_spec(spec_of(row))
-    i = replace(i, kbit_fp32=cfg.get("framework") == "trl" and bool(i.quant), fixed_shapes=bool(cfg.get("fixed_length")),
-                vit_trainable=cfg.get("freeze_vit") is False,
+    if cfg.get("framework") == "trl":
+        trl = parse_version(str(cfg.get("trl_version", TRL_CURRENT)))
+        i = replace(i, kbit_fp32=bool(i.quant) and trl < (0, 25, 0), lora_bf16=bool(i.quant) and trl >= (0, 26, 0),
+                    logits_inplace=trl >= (1, 0, 0))
+    if "transformers_version" in cfg:
+        i = replace(i, logits_upcast=parse_version(str(cfg["transformers_version"])) < (4, 45, 0))
+    i = replace(i, fixed_shapes=bool(cfg.get("fixed_length")), vit_trainable=cfg.get("freeze_vit") is False,
                 vit_ckpt=cfg.get("vit_gradient_checkpointing", i.grad_ckpt))
     if row["workload"] == "sft":
+        accumulation = cfg.get("gradient_accumulation_steps") or math.ceil(16 / i.micro_batch / i.world)
         i = replace(i, loss="ce", prompt_len=0, completion_len=cfg["seq_len"], extra_models=(), vllm="none",
-                    generation_batch=0, zero3_prefetch=0.9 * i.arch.hidden_size ** 2)
+                    generation_batch=0, zero3_prefetch=0.9 * i.arch.hidden_size ** 2, grad_accum=max(1, accumulation))
     return i
 
 

@@ -5,19 +5,24 @@ Pure functions over ``Inputs``; ``inputs_from_spec`` is the one adapter from a J
 docstring gives its formula and source:
 - model states: ZeRO paper (Rajbhandari et al. 2020) §3, DeepSpeed's stage_1_and_2.py / stage3.py / bf16_optimizer.py,
   PyTorch FSDP2 (fully_shard), PEFT's adapter dtypes;
-- activations: Korthikanti et al. 2022 ("Reducing Activation Recomputation") adapted to gated MLPs, GQA, MoE,
-  Gated DeltaNet layers, flash/sdpa/eager attention, PEFT's LoRA dropout, gradient checkpointing;
-- logits: TRL's selective_log_softmax (ms-swift GRPO), the causal-LM cross entropy (12 B per logit measured on
-  transformers 5: github.com/MakazhanAlpamys/Soup/pull/610), Liger's chunked losses;
+- activations: what autograd saves in transformers' decoder layers and PEFT's LoRA layer (Korthikanti et al. 2022's
+  accounting, redone per tensor: frozen linears keep no input, RMSNorm's fp32 copies, autocast's per-linear casts),
+  flash/sdpa/eager attention, MoE, Gated DeltaNet layers, gradient checkpointing; checked on the CPU against the real
+  libraries (tests/test_memory_physics.py);
+- logits: TRL's selective_log_softmax (ms-swift and TRL GRPO) in fp32 under accelerate's native AMP or 16-bit under
+  DeepSpeed, the causal-LM cross entropy (12 B per logit: github.com/MakazhanAlpamys/Soup/pull/610 and the CPU
+  probe), Liger's chunked losses;
 - vLLM: its gpu_memory_utilization budget (vllm#10511), KV cache per token, sleep levels (vllm cumem.py);
 - the caching allocator's reserve (what torch's memory_reserved and nvidia-smi show above what is allocated).
 Checked against published measurements: bench/memory_accuracy.py, tests/data/memory_measurements.jsonl.
 
-Known gaps: ZeRO-3 and FSDP2 LoRA rows measure about the whole model per GPU (perhaps loaded before it is
-sharded) and run ~40 % low, as does the one DDP LoRA row; TRL's QLoRA GRPO notebook rows run ~2× high (their prompt
-lengths are assumed at the 512 cap); teacher and value models are modelled (ExtraModel) but the JobSpec has no field
-for them yet; an omni model's audio tower counts as weights only; vLLM memory outside its cuMem pool (CUDA graphs)
-stays while it sleeps and is not counted.
+Known gaps: the allocator's reserve is one fitted factor (1.3 × dynamic memory) while TRL runs measure 0.3-0.4 ×
+(CoursIA's probe, TRL#3456) and ms-swift 2.x SFT with varying lengths more; ZeRO-3 and FSDP2 LoRA rows measure
+about the whole model per GPU (perhaps loaded before it is sharded) and run ~40 % low, as does the one DDP LoRA
+row; bitsandbytes linears return their input's dtype, so an fp32 model's quantised layers keep fp32 outputs (counted
+as 16-bit); teacher and value models are modelled (ExtraModel) but the JobSpec has no field for them yet; an omni
+model's audio tower counts as weights only; vLLM memory outside its cuMem pool (CUDA graphs) stays while it sleeps
+and is not counted.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from grpo_ui.catalog import (
     resolve_gpu,
 )
 from grpo_ui.engines import FsdpConfig, ZeroConfig, fsdp_config, zero_config
-from grpo_ui.spec import JobSpec
+from grpo_ui.spec import JobSpec, parse_version
 
 GIB = 2 ** 30
 CUDA_CONTEXT_GIB = 0.5      # CUDA context + kernels per process (typ. 0.3–0.6 GiB with lazy module loading)
@@ -49,7 +54,13 @@ VLLM_OVERHEAD_GIB = 0.5     # vLLM profile activations and sampler buffers beyon
 # before an OOM (c10/cuda/CUDACachingAllocator.cpp: release_cached_blocks on a failed cudaMalloc). Fitted on the
 # calibration rows of the fit set (bench/memory_accuracy.py; rows with fixed shapes have none).
 ALLOCATOR_RESERVE = 1.3
-CKPT_LIVE_LAYERS = 2        # gradient checkpointing: the recomputed layer's activations and their gradients
+# Activations are 16-bit under mixed precision even when the weights are fp32: ms-swift trains fp32 weights under fp16
+# autocast (ModelArguments._init_mixed_precision), TRL under bf16 (GRPOConfig bf16 defaults to True).
+ACT_BYTES = 2
+# Gradient checkpointing: one layer is recomputed and back-propagated at a time; its saved activations plus the
+# gradients its backward creates peak at 1.15 (full tuning) to 1.4 (LoRA under autocast) × the layer's saved
+# activations (measured on CPU with transformers 5 and PEFT: tests/test_memory_physics.py).
+CKPT_RECOMPUTE = 1.3
 TRAINING_PHASE = "training"
 
 
@@ -183,6 +194,7 @@ class Inputs:
     world: int
     nproc: int
     micro_batch: int            # sequences per device per micro-step
+    grad_accum: int             # micro-steps per optimizer step
     prompt_len: int
     completion_len: int         # tokens whose logits are computed (GRPO: the completion; SFT: the whole sequence)
     grad_ckpt: bool
@@ -208,7 +220,10 @@ class Inputs:
     server_tp: int
     server_max_len: int
     loss: str = "grpo"          # "grpo" (per-token log-probs of the completion) or "ce" (SFT cross entropy)
-    kbit_fp32: bool = False     # PEFT prepare_model_for_kbit_training: unquantised weights upcast to fp32 (TRL)
+    kbit_fp32: bool = False     # PEFT prepare_model_for_kbit_training: unquantised weights upcast to fp32 (TRL < 0.25)
+    lora_bf16: bool = False     # adapters in the model dtype without DeepSpeed (TRL >= 1.0 casts QLoRA adapters to bf16)
+    logits_inplace: bool = True  # the temperature divides the logits in place (ms-swift >= 4.2, TRL >= 1.0)
+    logits_upcast: bool = False  # the model upcasts its logits to fp32 (transformers < 4.45: ms-swift 2.x)
     fixed_shapes: bool = False  # every step has the same tensor shapes (packing, padding to the maximum length)
     zero3_prefetch: float = 0.0  # stage3_prefetch_bucket_size (elements): ms-swift GRPO sets 0, HF 'auto' is 0.9·h²
 
@@ -220,6 +235,12 @@ class Inputs:
     @property
     def deepspeed(self) -> bool:
         return self.zero is not None
+
+    @property
+    def adapter_bytes(self) -> float:
+        """LoRA adapters: PEFT upcasts them to fp32 (autocast_adapter_dtype); DeepSpeed casts the whole module to the
+        model dtype (engine.py _configure_distributed_model), as TRL >= 1.0 does for QLoRA adapters."""
+        return self.compute_bytes if (self.deepspeed or self.lora_bf16) else 4.0
 
     @property
     def stage(self) -> int:
@@ -323,13 +344,16 @@ def inputs_from_spec(spec: JobSpec, gpu: str | None = None, arch: ModelArch | No
         arch=arch, compute_bytes=compute, quant=quant, full=t.tuner_type == "full", lora_rank=t.lora_rank,
         lora_targets=_lora_targets(t.target_modules, arch), lora_dropout=t.lora_dropout,
         zero=zero_config(t.deepspeed), fsdp=fsdp, world=max(spec.world_size(), 1), nproc=max(spec.nproc_per_node(), 1),
-        micro_batch=t.per_device_train_batch_size, prompt_len=prompt, completion_len=t.max_completion_length,
+        micro_batch=t.per_device_train_batch_size, grad_accum=t.gradient_accumulation_steps or 1,
+        prompt_len=prompt, completion_len=t.max_completion_length,
         grad_ckpt=t.gradient_checkpointing or bool(fsdp and fsdp.activation_checkpointing),
         attn={"flash_attn": "flash", "sdpa": "sdpa", "eager": "eager"}.get(t.attn_impl or "", "flash"),
         liger=t.use_liger_kernel, sequence_parallel=t.sequence_parallel_size, image_tokens=images,
         vit_trainable=False, vit_ckpt=t.gradient_checkpointing, extra_models=tuple(extra),
         vllm=vllm, vllm_util=r.vllm_gpu_memory_utilization, vllm_tp=r.vllm_tensor_parallel_size, vllm_max_len=max_len,
         vllm_max_num_seqs=r.vllm_max_num_seqs or t.per_device_train_batch_size * r.vllm_tensor_parallel_size * spg,
+        logits_inplace=parse_version(spec.swift_version) >= (4, 2, 0),
+        logits_upcast=parse_version(spec.swift_version) < (3, 0, 0),
         sleep_level=r.sleep_level if vllm == "colocate" else 0, offload_model=r.offload_model and vllm == "colocate",
         offload_optimizer=r.offload_optimizer and vllm == "colocate",
         generation_batch=t.per_device_train_batch_size * spg, capacity_gib=capacity, gpu_name=gpu_name,
@@ -391,14 +415,22 @@ def model_states(i: Inputs) -> dict[str, float]:
             grad_b, opt_b = b, 2 * b
     else:
         trainable = lora_params(i)
-        adapter_b = i.compute_bytes if i.deepspeed else 4.0
+        adapter_b = i.adapter_bytes
         weights += trainable * adapter_b / shard
-        grad_b, opt_b = adapter_b, (12.0 if i.deepspeed else 8.0)
+        grad_b, opt_b = adapter_b, (12.0 if i.deepspeed else 2 * adapter_b)
     grad_shard = w if (i.stage >= 2 or i.fsdp) else 1
     opt_shard = w if (i.stage >= 1 or i.fsdp) else 1
     grads = 0.0 if (i.fsdp and i.fsdp.offload) else trainable * grad_b / grad_shard
     optim = 0.0 if offload_opt else trainable * opt_b / opt_shard
     return {"weights": weights, "grads": grads, "optimizer": optim, "trainable": trainable}
+
+
+def live_gradients(i: Inputs, grads: float) -> float:
+    """The gradients alive at the training phase's peak (bytes). HF Trainer zeroes them after every optimizer step
+    with set_to_none (torch's default), so with one micro-step per step they are None when the loss's backward starts
+    and its peak comes (the optimizer-step phase holds them all); gradient accumulation keeps them from the first
+    micro-step on, and DeepSpeed keeps its gradient partition allocated."""
+    return grads if (i.deepspeed or i.grad_accum > 1) else 0.0
 
 
 def sharding_buffers(i: Inputs, trainable: int) -> float:
@@ -423,7 +455,7 @@ def sharding_buffers(i: Inputs, trainable: int) -> float:
         gather = min(i.zero.allgather_bucket_size or 2e8, trainable) if i.stage else 0
         return (reduce + gather) * 2
     if i.world > 1:
-        return trainable * (i.compute_bytes if i.full else 4.0)
+        return trainable * (i.compute_bytes if i.full else i.adapter_bytes)
     return 0.0
 
 
@@ -457,93 +489,144 @@ def tokens(i: Inputs) -> float:
     return i.micro_batch * (i.prompt_len + i.completion_len) / i.sequence_parallel
 
 
-def _lora_dropout_elements(i: Inputs, linear_attention: bool) -> float:
-    """PEFT applies lora_dropout to each adapter's input (lora_B(lora_A(dropout(x)))): a copy of x per adapted
-    linear, saved for lora_A's backward, plus its 1-byte mask (counted as half an element)."""
-    if i.full or i.lora_dropout <= 0:
+# What autograd keeps for backward, in bytes per token, read from transformers' decoder layers and PEFT's LoRA layer
+# and checked against the tensors PyTorch actually saves (tests/test_memory_physics.py runs them on the CPU). Rules:
+# a linear keeps its input only if its weight trains (autograd saves what the gradients it must compute need); an
+# RMSNorm keeps an fp32 copy of its input and, when its weight trains, its normalised output; under autocast every
+# linear casts its input to 16-bit on its own (no cache for activations), so linears sharing an fp32 input keep one
+# copy each; the attention kernel (flash or sdpa) keeps q, k, v and its output.
+
+def _norm(i: Inputs, dim: int) -> float:
+    """An RMSNorm's saved tensors: its input upcast to fp32, plus the normalised output in the residual dtype when the
+    norm's weight trains (full tuning)."""
+    return 4 * dim + (i.compute_bytes * dim if i.full else 0)
+
+
+def _linear_inputs(i: Inputs, dim: int, users: int) -> float:
+    """The input ``users`` trained linears share: one 16-bit tensor, or one cast copy each when fp32 weights run
+    under autocast; nothing when the linears are frozen (LoRA: see _lora_inputs)."""
+    if not i.full:
         return 0.0
-    own = {"in_proj_qkvz", "in_proj_ba", "out_proj"} if linear_attention else {"q_proj", "k_proj", "v_proj", "o_proj"}
-    mlp = {"gate_proj", "up_proj", "down_proj"}
-    return 1.5 * sum(fan_in for name, fan_in, _, _ in i.arch.linears() if name in i.lora_targets and name in own | mlp)
+    return ACT_BYTES * dim * (users if i.compute_bytes > ACT_BYTES else 1)
 
 
-def layer_activation_elements(i: Inputs, linear_attention: bool = False) -> float:
-    """Activations one decoder layer saves for backward, in elements per token (Korthikanti et al. 2022, §4):
+def _lora_inputs(i: Inputs, linear_attention: bool) -> float:
+    """What LoRA adds to a frozen layer: lora_A keeps its (dropped-out) input and lora_B its r-wide input.
 
-    - full attention: the norm's input h, q, k and v, the attention output (o_proj's input), the output gate's
-      activation when the model has one;
-    - Gated DeltaNet: the projections (2·k + 2·v), the convolved q/k/v (2·k + v), the core output and its gated norm
-      (2·v), the decay/beta gates (2·Hv) and the chunked scan's per-chunk matrices (64 per value head);
-    - gated MLP: the norm's input h, gate, up, act(gate) and their product (4·i); MoE: the routed copies of each
-      token for its top-k experts (k·(h + 4·i_moe)), the router logits in fp32 (2·E), a shared expert (h + 4·i_s);
-    - the residual stream and the norms' fp32 statistics: 2h.
-    """
+    PEFT casts the input to the adapters' dtype; with fp32 adapters under autocast lora_A then keeps a 16-bit cast
+    copy per adapted linear; with adapters in the model dtype (DeepSpeed, TRL >= 1.0 QLoRA) it keeps the input itself,
+    which q/k/v (and gate/up) share and which the attention kernel already keeps for o_proj. lora_dropout > 0 makes a
+    new tensor per adapted linear plus its 1-byte mask (CUDA's fused dropout)."""
+    if i.full:
+        return 0.0
     a = i.arch
+    attn = {"in_proj_qkvz", "in_proj_ba", "out_proj"} if linear_attention else {"q_proj", "k_proj", "v_proj", "o_proj"}
+    adapted = [(name, fan_in) for name, fan_in, _, _ in a.linears()
+               if name in i.lora_targets and name in attn | {"gate_proj", "up_proj", "down_proj"}]
+    routed = {"gate_proj", "up_proj", "down_proj"} if a.num_experts else set()
+    per = {name: (a.num_experts_per_tok if name in routed else 1) for name, _ in adapted}
+    lora_b = sum(ACT_BYTES * i.lora_rank * per[name] for name, _ in adapted)
+    if i.lora_dropout > 0 or i.adapter_bytes > ACT_BYTES:
+        copy = ACT_BYTES + (1 if i.lora_dropout > 0 else 0)
+        return lora_b + sum(copy * fan_in * per[name] for name, fan_in in adapted)
+    names = {name for name, _ in adapted}
+    shared = (a.hidden_size if names & {"q_proj", "k_proj", "v_proj", "in_proj_qkvz", "in_proj_ba"} else 0) + (
+        a.hidden_size if names & {"gate_proj", "up_proj"} else 0)
+    down = (a.moe_intermediate_size if a.num_experts else a.intermediate_size) * (a.num_experts_per_tok or 1)
+    return lora_b + ACT_BYTES * (shared + (down if "down_proj" in names else 0))
+
+
+def layer_activation_bytes(i: Inputs, linear_attention: bool = False) -> float:
+    """Bytes one decoder layer keeps for backward per token (16-bit activations, residual in the weights' dtype):
+
+    - attention: the input norm, q/k/v's input, q/k norms, q, k, v and the kernel's output (o_proj's input), the
+      output gate; eager attention adds its scores and probabilities (heads × s × (2·2 + 1) B: Korthikanti's 5·a·s);
+    - Gated DeltaNet: the norm, the projections' input, the projections (2·k + 2·v), the convolved q/k/v (2·k + v),
+      the core output and its gated norm (2·v), the decay/beta gates (2·Hv) and the chunked scan's per-chunk
+      matrices (64 per value head);
+    - gated MLP: the norm, gate/up's input, gate, act(gate) and up (3·i) and down's input (i) when it trains; MoE:
+      each token's top-k routed copies, the router logits in fp32 (4·E B), a shared expert;
+    - LoRA's adapter inputs (_lora_inputs)."""
+    a, b = i.arch, ACT_BYTES
     h, q, kv = a.hidden_size, a.num_attention_heads * a.hd, a.num_key_value_heads * a.hd
     if linear_attention:
         k = a.linear_num_key_heads * a.linear_key_head_dim
         v = a.linear_num_value_heads * a.linear_value_head_dim
-        attn = h + (2 * k + 2 * v) + (2 * k + v) + 2 * v + 2 * a.linear_num_value_heads + 64 * a.linear_num_value_heads
+        hv = a.linear_num_value_heads
+        attn = _norm(i, h) + _linear_inputs(i, h, 2) + b * ((2 * k + 2 * v) + (2 * k + v) + 2 * v + 2 * hv + 64 * hv)
     else:
-        attn = h + q + 2 * kv + q + (q if a.attn_output_gate else 0)
+        attn = _norm(i, h) + _linear_inputs(i, h, 3) + b * (2 * q + 2 * kv) + (b * q if a.attn_output_gate else 0)
+        if a.qk_norm:
+            attn += _norm(i, q) - (i.compute_bytes - b) * q * i.full + _norm(i, kv) - (i.compute_bytes - b) * kv * i.full
+        if i.attn == "eager":
+            attn += a.num_attention_heads * (i.prompt_len + i.completion_len) * (2 * b + 1)
     if a.num_experts:
-        mlp = h + a.num_experts_per_tok * (h + 4 * a.moe_intermediate_size) + 2 * a.num_experts
+        expert = _linear_inputs(i, h, 2) + b * 3 * a.moe_intermediate_size + (b * a.moe_intermediate_size * i.full)
+        mlp = _norm(i, h) + _linear_inputs(i, h, 1) + 4 * a.num_experts + a.num_experts_per_tok * expert
         if a.shared_expert_intermediate_size:
-            mlp += h + 4 * a.shared_expert_intermediate_size
+            s_i = a.shared_expert_intermediate_size
+            mlp += _linear_inputs(i, h, 2) + b * 3 * s_i + b * s_i * i.full
     else:
-        mlp = h + 4 * a.intermediate_size
-    return attn + mlp + 2 * h + _lora_dropout_elements(i, linear_attention)
+        mlp = _norm(i, h) + _linear_inputs(i, h, 2) + b * 3 * a.intermediate_size + b * a.intermediate_size * i.full
+    return attn + mlp + _lora_inputs(i, linear_attention)
 
 
-def layer_activation_bytes(i: Inputs, linear_attention: bool = False) -> float:
-    """One layer's saved activations for the micro-batch; eager attention adds its score and softmax matrices
-    (heads × s × (2·b + 1) bytes per token: Korthikanti's 5·a·s in 16-bit), flash and sdpa kernels keep none."""
-    per_token = layer_activation_elements(i, linear_attention) * i.compute_bytes
-    if i.attn == "eager" and not linear_attention:
-        per_token += i.arch.num_attention_heads * (i.prompt_len + i.completion_len) * (2 * i.compute_bytes + 1)
-    return tokens(i) * per_token
-
-
-def activations(i: Inputs) -> float:
-    """Saved activations of one micro-batch (bytes). Without checkpointing every layer keeps its activations and
-    backward needs one more layer's worth of gradients; with gradient checkpointing each layer keeps only its input
-    (h per token) while one layer is recomputed and back-propagated (CKPT_LIVE_LAYERS layers' worth). The embedding
-    output and the final norm add 2h per token."""
+def _layers(i: Inputs) -> tuple[float, float]:
+    """(all layers' saved bytes, the largest layer's) per token."""
     a = i.arch
     full = layer_activation_bytes(i)
     linear = layer_activation_bytes(i, linear_attention=True) if a.linear_attention_layers else 0.0
-    edges = 2 * tokens(i) * a.hidden_size * i.compute_bytes
+    return a.full_attention_layers * full + a.linear_attention_layers * linear, max(full, linear)
+
+
+def activations(i: Inputs) -> float:
+    """Saved activations of one micro-batch at the training peak (bytes).
+
+    Without checkpointing every layer keeps what layer_activation_bytes lists until its backward runs, and the peak
+    comes as the loss's backward starts (the logits' term on top). With gradient checkpointing each layer keeps only
+    its input (the residual stream: h in the weights' dtype) and one layer at a time is recomputed and back-propagated
+    (CKPT_RECOMPUTE × its saved bytes); the logits are freed before any layer is recomputed, so only the recomputed
+    layer's excess over the logits' peak adds. The final norm adds _norm(h) per token."""
+    a = i.arch
+    stored, largest = _layers(i)
+    edges = tokens(i) * _norm(i, a.hidden_size)
     if i.grad_ckpt:
-        return a.num_hidden_layers * tokens(i) * a.hidden_size * i.compute_bytes + CKPT_LIVE_LAYERS * max(
-            full, linear) + edges
-    return a.full_attention_layers * full + a.linear_attention_layers * linear + max(full, linear) + edges
+        inputs = a.num_hidden_layers * tokens(i) * a.hidden_size * i.compute_bytes
+        return inputs + edges + max(0.0, CKPT_RECOMPUTE * largest * tokens(i) - logits(i))
+    return stored * tokens(i) + edges
 
 
 def vision_activations(i: Inputs) -> float:
     """The vision tower's activations for the micro-batch's images (bytes): (vision tokens × merge²) patches per
-    sequence, each ViT layer saving like a dense layer (7·h + 4·i elements per patch). A frozen tower (ms-swift's
-    freeze_vit default) runs without saving anything: one layer's forward is live at a time, twice for its output;
-    a trained one saves every layer, or only layer inputs under vit_gradient_checkpointing."""
+    sequence, each ViT layer saving like a dense layer (7·h + 4·i elements per patch, 16-bit). A frozen tower
+    (ms-swift's freeze_vit default) runs without saving anything: one layer's forward is live at a time, twice for its
+    output; a trained one saves every layer, or only layer inputs under vit_gradient_checkpointing."""
     v = i.arch.vision
     if not v or not i.image_tokens:
         return 0.0
     patches = i.micro_batch * i.image_tokens * v.spatial_merge_size ** 2
-    layer = patches * (7 * v.hidden_size + 4 * v.intermediate_size) * i.compute_bytes
+    layer = patches * (7 * v.hidden_size + 4 * v.intermediate_size) * ACT_BYTES
     if not i.vit_trainable:
         return 2 * layer
     if i.vit_ckpt:
-        return v.depth * patches * v.hidden_size * i.compute_bytes + CKPT_LIVE_LAYERS * layer
+        return v.depth * patches * v.hidden_size * ACT_BYTES + CKPT_RECOMPUTE * layer
     return (v.depth + 1) * layer
 
 
 def logits(i: Inputs) -> float:
-    """Logits and what the loss keeps of them (bytes), over E = micro-batch × scored tokens × vocab (÷ SP).
+    """Logits and what the loss keeps of them at their peak (bytes), over E = micro-batch × scored tokens × vocab
+    (÷ SP).
 
-    - GRPO (ms-swift and TRL: logits[:, -(C+1):-1] → selective_log_softmax, one sequence at a time in 16-bit): the
-      model's logits (b·E) and every row's saved log-softmax (b·E) in the forward; backward assembles the gradient of
-      the rows (b·E) and of the slice (b·E) while the saved rows are freed: 3·b·E at the peak.
-    - SFT cross entropy: 12 B per logit in bf16 (logits, their fp32 upcast in the loss, its gradient, the bf16
-      gradient; measured invariant across vocabularies, Soup#610); fp32 models 16 B.
+    - GRPO (ms-swift and TRL: logits[:, -(C+1):-1], the sampling temperature, TRL's selective_log_softmax one
+      sequence at a time). Without DeepSpeed, accelerate's native AMP wraps the model's forward in
+      convert_outputs_to_fp32, so the logits reach the loss in fp32, where selective_log_softmax gathers and keeps
+      each row for its logsumexp: 16 B per logit at the backward's peak. Under DeepSpeed they stay 16-bit: the logits
+      and their temperature-scaled copy, then every row's log-softmax kept for backward, 2 × 2 B; ms-swift >= 4.2 and
+      TRL >= 1.0 divide in place (logits.div_), and autograd then rebuilds the gradient of the whole logits tensor
+      through CopySlices besides the rows' gradients, 4 × 2 B. (All measured on CPU, tests/test_memory_physics.py.)
+    - SFT cross entropy: 12 B per logit (logits, their fp32 upcast in the loss, its gradient, the 16-bit gradient;
+      Soup#610, and measured on CPU with transformers 5); 16 B when the model itself upcasts them
+      (transformers < 4.45: ``logits = logits.float()`` then a contiguous shifted copy, both kept with the loss's).
     - Liger's fused linear losses work in chunks and never materialise them: one sequence's fp32 logits and their
       gradient (GRPO), two chunks of 2048 tokens in fp32 (cross entropy).
     """
@@ -553,9 +636,9 @@ def logits(i: Inputs) -> float:
         chunk = (i.completion_len + 1) if i.loss == "grpo" else 2048
         return min(scored, chunk) * v * 4 * 2
     if i.loss == "grpo":
-        return 3 * i.compute_bytes * scored * v
-    per_logit = 8 + 2 * i.compute_bytes
-    return per_logit * scored * v
+        per_logit = (4 if i.logits_inplace else 2) * ACT_BYTES if i.deepspeed else 16
+        return per_logit * scored * v
+    return (16 if i.logits_upcast else 8 + 2 * ACT_BYTES) * scored * v
 
 
 def dequant_buffers(i: Inputs) -> float:
@@ -588,8 +671,8 @@ def step_temporaries(i: Inputs, trainable: int) -> float:
     """
     largest = largest_trainable_tensor(i)
     if not i.deepspeed:
-        adapter_b = i.compute_bytes if i.full else 4.0
-        return trainable * adapter_b / (i.world if i.fsdp else 1)
+        grad_b = i.compute_bytes if i.full else i.adapter_bytes
+        return trainable * grad_b / (i.world if i.fsdp else 1)
     if i.zero.offload_optimizer:
         return 0.0  # the step runs on the CPU
     if i.stage == 0:
@@ -601,16 +684,21 @@ def step_temporaries(i: Inputs, trainable: int) -> float:
 
 
 def autocast_cache(i: Inputs, trainable: int) -> float:
-    """Low-precision copies of fp32 LoRA adapters that autocast keeps for the forward and backward (bytes).
+    """16-bit copies of fp32 trainable weights that autocast keeps for the forward and backward (bytes).
 
-    Without DeepSpeed, HF Trainer runs the forward under torch.autocast and PEFT keeps adapters in fp32; autocast
-    caches the cast of every fp32 leaf tensor that requires grad (aten/src/ATen/autocast_mode.cpp, cached_cast) and
-    the matmuls save those copies for backward: trainable × compute bytes. DeepSpeed casts the module itself (no
-    autocast copies); full tuning in bf16 has nothing to cast.
+    Without DeepSpeed, HF Trainer runs the forward under torch.autocast; autocast caches the cast of every fp32 leaf
+    tensor that requires grad (aten/src/ATen/autocast_mode.cpp, cached_cast) and the matmuls save those copies for
+    backward: PEFT's fp32 LoRA adapters (trainable × 2 B), or every linear weight of a fully tuned fp32 model (the
+    decoder's linears and an untied lm_head). DeepSpeed casts the module itself; 16-bit weights need no cast.
     """
-    if i.deepspeed or i.full or i.compute_bytes >= 4:
+    if i.deepspeed:
         return 0.0
-    return trainable * i.compute_bytes
+    if i.full:
+        a = i.arch
+        linears = sum(fan_in * fan_out * count for _, fan_in, fan_out, count in a.linears())
+        lm_head = 0 if a.tie_word_embeddings else a.vocab_size * a.hidden_size
+        return (linears + lm_head) * ACT_BYTES if i.compute_bytes > ACT_BYTES else 0.0
+    return trainable * ACT_BYTES if i.adapter_bytes > ACT_BYTES else 0.0
 
 
 def extra_model_bytes(i: Inputs, model: ExtraModel) -> float:
@@ -645,6 +733,15 @@ def vllm_kv(i: Inputs, tp: int, seqs: int, max_len: int) -> float:
     return seqs * (max_len * i.arch.kv_bytes_per_token() + i.arch.linear_state_bytes()) / tp
 
 
+def zero3_generation_gather(i: Inputs) -> float:
+    """ZeRO-3 without vLLM: generation runs the training model with every parameter gathered (ms-swift's and TRL's
+    ds3_gather_for_generation, default True: unwrap_model_for_generation(gather_deepspeed3_params=True)), so the
+    whole model sits on each GPU beside its partition while it generates (bytes beyond the partition)."""
+    if i.stage != 3 or i.weights_offloaded:
+        return 0.0
+    return base_weight_bytes(i) * (1 - 1 / i.world)
+
+
 def vllm_asleep(i: Inputs, reserve: float) -> float:
     """GPU memory a colocated vLLM keeps while the trainer trains (bytes): its whole reservation at sleep_level 0,
     nothing of its weights or KV cache at sleep levels 1 and 2.
@@ -669,18 +766,20 @@ def _base_terms(i: Inputs) -> list[Term]:
 def _training_terms(i: Inputs, ms: dict, extras: float) -> list[Term]:
     return [Term("weights", ms["weights"] / GIB, "base weights (quantised linears packed) + adapters; ÷ world when "
                  "sharded (ZeRO-3, FSDP)"),
-            Term("gradients", ms["grads"] / GIB, "trainable × grad bytes (÷ world from ZeRO-2, FSDP)"),
+            Term("gradients", live_gradients(i, ms["grads"]) / GIB, "trainable × grad bytes (÷ world from ZeRO-2, FSDP); "
+                 "none yet at the logits' peak when each step is one micro-step without DeepSpeed"),
             Term("optimizer states", ms["optimizer"] / GIB, "AdamW: 12 B/param fp32 under DeepSpeed (÷ world from "
                  "ZeRO-1), else 2 × param dtype"),
             Term("ZeRO/FSDP/DDP buffers", sharding_buffers(i, ms["trainable"]) / GIB,
                  "reduce/allgather buckets, gathered layers (ZeRO-3, FSDP) or DDP buckets"),
-            Term("activations", activations(i) / GIB, "micro-batch × sequence tokens, per layer (checkpointing: layer "
-                 "inputs + a recomputed layer)"),
-            Term("logits", logits(i) / GIB, "scored tokens × vocab: 3 × dtype bytes (GRPO log-probs), 12 B (SFT)"),
+            Term("activations", activations(i) / GIB, "micro-batch × sequence tokens × what each layer keeps for "
+                 "backward (checkpointing: layer inputs + the recomputed layer beyond the logits)"),
+            Term("logits", logits(i) / GIB, "scored tokens × vocab: GRPO log-probs 16 B per logit in fp32 (native AMP), "
+                 "4 B (8 B with an in-place temperature) in bf16 under DeepSpeed; SFT 12 B"),
             Term("vision tower", vision_activations(i) / GIB, "ViT patches of the micro-batch's images"),
             Term("dequantisation buffers", dequant_buffers(i) / GIB, "largest linear dequantised, fwd + bwd"),
             Term("autocast weight cache", autocast_cache(i, ms["trainable"]) / GIB,
-                 "bf16 copies of fp32 LoRA adapters under autocast (no DeepSpeed)"),
+                 "16-bit copies of fp32 trainable weights under autocast (no DeepSpeed)"),
             Term("reference/reward models", extras / GIB, "frozen models on the trainer GPU, sharded like the policy"),
             *_base_terms(i)]
 
@@ -688,12 +787,14 @@ def _training_terms(i: Inputs, ms: dict, extras: float) -> list[Term]:
 DYNAMIC = ("activations", "logits", "vision tower", "dequantisation buffers", "autocast weight cache")
 
 
-def optimizer_step_phase(i: Inputs, trainable: int, training: list[Term]) -> Phase:
-    """The optimizer step: everything resident in training except activations and logits, plus the step's
-    temporaries. The training peak is the larger of this phase and the forward/backward one."""
-    kept = [t for t in training if t.name not in DYNAMIC]
-    return Phase("optimizer step", kept + [Term("optimizer-step temporaries", step_temporaries(i, trainable) / GIB,
-                                                "foreach AdamW: one params-sized list; ZeRO: fp32 grad partition")])
+def optimizer_step_phase(i: Inputs, ms: dict, training: list[Term]) -> Phase:
+    """The optimizer step: everything resident in training except activations and logits, every gradient, plus the
+    step's temporaries. The training peak is the larger of this phase and the forward/backward one."""
+    kept = [replace(t, gib=ms["grads"] / GIB) if t.name == "gradients" else t for t in training
+            if t.name not in DYNAMIC]
+    return Phase("optimizer step", kept + [Term("optimizer-step temporaries", step_temporaries(i, ms["trainable"])
+                                                / GIB, "foreach AdamW: one params-sized list; ZeRO: fp32 grad "
+                                                "partition")])
 
 
 def _vllm_colocate(i: Inputs, ms: dict, extras: float, training: list[Term], rollout: list[Term],
@@ -758,8 +859,10 @@ def estimate(i: Inputs) -> MemoryReport:
         kv = vllm_kv(i, 1, i.generation_batch, i.prompt_len + i.completion_len)
         rollout.append(Term("generate() KV cache", kv / GIB, "transformers generation: micro-batch × steps per "
                             "generation sequences"))
+        rollout.append(Term("ZeRO-3 gathered weights", zero3_generation_gather(i) / GIB,
+                            "ds3_gather_for_generation: the whole model gathered beside its shard"))
         phases.append(Phase("rollout", rollout))
-    phases.insert(1, optimizer_step_phase(i, ms["trainable"], training))
+    phases.insert(1, optimizer_step_phase(i, ms, training))
     phases[0].terms.append(_allocator_reserve(i, phases[0]))
     roles = [RoleReport("trainer", i.gpu_name, i.capacity_gib, phases, notes)]
     if i.vllm == "server":

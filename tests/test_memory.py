@@ -14,6 +14,7 @@ from grpo_ui.calibration import (
     COMPARE,
     evaluate,
     held_out,
+    inputs_of,
     predicted_gib,
     problems,
     source_key,
@@ -100,10 +101,24 @@ def test_lora_adapter_bytes_follow_the_engine(stage, adapter_b, grads, optim):
     assert ms["grads"] == pytest.approx(n * grads) and ms["optimizer"] == pytest.approx(n * optim)
 
 
-def test_autocast_caches_bf16_copies_of_fp32_adapters_only_without_deepspeed():
+def test_gradients_are_not_yet_alive_at_the_logits_peak_of_a_one_micro_step_update():
+    """HF Trainer zeroes gradients with set_to_none after each optimizer step: with one micro-step per step none exist
+    when the loss's backward starts (the optimizer-step phase holds them all); accumulation and DeepSpeed keep them."""
+    def grads(**kw):
+        report = estimate_spec(spec(train__tuner_type="full", **kw))
+        return term(report, "training", "gradients"), term(report, "optimizer step", "gradients")
+
+    assert grads() == (0, pytest.approx(2 * P7 / GIB))
+    assert grads(train__gradient_accumulation_steps=2) == (pytest.approx(2 * P7 / GIB),) * 2
+    assert grads(train__deepspeed="zero2") == (pytest.approx(2 * P7 / 8 / GIB),) * 2
+
+
+def test_autocast_caches_16bit_copies_of_fp32_trainable_weights_only_without_deepspeed():
     cache = lambda **kw: term(estimate_spec(spec(train__lora_rank=8, **kw)), "training", "autocast")  # noqa: E731
     assert cache() == pytest.approx(20_185_088 * 2 / GIB)
-    assert cache(train__deepspeed="zero2") == 0 and cache(train__tuner_type="full") == 0
+    assert cache(train__deepspeed="zero2") == 0 and cache(train__tuner_type="full") == 0  # bf16 weights: no cast
+    linears = sum(i * o * n for _, i, o, n in find_model("Qwen2.5-7B").linears()) + 152064 * 3584  # + untied lm_head
+    assert cache(train__tuner_type="full", train__torch_dtype="float32") == pytest.approx(linears * 2 / GIB)
 
 
 # Qwen2.5-7B: hidden 3584, vocab 152064 (untied lm_head), largest linear gate/up/down 3584 × 18944, 28 layers
@@ -161,27 +176,34 @@ def test_activations_and_logits_scale_with_micro_batch_times_sequence():
     one, four = (inputs_from_spec(spec(train__per_device_train_batch_size=b, train__max_length=1024,
                                        train__max_completion_length=1024, rollout__use_vllm=False)) for b in (1, 4))
     assert activations(four) == pytest.approx(4 * activations(one))
-    assert logits(four) == pytest.approx(4 * logits(one)) == pytest.approx(4 * 3 * 2 * 1025 * V7)
+    # no DeepSpeed: accelerate's native AMP hands the logits to the loss in fp32, 16 B per logit at the peak
+    assert logits(four) == pytest.approx(4 * logits(one)) == pytest.approx(4 * 16 * 1025 * V7)
     grown = estimate(four).trainer.peak_gib - estimate(one).trainer.peak_gib
     assert grown == pytest.approx(3 * (activations(one) + logits(one)) / GIB)
 
 
 def test_attention_kernels_checkpointing_liger_and_sequence_parallel():
     base = inputs_from_spec(spec(train__max_length=2048, train__max_completion_length=2048))
-    eager = replace(base, attn="eager")
-    s = 4096
-    assert activations(eager) - activations(base) == pytest.approx(2 * 28 * s * 5 * s)  # 2 live layers × heads·s·5 B
-    assert activations(replace(base, grad_ckpt=False)) > 8 * activations(base)
+    s, no_ckpt = 4096, replace(base, grad_ckpt=False)
+    eager = replace(no_ckpt, attn="eager")  # 28 layers × 28 heads × s scores per token × (2 + 2 + 1) B
+    assert activations(eager) - activations(no_ckpt) == pytest.approx(28 * 28 * s * 5 * s)
+    assert activations(no_ckpt) > 8 * activations(base)
     batch = replace(base, micro_batch=8)  # Liger's chunks hold one sequence at a time
     assert logits(replace(batch, liger=True)) < logits(batch) / 2
     sp = replace(base, sequence_parallel=4)
     assert activations(sp) == pytest.approx(activations(base) / 4) and logits(sp) == pytest.approx(logits(base) / 4)
 
 
-def test_lora_dropout_copies_the_adapters_inputs():
-    with_dropout = inputs_from_spec(spec(train__gradient_checkpointing=False))
-    without = inputs_from_spec(spec(train__gradient_checkpointing=False, train__lora_dropout=0.0))
-    assert activations(with_dropout) > 1.3 * activations(without)
+def test_lora_adapter_inputs_follow_the_adapters_dtype_and_dropout():
+    """PEFT's fp32 adapters under autocast keep a 16-bit cast of each adapted linear's input; dropout adds a 1-byte
+    mask per element. DeepSpeed's bf16 adapters without dropout share the inputs the frozen layer already makes."""
+    lora = lambda **kw: inputs_from_spec(spec(train__gradient_checkpointing=False, **kw))  # noqa: E731
+    with_dropout, without = lora(), lora(train__lora_dropout=0.0)
+    fan_in = 5 * 3584 + 3584 + 18944  # q, k, v, gate, up read h; o reads q = h; down reads i
+    tokens = with_dropout.prompt_len + with_dropout.completion_len
+    assert activations(with_dropout) - activations(without) == pytest.approx(28 * tokens * fan_in)
+    shared = activations(lora(train__lora_dropout=0.0, train__deepspeed="zero2"))  # h for q/k/v, h for gate/up, i
+    assert activations(without) - shared == pytest.approx(28 * tokens * 2 * (fan_in - 2 * 3584 - 18944))
     assert activations(replace(with_dropout, full=True)) == activations(replace(without, full=True))
 
 
@@ -194,6 +216,17 @@ def test_reference_and_reward_models_are_counted_and_sharded_like_the_policy():
     assert term(estimate_spec(both), "training", "reference") == pytest.approx((2 * P7 + 2 * rm) / 8 / GIB)
     with pytest.raises(UnknownModel, match=r"train\.reward_model\[0\]"):
         estimate_spec(spec(train__reward_model=["acme/mystery-rm"]))
+
+
+def test_zero3_generation_without_vllm_gathers_the_whole_model():
+    """ms-swift's and TRL's ds3_gather_for_generation (default True): transformers generation runs with every
+    parameter gathered, the whole model beside each GPU's partition."""
+    def gathered(engine, use_vllm):
+        report = estimate_spec(spec(train__deepspeed=engine, train__tuner_type="full", rollout__use_vllm=use_vllm))
+        return term(report, "rollout", "ZeRO-3 gathered")
+
+    assert gathered("zero3", False) == pytest.approx(2 * P7 * 7 / 8 / GIB)
+    assert gathered("zero2", False) == 0 and gathered("zero3", True) == 0  # vLLM generates: the model stays sharded
 
 
 def test_sleep_levels_free_vllm_memory_while_training():
@@ -283,11 +316,13 @@ def test_server_mode_reports_the_rollout_gpu():
 
 
 def test_the_allocator_reserve_is_reclaimable_and_bounded_by_the_card():
-    report = estimate_spec(spec(train__per_device_train_batch_size=8, train__max_completion_length=4096,
+    report = estimate_spec(spec(train__per_device_train_batch_size=2, train__max_completion_length=4096,
                                 rollout__vllm_gpu_memory_utilization=0.3, rollout__sleep_level=1))
     r = report.trainer
+    training = r.phases[0]
     reserve = sum(t.gib for p in r.phases for t in p.terms if t.reclaimable)
-    assert reserve > 0 and r.expected_gib == pytest.approx(r.peak_gib + reserve) and r.expected_gib <= CAP + 1e-6
+    assert reserve > 0 and training.total == pytest.approx(training.needed + reserve) and r.expected_gib <= CAP + 1e-6
+    assert r.peak_gib == max(p.needed for p in r.phases) < r.expected_gib
 
 
 def test_field_report_004_oom_and_advice_that_fits():
@@ -375,6 +410,23 @@ def test_split_holds_out_a_third_by_source_and_never_the_rows_tuned_before():
     for r in CALIBRATION:  # a source is wholly on one side
         sides.setdefault(source_key(r), set()).add(held_out(r))
     assert all(len(s) == 1 for s in sides.values())
+
+
+def test_a_rows_software_versions_decide_its_logits_and_adapters():
+    """TRL: PEFT's fp32 upcast of a quantised model before 0.25, bf16 QLoRA adapters from 0.26, the temperature in
+    place from 1.0 (a row without trl_version runs a current 1.x); transformers < 4.45 upcast SFT logits (16 B)."""
+    trl = {"id": "t", "workload": "grpo", "gpu": "A100 80GB", "config": {
+        "framework": "trl", "model": "Qwen/Qwen3-8B", "tuner_type": "lora", "quant_bits": 4, "nodes": 1,
+        "gpus_per_node": 1}}
+    flags = lambda **cfg: (lambda i: (i.kbit_fp32, i.lora_bf16, i.logits_inplace))(  # noqa: E731
+        inputs_of({**trl, "config": {**trl["config"], **cfg}}))
+    assert flags(trl_version="0.24") == (True, False, False)
+    assert flags(trl_version="0.26") == (False, True, False)
+    assert flags() == (False, True, True)
+    sft = {"id": "s", "workload": "sft", "gpu": "A100 80GB", "config": {
+        "model": "Qwen/Qwen2.5-7B-Instruct", "tuner_type": "lora", "seq_len": 1024, "nodes": 1, "gpus_per_node": 1}}
+    per_logit = lambda **cfg: logits(inputs_of({**sft, "config": {**sft["config"], **cfg}})) / 1024 / V7  # noqa: E731
+    assert (per_logit(), per_logit(transformers_version="4.31")) == (12, 16)
 
 
 def test_torch_figure_counts_a_colocated_vllm_at_its_reservation_even_asleep():
