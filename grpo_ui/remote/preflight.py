@@ -37,7 +37,7 @@ try:  # torch/version.py states the CUDA it was built for; read, not imported (i
     torch_cuda = found and found.group(1)
 except Exception:
     pass
-paths = {p: os.path.exists(os.path.expanduser(where)) for p, where in %(paths)r.items()}
+paths = {p: any(os.path.exists(os.path.expanduser(w)) for w in where) for p, where in %(paths)r.items()}
 root = os.path.expanduser(%(root)r)
 while not os.path.exists(root):
     root = os.path.dirname(root) or "/"
@@ -75,14 +75,21 @@ class HostFacts:
     error: str | None = None
 
 
-def _local_paths(spec: JobSpec, index: int) -> dict[str, str]:
-    """Model and dataset values that are paths (not hub ids: they start with / . or ~) → where the node's swift
-    reads them: relative ones from the node's workdir, as ms-swift resolves them from its cwd (without a workdir,
-    rule PATH-RELATIVE-NO-WORKDIR reports them instead)."""
+def _local_paths(spec: JobSpec, index: int) -> dict[str, list[str]]:
+    """Model and dataset values that are paths (not hub ids: they start with / . or ~) → the files the node's swift
+    may read for them: relative ones from the node's workdir, as ms-swift resolves them from its cwd (without a
+    workdir, rule PATH-RELATIVE-NO-WORKDIR reports them instead). A dataset value is read as ms-swift's dataset
+    syntax reads it (``path[:subsets][#sample]``): the whole value if that file exists, else the part before the
+    last '#', else that part before its first ':'."""
     workdir = spec.cluster.nodes[index].workdir or spec.cluster.workdir
-    paths = [v.split("#")[0] for v in [spec.train.model or "", *spec.train.dataset] if v.startswith(("/", ".", "~"))]
-    return {p: posixpath.join(workdir, p) if p.startswith(".") else p for p in paths
-            if workdir or not p.startswith(".")}
+
+    def candidates(value: str, dataset: bool) -> list[str]:
+        sampled = value.rsplit("#", 1)[0]
+        return list(dict.fromkeys([value, sampled, sampled.split(":", 1)[0]] if dataset else [value]))
+
+    values = [(spec.train.model or "", False), *((d, True) for d in spec.train.dataset)]
+    return {v: [posixpath.join(workdir, c) if c.startswith(".") else c for c in candidates(v, dataset)]
+            for v, dataset in values if v.startswith(("/", ".", "~")) and (workdir or not v.startswith("."))}
 
 
 def _activate(python_env: str | None) -> str:
