@@ -365,7 +365,7 @@ def _host_findings(spec: JobSpec, i: int, f: HostFacts) -> list[Finding]:
     for p, exists in f.paths.items():
         if not exists:
             out.append(finding("PREFLIGHT-PATH-MISSING", "error", "train.model" if p in (spec.train.model or "")
-                               else "train.dataset", f"{node.host}: {p} does not exist.",
+                               else "train.dataset", f"{node.host}: {p.rsplit('#', 1)[0]} does not exist.",
                                "Copy it to every node (same path) or use a shared file system."))
     if f.gpus:
         have = {g["index"]: g for g in f.gpus}
