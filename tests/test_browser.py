@@ -78,7 +78,7 @@ def page():
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         pg = browser.new_page(viewport={"width": 1500, "height": 1000}, accept_downloads=True)
-        pg.set_default_timeout(30000)
+        pg.set_default_timeout(90000)  # a loaded CI machine can take this long to start a fresh page
         yield pg
         browser.close()
 
