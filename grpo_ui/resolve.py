@@ -193,14 +193,18 @@ def _spare_rollout_gpus(spec: JobSpec, version: tuple, gpus: int, mode: str) -> 
     return workers if workers < gpus else 0
 
 
+def sft_grad_accum(per_device: int, world: int) -> int:
+    """ms-swift's default gradient_accumulation_steps outside GRPO: ceil(16 / (per_device × world)) (its
+    TrainingArguments; a global batch of at least 16)."""
+    return max(1, math.ceil(16 / (per_device * max(world, 1))))
+
+
 def _grad_accum(spec: JobSpec, version: tuple, world: int) -> int:
-    """GRPO's default is 1 since 3.7; earlier versions used SFT's ceil(16 / (per_device × world))."""
+    """GRPO's default is 1 since 3.7; earlier versions used SFT's."""
     t = spec.train
     if t.gradient_accumulation_steps:
         return t.gradient_accumulation_steps
-    if version >= (3, 7, 0):
-        return 1
-    return max(1, math.ceil(16 / (t.per_device_train_batch_size * max(world, 1))))
+    return 1 if version >= (3, 7, 0) else sft_grad_accum(t.per_device_train_batch_size, world)
 
 
 def _steps_per_generation(spec: JobSpec, world: int, accum: int) -> int:
