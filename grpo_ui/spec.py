@@ -654,6 +654,7 @@ class Decl:
     annotation: Any
     bounds: dict
     widget: str | None = None  # 'lines' / 'csv': how a list or mapping is written as text (setting())
+    applies: str | None = None  # 'ssh' / 'slurm': the backend that alone uses it (setting())
 
     @property
     def path(self) -> str:
@@ -699,7 +700,6 @@ class ArgDecl(Decl):
 class SettingDecl(Decl):
     """One declared grpo-ui setting (``setting()``): of the job, its cluster, each node (section 'node') or Slurm."""
 
-    applies: str | None  # 'ssh' / 'slurm': the backend that alone uses it
     options: Callable[[], list[str]] | None = None
     required: bool = False
 
