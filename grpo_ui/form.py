@@ -23,7 +23,7 @@ NODE_FIELDS: tuple[SettingDecl, ...] = tuple(d for d in SETTINGS if d.per_node)
 ROW = "_node"  # hidden node-table column: which node of the spec a row shows (None for a row added in the table)
 
 
-def _parts(decl: Decl) -> tuple[Any, bool]:
+def parts(decl: Decl) -> tuple[Any, bool]:
     """(the annotation without None, whether None is allowed)."""
     ann = decl.annotation
     if typing.get_origin(ann) in (typing.Union, types.UnionType):
@@ -33,21 +33,21 @@ def _parts(decl: Decl) -> tuple[Any, bool]:
 
 
 def is_list(decl: Decl) -> bool:
-    return typing.get_origin(_parts(decl)[0]) is list
+    return typing.get_origin(parts(decl)[0]) is list
 
 
 def is_integer(decl: Decl) -> bool:
-    return _parts(decl)[0] is int
+    return parts(decl)[0] is int
 
 
 def is_mapping(decl: Decl) -> bool:
-    return typing.get_origin(_parts(decl)[0]) is dict
+    return typing.get_origin(parts(decl)[0]) is dict
 
 
 def widget_kind(decl: Decl) -> str:
     """checkbox, select (Literal choices or a setting's options), lines (a text area, one item per line) or text
     (numbers, strings, lists)."""
-    ann, optional = _parts(decl)
+    ann, optional = parts(decl)
     if getattr(decl, "options", None) or typing.get_origin(ann) is typing.Literal or (ann is bool and optional):
         return "select"
     if ann is bool:
@@ -58,13 +58,13 @@ def widget_kind(decl: Decl) -> str:
 def column_kind(decl: Decl) -> str:
     """The node table's column for a field: checkbox, select, number (within the declared bounds) or text."""
     kind = widget_kind(decl)
-    return "number" if kind == "text" and _parts(decl)[0] in (int, float) else kind
+    return "number" if kind == "text" and parts(decl)[0] in (int, float) else kind
 
 
 def choices(decl: Decl, current: typing.Iterable = ()) -> list:
     """What a select offers: None (unset) when the field may be empty, the declared choices, then any ``current``
     value they lack."""
-    ann, optional = _parts(decl)
+    ann, optional = parts(decl)
     options = decl.options() if getattr(decl, "options", None) else [True, False] if ann is bool else list(
         typing.get_args(ann))
     return ([None] if optional else []) + options + [v for v in dict.fromkeys(current) if v is not None
@@ -93,7 +93,7 @@ def _items(decl: Decl, text: str) -> list[str]:
 
 def from_text(decl: Decl, text: str):
     """Form text → field value; ValueError with a message for the field on bad input."""
-    ann, optional = _parts(decl)
+    ann, optional = parts(decl)
     text = text.strip()
     if not text:
         if is_list(decl) or is_mapping(decl):
