@@ -1,8 +1,11 @@
 """JobSpec: the one declaration of a GRPO job.
 
-Every ms-swift argument is declared once, with ``arg()``: its default, bounds, help text, form group, flag name and
-the ms-swift versions that accept it. The form, the validation, the argv rendering, YAML and the docs derive from it.
-Field names are the ms-swift 4.x flag names.
+Every field is declared once. An ms-swift argument with ``arg()``: its default, bounds, help text, form group, flag
+name and the ms-swift versions that accept it (field names are the ms-swift 4.x flag names). grpo-ui's own settings
+(the job's, the cluster's, each node's, the Slurm request's) with ``setting()``: type, default, bounds, help text, the
+backend that uses it and how the form writes it. The form, the validation, the argv rendering, YAML and the docs
+derive from these declarations (``ARGS``, ``SETTINGS``). What the fields mean together, the job's effective values,
+is grpo_ui.resolve's.
 
 Set vs default: a field of ``train``, ``rollout`` or ``server`` is *set* when it is in that section's
 ``model_fields_set`` (the user, a preset, an imported script or the YAML gave it); otherwise ms-swift's own default for
