@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from grpo_ui.findings import Finding, finding
 from grpo_ui.monitor import liveness
 from grpo_ui.monitor.stacks import RankStack
-from grpo_ui.resolve import GROUP_PORT, Resolved
+from grpo_ui.resolve import DEFAULT_BETA, GROUP_PORT, Resolved
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class Snapshot:
 
     metrics: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # key → [(step, value)]
     logs: dict[str, list[str]] = field(default_factory=dict)                   # node label → recent lines
-    beta: float = 0.04
+    beta: float = DEFAULT_BETA
     now: float = 0.0
     last_step_at: float | None = None       # when the latest step was logged
     first_step_at: float | None = None      # when the first step was logged
