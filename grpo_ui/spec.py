@@ -59,7 +59,7 @@ def parse_version(text: str) -> tuple[int, int, int]:
 def arg(default: Any, help: str, *, group: str, flag: str | None = None, since: str | None = None,
         until: str | None = None, old_name: str | None = None, renamed_in: str | None = None,
         choices: tuple | None = None, old_default: tuple[Any, str] | None = None,
-        **bounds) -> Any:
+        applies: Literal["colocate", "server"] | None = None, **bounds) -> Any:
     """Declare one ms-swift argument.
 
     since/until: first version that accepts it / first version that no longer does.
@@ -67,10 +67,11 @@ def arg(default: Any, help: str, *, group: str, flag: str | None = None, since: 
     choices: suggested values for free-text fields (the form offers them).
     old_default: (value, version): ms-swift's own default was ``value`` before ``version`` (what an unset field means
     for older targets).
+    applies: the vLLM mode that alone uses it (the ``server`` section's arguments: server mode).
     """
     extra = {"group": group, "flag": flag, "since": since, "until": until, "old_name": old_name,
              "renamed_in": renamed_in, "choices": list(choices) if choices else None,
-             "old_default": list(old_default) if old_default else None}
+             "old_default": list(old_default) if old_default else None, "applies": applies}
     return Field(description=help, json_schema_extra={"swift": extra}, **_default(default), **bounds)
 
 
@@ -318,36 +319,40 @@ class RolloutArgs(_Section):
         None, "colocate: vLLM shares the training GPUs; server: separate swift rollout nodes.",
         group="rollout", since="3.5")
     vllm_gpu_memory_utilization: float = arg(0.9, "Share of each GPU vLLM reserves (colocate).", group="rollout",
-                                             gt=0, le=1)
+                                             gt=0, le=1, applies="colocate")
     vllm_max_model_len: int | None = arg(None, "vLLM context length (colocate); default from the model.",
-                                         group="rollout", ge=1)
+                                         group="rollout", ge=1, applies="colocate")
     vllm_tensor_parallel_size: int = arg(1, "vLLM tensor parallel size (colocate).", group="rollout", ge=1,
-                                         since="3.4", old_name="tensor_parallel_size", renamed_in="3.5")
-    vllm_max_num_seqs: int | None = arg(None, "vLLM concurrent sequences (colocate).", group="rollout", ge=1)
+                                         since="3.4", old_name="tensor_parallel_size", renamed_in="3.5",
+                                         applies="colocate")
+    vllm_max_num_seqs: int | None = arg(None, "vLLM concurrent sequences (colocate).", group="rollout", ge=1,
+                                        applies="colocate")
     num_infer_workers: int | None = arg(
         None, "ms-swift 3.2–3.4: vLLM engines per node. Empty or the node's GPU count: vLLM shares the training "
         "GPUs; fewer: vLLM takes the node's last N GPUs and training the others (NPROC_PER_NODE = GPUs − N).",
-        group="rollout", ge=1, until="3.5")  # 3.5 only warns that it is deprecated; 3.6 removed it
+        group="rollout", ge=1, until="3.5", applies="colocate")  # 3.5 warns that it is deprecated; 3.6 removed it
     vllm_enable_prefix_caching: bool = arg(True, "vLLM prefix caching.", group="rollout")
     vllm_enable_lora: bool = arg(False, "Sync only LoRA deltas to vLLM.", group="rollout", since="3.10")
     vllm_enforce_eager: bool = arg(False, "Disable CUDA graphs in vLLM (saves memory, slower).", group="rollout")
     sleep_level: Literal[0, 1, 2] = arg(0, "Colocate, while training: 1 frees vLLM's KV cache and moves its weights "
                                         "to CPU RAM, 2 discards both.",
-                                        group="rollout", since="3.2.1")
+                                        group="rollout", since="3.2.1", applies="colocate")
     offload_model: bool = arg(False, "Colocate: move the policy to CPU during rollout.", group="rollout",
-                              since="3.2.1")
+                              since="3.2.1", applies="colocate")
     offload_optimizer: bool = arg(False, "Colocate: move optimizer states to CPU during rollout.",
-                                  group="rollout", since="3.2.1")
+                                  group="rollout", since="3.2.1", applies="colocate")
     move_model_batches: int | None = arg(None, "Sync weights to vLLM in N layer batches (ZeRO-3).",
                                          group="rollout", ge=1)
-    async_generate: bool = arg(False, "Server mode: roll out the next batch while training.", group="rollout")
+    async_generate: bool = arg(False, "Server mode: roll out the next batch while training.", group="rollout",
+                               applies="server")
     vllm_server_host: list[str] | None = arg(None, "Rollout server hosts (default: the rollout nodes of the "
-                                             "cluster).", group="rollout", since="3.3.1")
-    vllm_server_port: list[int] = arg([8000], "One HTTP port per server host.", group="rollout", since="3.3.1")
+                                             "cluster).", group="rollout", since="3.3.1", applies="server")
+    vllm_server_port: list[int] = arg([8000], "One HTTP port per server host.", group="rollout", since="3.3.1",
+                                      applies="server")
     vllm_server_group_port: list[int] | None = arg(None, "NCCL weight-sync ports (default 51216 + i).",
-                                                   group="rollout", since="3.12")
+                                                   group="rollout", since="3.12", applies="server")
     vllm_server_timeout: float = arg(240.0, "Seconds the trainer waits for the servers' /health/.",
-                                     group="rollout", gt=0)
+                                     group="rollout", gt=0, applies="server")
 
     @field_validator("vllm_server_host")
     @classmethod
@@ -638,6 +643,7 @@ class JobSpec(BaseModel):
 # The field registry: what the form, the CLI renderer, the importer and the docs iterate over.
 
 SECTIONS: dict[str, type[BaseModel]] = {"train": TrainArgs, "rollout": RolloutArgs, "server": ServerArgs}
+SECTION_APPLIES = {"server": "server"}  # the swift rollout arguments act in server mode only
 # grpo-ui's own settings: section → (model, where its fields live in a JobSpec; '[i]': in every node)
 SETTING_SECTIONS: dict[str, tuple[type[BaseModel], str]] = {
     "job": (JobSpec, ""), "cluster": (ClusterSpec, "cluster."), "node": (Node, "cluster.nodes[i]."),
@@ -657,7 +663,7 @@ class Decl:
     annotation: Any
     bounds: dict
     widget: str | None = None  # 'lines' / 'csv': how a list or mapping is written as text (setting())
-    applies: str | None = None  # 'ssh' / 'slurm': the backend that alone uses it (setting())
+    applies: str | None = None  # the backend ('ssh', 'slurm') or vLLM mode ('colocate', 'server') that alone uses it
 
     @property
     def path(self) -> str:
@@ -744,7 +750,8 @@ def _args(section: str, model: type[BaseModel]) -> list[ArgDecl]:
     out = []
     for name, info in model.model_fields.items():
         sw = (info.json_schema_extra or {})["swift"]
-        out.append(ArgDecl(**_common(section, name, info), group=sw["group"], flag=sw["flag"] or name,
+        out.append(ArgDecl(**_common(section, name, info), applies=sw["applies"] or SECTION_APPLIES.get(section),
+                           group=sw["group"], flag=sw["flag"] or name,
                            since=sw["since"], until=sw["until"], old_name=sw["old_name"],
                            renamed_in=sw["renamed_in"], choices=tuple(sw["choices"]) if sw["choices"] else None,
                            old_default=tuple(sw["old_default"]) if sw.get("old_default") else None))

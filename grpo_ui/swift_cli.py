@@ -26,8 +26,6 @@ from grpo_ui.spec import ARGS, ArgDecl, JobSpec, parse_version
 
 LAUNCH_ENV = ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NPROC_PER_NODE", "CUDA_VISIBLE_DEVICES")
 SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
-SERVER_ONLY = {"vllm_server_host", "vllm_server_port", "vllm_server_group_port", "vllm_server_timeout",
-               "async_generate"}
 # Flags grpo-ui does not model that exist only in some versions: (first version with it, first without it, what to
 # do instead). Outside that range ms-swift rejects them (reference §2 'history'; gc_collect_after_offload: bbf3bc4c4).
 FLAG_LIFETIMES = {

@@ -42,7 +42,8 @@ def field_value(decl: Decl, base: JobSpec):
 
 def help_text(decl: Decl) -> str:
     if isinstance(decl, ArgDecl):
-        return f"{decl.help}  \nflag: --{decl.flag}" + (f" (ms-swift ≥ {decl.since})" if decl.since else "")
+        return f"{decl.help}  \nflag: --{decl.flag}" + (f" (ms-swift ≥ {decl.since})" if decl.since else "") + (
+            f"; acts in {decl.applies} mode only" if decl.applies else "")
     return decl.help + (f"  \n({decl.applies} backend only)" if decl.applies else "")
 
 
