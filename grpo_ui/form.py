@@ -48,7 +48,7 @@ def widget_kind(decl: Decl) -> str:
     """checkbox, select (Literal choices or a setting's options), lines (a text area, one item per line) or text
     (numbers, strings, lists)."""
     ann, optional = parts(decl)
-    if getattr(decl, "options", None) or typing.get_origin(ann) is typing.Literal or (ann is bool and optional):
+    if decl.options or typing.get_origin(ann) is typing.Literal or (ann is bool and optional):
         return "select"
     if ann is bool:
         return "checkbox"
@@ -65,7 +65,7 @@ def choices(decl: Decl, current: typing.Iterable = ()) -> list:
     """What a select offers: None (unset) when the field may be empty, the declared choices, then any ``current``
     value they lack."""
     ann, optional = parts(decl)
-    options = decl.options() if getattr(decl, "options", None) else [True, False] if ann is bool else list(
+    options = decl.options() if decl.options else [True, False] if ann is bool else list(
         typing.get_args(ann))
     return ([None] if optional else []) + options + [v for v in dict.fromkeys(current) if v is not None
                                                      and v not in options]
@@ -100,7 +100,7 @@ def from_text(decl: Decl, text: str):
             return None if optional else type(decl.default)()
         if optional:
             return None
-        if ann is str and not getattr(decl, "required", False):
+        if ann is str and not decl.required:
             return ""
         raise ValueError("required")
     try:

@@ -664,6 +664,9 @@ class Decl:
     bounds: dict
     widget: str | None = None  # 'lines' / 'csv': how a list or mapping is written as text (setting())
     applies: str | None = None  # the backend ('ssh', 'slurm') or vLLM mode ('colocate', 'server') that alone uses it
+    choices: tuple | None = None  # suggestions for a free-text field (arg())
+    options: Callable[[], list[str]] | None = None  # the values to choose from (setting())
+    required: bool = False
 
     @property
     def path(self) -> str:
@@ -684,7 +687,6 @@ class ArgDecl(Decl):
     until: str | None
     old_name: str | None
     renamed_in: str | None
-    choices: tuple | None  # suggestions for a free-text field
     old_default: tuple | None = None  # (ms-swift's default before a version, that version)
 
     def accepted_in(self, version: str) -> bool:
@@ -708,9 +710,6 @@ class ArgDecl(Decl):
 @dataclass(frozen=True, kw_only=True)
 class SettingDecl(Decl):
     """One declared grpo-ui setting (``setting()``): of the job, its cluster, each node (section 'node') or Slurm."""
-
-    options: Callable[[], list[str]] | None = None
-    required: bool = False
 
     @property
     def path(self) -> str:

@@ -60,9 +60,8 @@ def field_widget(decl: Decl, base: JobSpec, where=st):
                                format_func=lambda v: unset if v is None else str(v))
     if kind == "lines":
         return where.text_area(label, key=key, help=help_, persist_state="session", height=80)
-    choices = getattr(decl, "choices", None)
     return where.text_input(label, key=key, help=help_, persist_state="session",
-                            placeholder=f"e.g. {', '.join(choices)}" if choices else None)
+                            placeholder=f"e.g. {', '.join(decl.choices)}" if decl.choices else None)
 
 
 def node_column(decl, base: JobSpec):
