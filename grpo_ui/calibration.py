@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 import statistics
 from dataclasses import dataclass, replace
@@ -33,6 +32,7 @@ from grpo_ui.memory import (
     inputs_from_spec,
     weights_only_gib,
 )
+from grpo_ui.resolve import sft_grad_accum
 from grpo_ui.spec import JobSpec, RolloutArgs, ServerArgs, TrainArgs, parse_version, with_changes
 
 REQUIRED = ("id", "kind", "workload", "source", "config", "gpu", "measured_gib", "unit", "measures", "compare",
@@ -154,9 +154,9 @@ def inputs_of(row: dict) -> Inputs:
     i = replace(i, fixed_shapes=bool(cfg.get("fixed_length")), vit_trainable=cfg.get("freeze_vit") is False,
                 vit_ckpt=cfg.get("vit_gradient_checkpointing", i.grad_ckpt))
     if row["workload"] == "sft":
-        accumulation = cfg.get("gradient_accumulation_steps") or math.ceil(16 / i.micro_batch / i.world)
+        accumulation = cfg.get("gradient_accumulation_steps") or sft_grad_accum(i.micro_batch, i.world)
         i = replace(i, loss="ce", prompt_len=0, completion_len=cfg["seq_len"], extra_models=(), vllm="none",
-                    generation_batch=0, zero3_prefetch=0.9 * i.arch.hidden_size ** 2, grad_accum=max(1, accumulation))
+                    generation_batch=0, zero3_prefetch=0.9 * i.arch.hidden_size ** 2, grad_accum=accumulation)
     return i
 
 

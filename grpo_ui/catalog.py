@@ -254,12 +254,15 @@ def parse_hf_config(source: str | dict | Path) -> dict:
         return source
     text = str(source)
     if not text.lstrip().startswith("{"):
-        p = Path(text).expanduser()
-        p = p / "config.json" if p.is_dir() else p
+        p = Path(text)
         try:
+            p = p.expanduser()
+            p = p / "config.json" if p.is_dir() else p
             text = p.read_text()
         except OSError as e:
             raise ValueError(f"cannot read config.json at {p}: {e.strerror}") from None
+        except RuntimeError as e:  # '~name' of a user this host does not know
+            raise ValueError(f"cannot read config.json at {p}: {e}") from None
     try:
         cfg = json.loads(text)
     except json.JSONDecodeError as e:

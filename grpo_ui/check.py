@@ -10,6 +10,7 @@ from grpo_ui.engines import EngineConfigError
 from grpo_ui.findings import Finding, finding
 from grpo_ui.fit import suggest
 from grpo_ui.memory import UnknownModel, estimate_spec
+from grpo_ui.resolve import Resolved, resolve
 from grpo_ui.spec import JobSpec
 from grpo_ui.swift_cli import rollout_command, train_command
 
@@ -30,19 +31,18 @@ def estimate_error_finding(spec: JobSpec, e: ValueError) -> Finding:
                    "Choose a catalogue model name or import the model's config.json on the Configure page.")
 
 
-def memory_findings(spec: JobSpec, arch=None) -> list[Finding]:
-    """A predicted OOM (with the cheapest fix that fits), or why no estimate can be made, as findings (``arch``: a
-    config.json the user supplied)."""
-    if not spec.train.model:
+def memory_findings(eff: Resolved) -> list[Finding]:
+    """A predicted OOM (with the cheapest fix that fits), or why no estimate can be made, as findings."""
+    if not eff.spec.train.model:
         return []
     try:
-        report = estimate_spec(spec, arch=arch)
+        report = estimate_spec(eff)
     except (UnknownModel, UnknownGpu, EngineConfigError) as e:
-        return [estimate_error_finding(spec, e)]
+        return [estimate_error_finding(eff.spec, e)]
     role = next(r for r in report.roles if r.verdict == report.verdict)
     if report.verdict != "oom":
         return []
-    advice = suggest(spec, arch=arch)
+    advice = suggest(eff)
     fix = (f"Cheapest change that fits: {advice[0].why}." if advice else
            "No single or paired knob fits: use more or larger GPUs, or a smaller model.")
     return [finding("MEMORY-OOM", "warning", ("train.per_device_train_batch_size", "rollout.vllm_gpu_memory_utilization",
@@ -52,12 +52,14 @@ def memory_findings(spec: JobSpec, arch=None) -> list[Finding]:
                     fix, advice[0].changes if advice else {})]
 
 
-def check(spec: JobSpec, arch=None) -> list[Finding]:
-    """rules.validate + what the argv rendering reports + the memory verdict + Slurm's, without duplicates."""
-    found = list(rules.validate(spec)) + train_command(spec).findings
-    if spec.rollout.use_vllm and spec.rollout.vllm_mode == "server" and spec.rollout_nodes():
-        found += rollout_command(spec).findings
-    found += memory_findings(spec, arch) + slurm_findings(spec)
+def check(job: JobSpec | Resolved, arch=None) -> list[Finding]:
+    """rules.validate + what the argv rendering reports + the memory verdict + Slurm's, without duplicates, for a
+    job (its spec or Resolved values; ``arch``: a config.json the user supplied)."""
+    eff = resolve(job, arch)
+    found = rules.validate(eff) + train_command(eff).findings
+    if eff.server and eff.rollout.nodes:
+        found += rollout_command(eff).findings
+    found += memory_findings(eff) + slurm_findings(eff.spec)
     seen, out = set(), []
     for f in found:
         key = (f.id, f.fields)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from itertools import combinations
 
 from grpo_ui.memory import estimate_spec
+from grpo_ui.resolve import Resolved, resolve
 from grpo_ui.spec import JobSpec, SpecError, with_changes
 
 
@@ -22,12 +23,12 @@ class Suggestion:
     verdict: str
 
 
-def _knobs(spec: JobSpec) -> list[tuple[dict, str, float]]:
-    t, r = spec.train, spec.rollout
+def _knobs(eff: Resolved) -> list[tuple[dict, str, float]]:
+    t, r = eff.spec.train, eff.spec.rollout
     out: list[tuple[dict, str, float]] = []
     if not t.use_liger_kernel and t.delta is None and t.sequence_parallel_size == 1 and not t.padding_free:
         out.append(({"train.use_liger_kernel": True}, "Liger kernels: no full logits tensor", 0.0))
-    if r.use_vllm and r.vllm_mode != "server":
+    if eff.colocate:
         if r.sleep_level < 1:  # level 2 frees the same GPU memory (memory.vllm_asleep); it only saves host RAM
             out.append(({"rollout.sleep_level": 1},
                         "sleep_level 1: vLLM's weights to CPU RAM and its KV cache freed while training", 0.05))
@@ -35,9 +36,8 @@ def _knobs(spec: JobSpec) -> list[tuple[dict, str, float]]:
             if util < r.vllm_gpu_memory_utilization:
                 out.append(({"rollout.vllm_gpu_memory_utilization": util},
                             f"vLLM reserves {util:.0%} of the GPU", 0.05 + (r.vllm_gpu_memory_utilization - util) / 4))
-        nproc = spec.nproc_per_node()
         for tp in (2, 4, 8):
-            if tp > r.vllm_tensor_parallel_size and nproc % tp == 0:
+            if tp > r.vllm_tensor_parallel_size and eff.nproc_per_node % tp == 0:
                 out.append(({"rollout.vllm_tensor_parallel_size": tp}, f"vLLM tensor parallel {tp}", 0.1 * tp / 2))
         if not r.offload_optimizer:
             out.append(({"rollout.offload_optimizer": True}, "offload optimizer states during rollout", 0.15))
@@ -51,28 +51,30 @@ def _knobs(spec: JobSpec) -> list[tuple[dict, str, float]]:
             out.append(({"train.deepspeed": preset}, f"DeepSpeed {preset}", cost))
     if t.per_device_train_batch_size > 1:
         half = t.per_device_train_batch_size // 2
-        steps = (t.steps_per_generation or t.gradient_accumulation_steps or 1) * 2
-        key = "train.steps_per_generation" if t.steps_per_generation else "train.gradient_accumulation_steps"
+        key, steps = ("train.steps_per_generation", eff.steps_per_generation * 2) if t.steps_per_generation else (
+            "train.gradient_accumulation_steps", eff.grad_accum * 2)
         out.append(({"train.per_device_train_batch_size": half, key: steps},
                     f"micro-batch {half} with {steps} accumulation steps (same batch)", 0.1))
-    if t.tuner_type == "full" and (t.beta is None or t.beta > 0):
+    if t.tuner_type == "full" and eff.beta > 0:
         out.append(({"train.beta": 0.0}, "beta 0: no reference model (drops the KL term)", 0.2))
     if t.tuner_type == "full":
         out.append(({"train.tuner_type": "lora"}, "LoRA instead of full tuning", 0.3))
     return out
 
 
-def suggest(spec: JobSpec, gpu: str | None = None, limit: int = 3, gpu_gib: float | None = None,
+def suggest(job: JobSpec | Resolved, gpu: str | None = None, limit: int = 3, gpu_gib: float | None = None,
             arch=None) -> list[Suggestion]:
-    """Cheapest changes after which the job fits (verdict fits or tight); empty if it already fits, none does, or
-    no estimate can be made. ``gpu``, ``gpu_gib`` and ``arch`` as for memory.estimate_spec."""
+    """Cheapest changes after which the job (its spec or Resolved values) fits (verdict fits or tight); empty if it
+    already fits, none does, or no estimate can be made. ``gpu``, ``gpu_gib`` and ``arch`` as for
+    memory.estimate_spec."""
+    eff = resolve(job, arch)
     try:
-        base = estimate_spec(spec, gpu, arch, gpu_gib)
+        base = estimate_spec(eff, gpu, gpu_gib=gpu_gib)
     except ValueError:  # memory.EstimateError, catalog.UnknownGpu, engines.EngineConfigError
         return []
     if base.verdict in ("fits", "unknown") or (base.verdict == "tight" and not base.trainer.wasteful):
         return []
-    knobs = _knobs(spec)
+    knobs = _knobs(eff)
     found: list[Suggestion] = []
     for size in (1, 2):
         for combo in combinations(knobs, size):
@@ -80,7 +82,7 @@ def suggest(spec: JobSpec, gpu: str | None = None, limit: int = 3, gpu_gib: floa
             if len(changes) < sum(len(c) for c, _, _ in combo):
                 continue  # two options for the same knob
             try:
-                report = estimate_spec(with_changes(spec, changes), gpu, arch, gpu_gib)
+                report = estimate_spec(with_changes(eff.spec, changes), gpu, eff.arch, gpu_gib)
             except SpecError:
                 continue
             if report.verdict in ("fits", "tight"):

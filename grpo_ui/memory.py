@@ -35,15 +35,14 @@ from grpo_ui.catalog import (
     ModelArch,
     closest_models,
     find_gpu,
-    find_model,
-    from_hf_config,
     parse_hf_config,
     quant_from_hf_config,
     quant_of,
     resolve_gpu,
 )
 from grpo_ui.engines import FsdpConfig, ZeroConfig, fsdp_config, zero_config
-from grpo_ui.spec import JobSpec, parse_version
+from grpo_ui.resolve import Resolved, model_arch, resolve
+from grpo_ui.spec import JobSpec
 
 GIB = 2 ** 30
 CUDA_CONTEXT_GIB = 0.5      # CUDA context + kernels per process (typ. 0.3–0.6 GiB with lazy module loading)
@@ -259,18 +258,15 @@ class Inputs:
 # The adapter from a JobSpec
 
 def resolve_arch(model: str, field_name: str = "train.model") -> ModelArch:
-    """The architecture of a hub id or local path: the catalogue (spellings and quantised variants included), else
-    the directory's config.json. UnknownModel names the field, the closest catalogue names and the fix."""
-    arch = find_model(model)
+    """The architecture of a hub id or local path (resolve.model_arch), or UnknownModel naming the field, the closest
+    catalogue names and the fix."""
+    arch = model_arch(model)
     if arch:
         return arch
-    try:
-        return from_hf_config(parse_hf_config(model), name=model.rstrip("/").split("/")[-1])
-    except ValueError:
-        near = closest_models(model)
-        hint = f" Closest catalogue models: {', '.join(near)}." if near else ""
-        raise UnknownModel(f"{field_name}: unknown architecture for {model!r}.{hint} Pick a catalogue model, paste its "
-                           "config.json on the Configure page, or point at a directory holding it.") from None
+    near = closest_models(model)
+    hint = f" Closest catalogue models: {', '.join(near)}." if near else ""
+    raise UnknownModel(f"{field_name}: unknown architecture for {model!r}.{hint} Pick a catalogue model, paste its "
+                       "config.json on the Configure page, or point at a directory holding it.")
 
 
 def _env_int(env: dict, key: str) -> int | None:
@@ -306,45 +302,40 @@ def _lora_targets(targets: list[str], arch: ModelArch) -> tuple[str, ...]:
     return tuple(n for n in names if any(n == t or n.endswith(t) for t in targets))
 
 
-def inputs_from_spec(spec: JobSpec, gpu: str | None = None, arch: ModelArch | None = None,
+def inputs_from_spec(job: JobSpec | Resolved, gpu: str | None = None, arch: ModelArch | None = None,
                      gpu_gib: float | None = None) -> Inputs:
-    """The estimate's inputs for a spec. ``gpu`` / ``gpu_gib`` override node 0's gpu_model / gpu_memory_gib; ``arch``
-    a config.json the user supplied. Raises EstimateError (UnknownModel, UnknownGpu, EngineConfigError)."""
+    """The estimate's inputs for a job (its spec or Resolved values). ``gpu`` / ``gpu_gib`` stand for node 0's
+    gpu_model / gpu_memory_gib; ``arch`` a config.json the user supplied. Raises EstimateError (UnknownModel,
+    UnknownGpu, EngineConfigError)."""
+    eff = resolve(job, arch)
+    spec = eff.spec
     t, r, s = spec.train, spec.rollout, spec.server
     model = t.model or ""
-    arch = arch or resolve_arch(model)
+    arch = eff.arch or resolve_arch(model)
     compute = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, None: 2.0}[t.torch_dtype]
     quant = ({4: "bnb4", 8: "bnb8"}[t.quant_bits] if t.quant_bits else quant_of(model)
              or _local_quant(model))
-    nodes = spec.trainer_nodes()
-    node = nodes[0] if nodes else None
-    gpu_name, capacity = gpu or (node.gpu_model if node else None), gpu_gib or (node.gpu_memory_gib if node else None)
-    if gpu_name:
-        found = find_gpu(gpu_name)
-        if found:
-            gpu_name, capacity = found.name, capacity or found.memory_gib
-        elif capacity is None:
-            resolve_gpu(gpu_name)  # raises UnknownGpu naming the closest catalogue GPUs
-    spare = spec.spare_rollout_gpus() > 0  # ms-swift 3.2–3.4: vLLM alone on the node's last GPU(s)
-    vllm = "none" if not r.use_vllm else ("server" if r.vllm_mode == "server" or spare else "colocate")
+    gpu_name, capacity = _trainer_gpu(eff, gpu, gpu_gib)
+    spare = eff.spare_rollout_gpus > 0  # ms-swift 3.2–3.4: vLLM alone on the node's last GPU(s)
+    vllm = "server" if eff.server or spare else eff.vllm_mode
     prompt = t.max_length or 1024
     max_len = r.vllm_max_model_len or prompt + t.max_completion_length
     own_gpu = (r.vllm_gpu_memory_utilization, 1, max_len) if spare else (
         s.vllm_gpu_memory_utilization, s.vllm_tensor_parallel_size, s.vllm_max_model_len or prompt + t.max_completion_length)
-    spg = t.steps_per_generation or t.gradient_accumulation_steps or 1
-    env = {**spec.env, **(node.env if node else {})}
+    spg = eff.steps_per_generation
+    nodes = spec.trainer_nodes()
+    env = {**spec.env, **(nodes[0].env if nodes else {})}
     images, _ = vision_tokens(arch, env, prompt)
     fsdp = fsdp_config(t.fsdp)
-    beta = 0.04 if t.beta is None else t.beta
     extra = []
-    if beta > 0 and (t.tuner_type == "full" or t.ref_model):
+    if eff.beta > 0 and (t.tuner_type == "full" or t.ref_model):
         extra.append(ExtraModel("reference", resolve_arch(t.ref_model, "train.ref_model") if t.ref_model else arch))
     extra += [ExtraModel("reward", resolve_arch(m, f"train.reward_model[{k}]")) for k, m in enumerate(t.reward_model or [])]
     return Inputs(
         arch=arch, compute_bytes=compute, quant=quant, full=t.tuner_type == "full", lora_rank=t.lora_rank,
         lora_targets=_lora_targets(t.target_modules, arch), lora_dropout=t.lora_dropout,
-        zero=zero_config(t.deepspeed), fsdp=fsdp, world=max(spec.world_size(), 1), nproc=max(spec.nproc_per_node(), 1),
-        micro_batch=t.per_device_train_batch_size, grad_accum=t.gradient_accumulation_steps or 1,
+        zero=zero_config(t.deepspeed), fsdp=fsdp, world=max(eff.world_size, 1), nproc=max(eff.nproc_per_node, 1),
+        micro_batch=t.per_device_train_batch_size, grad_accum=eff.grad_accum,
         prompt_len=prompt, completion_len=t.max_completion_length,
         grad_ckpt=t.gradient_checkpointing or bool(fsdp and fsdp.activation_checkpointing),
         attn={"flash_attn": "flash", "sdpa": "sdpa", "eager": "eager"}.get(t.attn_impl or "", "flash"),
@@ -352,12 +343,25 @@ def inputs_from_spec(spec: JobSpec, gpu: str | None = None, arch: ModelArch | No
         vit_trainable=False, vit_ckpt=t.gradient_checkpointing, extra_models=tuple(extra),
         vllm=vllm, vllm_util=r.vllm_gpu_memory_utilization, vllm_tp=r.vllm_tensor_parallel_size, vllm_max_len=max_len,
         vllm_max_num_seqs=r.vllm_max_num_seqs or t.per_device_train_batch_size * r.vllm_tensor_parallel_size * spg,
-        logits_inplace=parse_version(spec.swift_version) >= (4, 2, 0),
-        logits_upcast=parse_version(spec.swift_version) < (3, 0, 0),
+        logits_inplace=eff.version >= (4, 2, 0), logits_upcast=eff.version < (3, 0, 0),
         sleep_level=r.sleep_level if vllm == "colocate" else 0, offload_model=r.offload_model and vllm == "colocate",
         offload_optimizer=r.offload_optimizer and vllm == "colocate",
         generation_batch=t.per_device_train_batch_size * spg, capacity_gib=capacity, gpu_name=gpu_name,
         server_util=own_gpu[0], server_tp=own_gpu[1], server_max_len=own_gpu[2])
+
+
+def _trainer_gpu(eff: Resolved, gpu: str | None, gpu_gib: float | None) -> tuple[str | None, float | None]:
+    """(name, GiB) of a trainer GPU: ``gpu`` / ``gpu_gib`` when given, else trainer node 0's. A GPU named but unknown
+    to the catalogue needs its memory given: UnknownGpu otherwise, naming the closest catalogue GPUs."""
+    if gpu:
+        found = find_gpu(gpu)
+        name, capacity = (found.name, found.memory_gib) if found else (gpu, None)
+    else:
+        name, capacity = eff.trainer.model, eff.trainer.gib
+    capacity = gpu_gib or capacity
+    if name and capacity is None:
+        resolve_gpu(name)  # raises UnknownGpu
+    return name, capacity
 
 
 def _local_quant(model: str) -> str:
@@ -918,10 +922,11 @@ def _assumptions(i: Inputs) -> list[str]:
     return out
 
 
-def estimate_spec(spec: JobSpec, gpu: str | None = None, arch: ModelArch | None = None,
+def estimate_spec(job: JobSpec | Resolved, gpu: str | None = None, arch: ModelArch | None = None,
                   gpu_gib: float | None = None) -> MemoryReport:
-    """The estimate for a spec (see inputs_from_spec for the overrides). Raises EstimateError."""
-    return estimate(inputs_from_spec(spec, gpu, arch, gpu_gib))
+    """The estimate for a job, its spec or Resolved values (see inputs_from_spec for the overrides). Raises
+    EstimateError."""
+    return estimate(inputs_from_spec(job, gpu, arch, gpu_gib))
 
 
 def format_report(report: MemoryReport) -> str:

@@ -17,7 +17,8 @@ import yaml
 
 from grpo_ui import rules, shell
 from grpo_ui.findings import Finding, finding
-from grpo_ui.spec import JobSpec, Node, check_name, parse_version, sbatch_option
+from grpo_ui.resolve import Resolved, resolve
+from grpo_ui.spec import JobSpec, Node, check_name, sbatch_option
 from grpo_ui.swift_cli import TRAIN_FLAGS, coerce, rollout_command, train_command
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -130,23 +131,24 @@ def _yaml_config(argv: list[str], env: dict[str, str]) -> str:
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=120)
 
 
-def render(spec: JobSpec, job_id: str) -> Bundle:
-    """All files for the job. ``job_id`` names the run directory (spec.check_name: SpecError otherwise)."""
+def render(job: JobSpec | Resolved, job_id: str) -> Bundle:
+    """All files for the job (its spec or Resolved values). ``job_id`` names the run directory (spec.check_name:
+    SpecError otherwise)."""
     check_name(job_id)
-    train = train_command(spec)
+    eff = resolve(job)
+    spec = eff.spec
+    train = train_command(eff)
     findings = list(train.findings)
-    findings += [f for f in rules.validate(spec) if f.id in ("MASTER-LOOPBACK", "SEED-NODE-DIFFER",
-                                                             "TRAINER-GPU-COUNT", "ROLLOUT-GPUS")]
+    findings += [f for f in rules.validate(eff) if f.id in ("MASTER-LOOPBACK", "SEED-NODE-DIFFER",
+                                                            "TRAINER-GPU-COUNT", "ROLLOUT-GPUS")]
     trainers = [(i, n) for i, n in enumerate(spec.cluster.nodes) if n.role == "trainer"]
     rollouts = [(i, n) for i, n in enumerate(spec.cluster.nodes) if n.role == "rollout"]
-    server_mode = spec.rollout.use_vllm and spec.rollout.vllm_mode == "server"
     files: dict[str, str] = {}
     bundle = Bundle(job_id, files, findings, added=list(train.added))
-    common = {"nnodes": len(trainers), "master_addr": spec.master_addr(), "master_port": spec.cluster.master_port,
-              "nproc": spec.nproc_per_node(),
-              "servers": spec.server_endpoints() if server_mode else [],
+    common = {"nnodes": eff.nnodes, "master_addr": eff.master_addr, "master_port": eff.master_port,
+              "nproc": eff.nproc_per_node, "servers": list(eff.server_endpoints) if eff.server else [],
               "server_timeout": int(spec.rollout.vllm_server_timeout)}
-    yaml_ok = parse_version(spec.swift_version) >= (4, 1, 0)
+    yaml_ok = eff.version >= (4, 1, 0)
     for rank, (i, node) in enumerate(trainers):
         name = f"node_{rank}.sh"
         ctx = {**common, **_node_context(spec, node, job_id), "rank": rank, "command": swift_line(train.argv),
@@ -154,19 +156,16 @@ def render(spec: JobSpec, job_id: str) -> Bundle:
         files[name] = _env.get_template("node.sh.j2").render(ctx)
         bundle.node_files[i] = name
         if yaml_ok:
-            env = {"NNODES": str(len(trainers)), "NODE_RANK": str(rank), "MASTER_ADDR": spec.master_addr(),
-                   "MASTER_PORT": str(spec.cluster.master_port), "NPROC_PER_NODE": str(spec.nproc_per_node()),
-                   "CUDA_VISIBLE_DEVICES": ctx["cuda_visible_devices"], **dict(ctx["env"])}
-            files[f"swift_{rank}.yaml"] = _yaml_config(train.argv, env)
+            files[f"swift_{rank}.yaml"] = _yaml_config(train.argv, {**eff.launch_env(rank, node), **dict(ctx["env"])})
     if not yaml_ok:
         findings.append(finding("RENDER-NO-YAML", "info", "swift_version",
                                 f"ms-swift {spec.swift_version} cannot take a positional YAML config (added in 4.1); "
                                 "no swift_<rank>.yaml was written.", "Use the node scripts, or ms-swift ≥ 4.1."))
-    servers = rollout_command(spec) if server_mode and rollouts else None  # every server on server.port (sbatch)
+    servers = rollout_command(eff) if eff.server and rollouts else None  # every server on server.port (sbatch)
     if servers:
         findings += servers.findings
         for k, (i, node) in enumerate(rollouts):
-            roll = rollout_command(spec, index=k)
+            roll = rollout_command(eff, index=k)
             bundle.added += [(f"{flags} (rollout_{k}.sh)", why) for flags, why in roll.added]
             name = f"rollout_{k}.sh"
             ctx = {**_node_context(spec, node, job_id), "index": k, "command": swift_line(roll.argv),

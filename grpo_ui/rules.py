@@ -1,19 +1,18 @@
 """Validation: ms-swift's own GRPO checks (argument parsing and trainer init) done up front, plus field advisories.
 
-Each rule is a small function ``(spec) -> findings``; RULES lists every finding id with the ms-swift check (reference
-§3 V#/R#) or field report it stands for. Arithmetic follows ms-swift: world = NNODES × NPROC_PER_NODE, and
-generation_batch_size = per_device_train_batch_size × world × steps_per_generation.
+Each rule is a small function ``(spec, eff) -> findings`` (``eff``: the job's effective values, grpo_ui.resolve);
+RULES lists every finding id with the ms-swift check (reference §3 V#/R#) or field report it stands for.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Iterator
 
-from grpo_ui.catalog import find_gpu, find_model, model_params_b, params_from_name
+from grpo_ui.catalog import params_from_name
 from grpo_ui.findings import Finding, finding
-from grpo_ui.spec import BUILTIN_REWARDS, JobSpec, parse_version
+from grpo_ui.resolve import Resolved, resolve
+from grpo_ui.spec import BUILTIN_REWARDS, JobSpec
 
 # id → (what it checks, the ms-swift check or field report it covers)
 RULES: dict[str, tuple[str, str]] = {
@@ -73,7 +72,7 @@ RULES: dict[str, tuple[str, str]] = {
     "ENV-SECRET-MOVED": ("token-like names in env become secret_env names, their values dropped", "SECURITY.md"),
 }
 
-Rule = Callable[[JobSpec], Iterator[Finding]]
+Rule = Callable[[JobSpec, Resolved], Iterator[Finding]]
 _RULES: list[Rule] = []
 
 
@@ -82,87 +81,31 @@ def rule(fn: Rule) -> Rule:
     return fn
 
 
-def validate(spec: JobSpec) -> list[Finding]:
-    """Every finding for the spec, in rule order."""
-    return [f for r in _RULES for f in r(spec)]
+def validate(job: JobSpec | Resolved) -> list[Finding]:
+    """Every finding for the job (a spec, or its Resolved values), in rule order."""
+    eff = resolve(job)
+    return [f for check in _RULES for f in check(eff.spec, eff)]
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Effective values, as ms-swift resolves them.
+# What the rules say about the model (its effective values come from grpo_ui.resolve)
 
-def version(spec: JobSpec) -> tuple[int, int, int]:
-    return parse_version(spec.swift_version)
-
-
-def grad_accum(spec: JobSpec) -> int:
-    """GRPO's default is 1 since 3.7; earlier versions used SFT's ceil(16 / (per_device × world))."""
-    t = spec.train
-    if t.gradient_accumulation_steps:
-        return t.gradient_accumulation_steps
-    if version(spec) >= (3, 7, 0):
-        return 1
-    return max(1, math.ceil(16 / (t.per_device_train_batch_size * max(spec.world_size(), 1))))
+def model_size_b(eff: Resolved) -> float | None:
+    """Billions of parameters: the model's architecture, else its name."""
+    return eff.arch.total_params() / 1e9 if eff.arch else params_from_name(eff.spec.train.model or "")
 
 
-def steps_per_generation(spec: JobSpec) -> int:
-    t = spec.train
-    if t.steps_per_generation is not None:
-        return t.steps_per_generation
-    if t.generation_batch_size is not None:
-        return max(1, t.generation_batch_size // max(t.per_device_train_batch_size * spec.world_size(), 1))
-    return grad_accum(spec)
-
-
-def generation_batch(spec: JobSpec) -> int:
-    """The batch ms-swift checks against num_generations: before 3.4 the global train batch, in 3.4.x that times
-    gradient_accumulation_steps (grpo_trainer.py there), from 3.5 the generation batch."""
-    t = spec.train
-    if version(spec) < (3, 4, 0):
-        return t.per_device_train_batch_size * spec.world_size()
-    if version(spec) < (3, 5, 0):
-        return t.per_device_train_batch_size * spec.world_size() * (t.gradient_accumulation_steps or 1)
-    if t.generation_batch_size is not None:
-        return t.generation_batch_size
-    return t.per_device_train_batch_size * spec.world_size() * steps_per_generation(spec)
-
-
-def is_colocate(spec: JobSpec) -> bool:
-    return spec.rollout.use_vllm and spec.rollout.vllm_mode != "server"
-
-
-def is_server(spec: JobSpec) -> bool:
-    return spec.rollout.use_vllm and spec.rollout.vllm_mode == "server"
-
-
-def beta(spec: JobSpec) -> float:
-    return 0.04 if spec.train.beta is None else spec.train.beta
-
-
-def model_size_b(spec: JobSpec) -> float | None:
-    return model_params_b(spec.train.model or "")
-
-
-def size_label(spec: JobSpec) -> str:
+def size_label(eff: Resolved) -> str:
     """'32B' for Qwen2.5-32B (the size its name gives, not the 32.8 counted), else two significant digits."""
-    named = params_from_name(spec.train.model or "")
-    size = named or model_size_b(spec) or 0
+    named = params_from_name(eff.spec.train.model or "")
+    size = named or model_size_b(eff) or 0
     return f"{size:g}B" if named else f"{float(f'{size:.2g}'):g}B"
 
 
-def is_multimodal(spec: JobSpec) -> bool:
-    """A vision(-language) policy: the catalogue says it has a vision tower, or its name says VL/vision/omni."""
-    arch = find_model(spec.train.model or "")
-    return bool(arch and arch.vision) or bool(re.search(r"(?i)(\bvl\b|-vl|vl-|vision|omni|llava|internvl|qvq)",
-                                                          spec.train.model or ""))
-
-
-def gpu_memory_gib(spec: JobSpec) -> float | None:
-    """Memory per trainer GPU: node 0's gpu_memory_gib, else its catalogue GPU's."""
-    nodes = spec.trainer_nodes()
-    if not nodes:
-        return None
-    gpu = find_gpu(nodes[0].gpu_model)
-    return nodes[0].gpu_memory_gib or (gpu.memory_gib if gpu else None)
+def is_multimodal(eff: Resolved) -> bool:
+    """A vision(-language) policy: its architecture has a vision tower, or its name says VL/vision/omni."""
+    return bool(eff.arch and eff.arch.vision) or bool(re.search(
+        r"(?i)(\bvl\b|-vl|vl-|vision|omni|llava|internvl|qvq)", eff.spec.train.model or ""))
 
 
 def _near(values, current, k=2) -> list[int]:
@@ -176,7 +119,7 @@ def _near(values, current, k=2) -> list[int]:
 # Required inputs
 
 @rule
-def required_inputs(spec):
+def required_inputs(spec, eff):
     t = spec.train
     if not (t.model or "").strip():
         yield finding("SPEC-MODEL-MISSING", "error", "train.model", "No model is set.",
@@ -187,7 +130,7 @@ def required_inputs(spec):
 
 
 @rule
-def unresolved(spec):
+def unresolved(spec, eff):
     for path, text in spec.unresolved.items():
         yield finding("IMPORT-UNRESOLVED", "error", path, f"{path} is `{text}` in the imported script: a value only "
                       "the shell that ran it knew (a variable it never set, $(…), ~ or a script argument).",
@@ -195,7 +138,7 @@ def unresolved(spec):
 
 
 @rule
-def truncation(spec):
+def truncation(spec, eff):
     ts = spec.train.truncation_strategy
     if ts not in (None, "left", "delete"):
         yield finding("TRUNCATION-STRATEGY", "error", "train.truncation_strategy",
@@ -205,15 +148,15 @@ def truncation(spec):
 
 
 @rule
-def ref_model_lora(spec):
-    if spec.train.ref_model and spec.train.tuner_type != "full" and beta(spec) != 0:
+def ref_model_lora(spec, eff):
+    if spec.train.ref_model and spec.train.tuner_type != "full" and eff.beta != 0:
         yield finding("REF-MODEL-LORA", "error", ("train.ref_model", "train.tuner_type"),
                       "LoRA training does not take a ref_model: the frozen base model is the reference.",
                       "Clear train.ref_model.", {"train.ref_model": None})
 
 
 @rule
-def soft_overlong(spec):
+def soft_overlong(spec, eff):
     t = spec.train
     if "soft_overlong" not in t.reward_funcs:
         return
@@ -228,7 +171,7 @@ def soft_overlong(spec):
 
 
 @rule
-def warmup(spec):
+def warmup(spec, eff):
     if spec.train.warmup_ratio and spec.train.warmup_steps:
         yield finding("WARMUP-BOTH", "error", ("train.warmup_ratio", "train.warmup_steps"),
                       f"warmup_ratio ({spec.train.warmup_ratio}) and warmup_steps ({spec.train.warmup_steps}) "
@@ -240,14 +183,14 @@ def warmup(spec):
 # Rollout mode
 
 @rule
-def vllm_mode(spec):
+def vllm_mode(spec, eff):
     r = spec.rollout
     if not r.use_vllm and r.vllm_mode is not None:
         yield finding("VLLM-MODE-WITHOUT-VLLM", "error", ("rollout.vllm_mode", "rollout.use_vllm"),
                       "vllm_mode is not supported when use_vllm is false.",
                       "Turn use_vllm on, or clear vllm_mode.", {"rollout.vllm_mode": None})
-    if r.use_vllm and r.vllm_mode is None and version(spec) >= (3, 5, 0):
-        required = version(spec) >= (3, 12, 0)
+    if r.use_vllm and r.vllm_mode is None and eff.version >= (3, 5, 0):
+        required = eff.version >= (3, 12, 0)
         yield finding("VLLM-MODE-REQUIRED", "error" if required else "info", "rollout.vllm_mode",
                       "vllm_mode is required when use_vllm is true (since ms-swift 3.12)." if required else
                       f"ms-swift {spec.swift_version} defaults vllm_mode to colocate; 3.12+ requires it.",
@@ -260,11 +203,11 @@ def vllm_mode(spec):
                       {"rollout.vllm_tensor_parallel_size": 1})
 
 
-def _async_needs_own_gpus(spec) -> Finding:
+def _async_needs_own_gpus(spec, eff) -> Finding:
     """async_generate rolls out while training: vLLM must not share the training GPUs. From 3.5 that means server
     mode; 3.2–3.4 had no vllm_mode and ran it on GPUs of its own (NPROC_PER_NODE + num_infer_workers = GPUs) or a
     server (vllm_server_host, from 3.3.1)."""
-    if version(spec) >= (3, 5, 0):
+    if eff.version >= (3, 5, 0):
         return finding("ASYNC-NEEDS-SERVER", "error", ("rollout.async_generate", "rollout.vllm_mode"),
                        "async_generate requires vllm_mode server.",
                        "Use server mode with swift rollout nodes, or turn async_generate off.",
@@ -277,18 +220,18 @@ def _async_needs_own_gpus(spec) -> Finding:
 
 
 @rule
-def server_mode(spec):
+def server_mode(spec, eff):
     r = spec.rollout
-    own_gpus = version(spec) < (3, 5, 0) and (spec.spare_rollout_gpus() or r.vllm_server_host)
-    if r.async_generate and not is_server(spec) and not own_gpus:
-        yield _async_needs_own_gpus(spec)
+    own_gpus = eff.version < (3, 5, 0) and (eff.spare_rollout_gpus or r.vllm_server_host)
+    if r.async_generate and not eff.server and not own_gpus:
+        yield _async_needs_own_gpus(spec, eff)
     if r.async_generate and spec.train.multi_turn_scheduler:
         yield finding("ASYNC-MULTI-TURN", "error", ("rollout.async_generate", "train.multi_turn_scheduler"),
                       "async_generate is not supported with multi-turn rollouts.", "Turn async_generate off.",
                       {"rollout.async_generate": False})
-    if not is_server(spec):
+    if not eff.server:
         return
-    if not spec.server_endpoints():
+    if not eff.server_endpoints:
         yield finding("VLLM-SERVER-NO-HOST", "error", ("rollout.vllm_server_host", "cluster.nodes"),
                       "Server mode needs rollout servers: no rollout node and no vllm_server_host is set.",
                       "Add a node with role rollout on the Cluster page, or set rollout.vllm_server_host.")
@@ -297,7 +240,7 @@ def server_mode(spec):
         yield finding("VLLM-SERVER-PORTS", "error", ("rollout.vllm_server_host", "rollout.vllm_server_port"),
                       f"{len(hosts)} server host(s) but {len(ports)} port(s): the lists must have the same length.",
                       "Give one port per host.", {"rollout.vllm_server_port": [ports[0]] * len(hosts)})
-    n = len(spec.server_endpoints())
+    n = len(eff.server_endpoints)
     if groups and len(groups) not in (1, n):
         yield finding("VLLM-SERVER-PORTS", "error", "rollout.vllm_server_group_port",
                       f"{len(groups)} group ports for {n} servers: give one, or one per server.",
@@ -310,26 +253,26 @@ def server_mode(spec):
 
 
 @rule
-def sleep_and_offload(spec):
+def sleep_and_offload(spec, eff):
     r = spec.rollout
-    if r.sleep_level and not is_colocate(spec):
+    if r.sleep_level and not eff.colocate:
         yield finding("SLEEP-LEVEL-IGNORED", "warning", "rollout.sleep_level",
                       f"sleep_level {r.sleep_level} only acts with colocated vLLM; ms-swift forces it to 0 here.",
                       "Set sleep_level to 0.", {"rollout.sleep_level": 0})
-    if (r.offload_model or r.offload_optimizer) and not is_colocate(spec):
+    if (r.offload_model or r.offload_optimizer) and not eff.colocate:
         yield finding("OFFLOAD-IGNORED", "warning", ("rollout.offload_model", "rollout.offload_optimizer"),
                       "offload_model / offload_optimizer free GPU memory for colocated vLLM only.",
                       "Turn them off.", {"rollout.offload_model": False, "rollout.offload_optimizer": False})
-    if r.sleep_level and is_colocate(spec) and (3, 2, 1) <= version(spec) < (3, 4, 0) and grad_accum(spec) != 1:
+    if r.sleep_level and eff.colocate and (3, 2, 1) <= eff.version < (3, 4, 0) and eff.grad_accum != 1:
         yield finding("SLEEP-LEVEL-GAS", "info", ("rollout.sleep_level", "train.gradient_accumulation_steps"),
                       f"ms-swift {spec.swift_version} forces gradient_accumulation_steps to 1 when sleep_level > 0.",
                       "Expect GAS 1, or use ms-swift ≥ 3.4.")
 
 
 @rule
-def tensor_parallel(spec):
-    tp, world, nproc = spec.rollout.vllm_tensor_parallel_size, spec.world_size(), spec.nproc_per_node()
-    if not is_colocate(spec) or tp == 1 or not world:
+def tensor_parallel(spec, eff):
+    tp, world, nproc = spec.rollout.vllm_tensor_parallel_size, eff.world_size, eff.nproc_per_node
+    if not eff.colocate or tp == 1 or not world:
         return
     if world % tp:
         yield finding("VLLM-TP-WORLD", "error", "rollout.vllm_tensor_parallel_size",
@@ -342,7 +285,7 @@ def tensor_parallel(spec):
 
 
 @rule
-def fsdp_deepspeed(spec):
+def fsdp_deepspeed(spec, eff):
     if spec.train.fsdp and spec.train.deepspeed:
         yield finding("FSDP-DEEPSPEED", "error", ("train.fsdp", "train.deepspeed"),
                       "FSDP2 is not compatible with DeepSpeed.", "Clear one of train.fsdp and train.deepspeed.",
@@ -352,10 +295,10 @@ def fsdp_deepspeed(spec):
 # ---------------------------------------------------------------------------------------------------------------
 # Batch arithmetic
 
-def _accumulation_knob(spec) -> str | None:
+def _accumulation_knob(spec, eff) -> str | None:
     """The field that multiplies the checked batch in this version (none before 3.4, nor when
     generation_batch_size fixes the batch)."""
-    v = version(spec)
+    v = eff.version
     if v < (3, 4, 0) or (v >= (3, 5, 0) and spec.train.generation_batch_size is not None
                          and spec.train.steps_per_generation is None):
         return None
@@ -364,12 +307,12 @@ def _accumulation_knob(spec) -> str | None:
     return "train.steps_per_generation"
 
 
-def _valid_batch_knobs(spec) -> dict[str, list[int]]:
+def _valid_batch_knobs(spec, eff) -> dict[str, list[int]]:
     """Nearest values of each knob that make the checked batch divisible by num_generations."""
-    t, world = spec.train, spec.world_size()
-    pd, ng, nproc = t.per_device_train_batch_size, t.num_generations, max(spec.nproc_per_node(), 1)
-    acc_key = _accumulation_knob(spec)
-    factor = generation_batch(spec) // (pd * world)
+    t, world = spec.train, eff.world_size
+    pd, ng, nproc = t.per_device_train_batch_size, t.num_generations, max(eff.nproc_per_node, 1)
+    acc_key = _accumulation_knob(spec, eff)
+    factor = eff.generation_batch // (pd * world)
     out = {
         "train.per_device_train_batch_size": _near([p for p in range(1, 4 * ng + 1) if p * world * factor % ng == 0],
                                                    pd),
@@ -383,12 +326,12 @@ def _valid_batch_knobs(spec) -> dict[str, list[int]]:
 
 
 @rule
-def batch_arithmetic(spec):
-    t, world = spec.train, spec.world_size()
+def batch_arithmetic(spec, eff):
+    t, world = spec.train, eff.world_size
     if not world:
         return
     g = t.per_device_train_batch_size * world
-    v = version(spec)
+    v = eff.version
     if t.steps_per_generation is not None and t.steps_per_generation <= 0:
         yield finding("GRPO-STEPS-PER-GEN", "error", "train.steps_per_generation",
                       f"steps_per_generation must be > 0, got {t.steps_per_generation}.", "Set it to 1 or more.",
@@ -425,9 +368,9 @@ def batch_arithmetic(spec):
                       "compute advantages (with one, every advantage is 0 and the policy never updates).",
                       "Set num_generations to 2 or more (8 is typical).", {"train.num_generations": 8})
         return
-    gen = generation_batch(spec)
+    gen = eff.generation_batch
     if gen % t.num_generations:
-        knobs = _valid_batch_knobs(spec)
+        knobs = _valid_batch_knobs(spec, eff)
         what = ("the global train batch per_device × world" if v < (3, 4, 0) else
                 "the effective train batch per_device × world × gradient_accumulation_steps" if v < (3, 5, 0) else
                 "generation_batch_size = per_device × world × steps_per_generation")
@@ -441,8 +384,8 @@ def batch_arithmetic(spec):
 
 
 @rule
-def eval_batch(spec):
-    t, world = spec.train, spec.world_size()
+def eval_batch(spec, eff):
+    t, world = spec.train, eff.world_size
     # ms-swift: eval_strategy defaults to save_strategy, and evaluation is off without an eval set.
     eval_on = (t.eval_strategy or t.save_strategy) != "no" and (t.split_dataset_ratio > 0 or bool(t.val_dataset))
     ng = t.num_generations_eval or t.num_generations
@@ -462,7 +405,7 @@ def eval_batch(spec):
 # Rewards and algorithm
 
 @rule
-def rewards(spec):
+def rewards(spec, eff):
     t = spec.train
     sources = len(t.reward_funcs) + len(t.reward_model or [])
     if not sources and not t.multi_turn_scheduler:
@@ -491,7 +434,7 @@ def rewards(spec):
 
 
 @rule
-def liger(spec):
+def liger(spec, eff):
     t = spec.train
     if not t.use_liger_kernel:
         return
@@ -511,7 +454,7 @@ def liger(spec):
 
 
 @rule
-def padding_free(spec):
+def padding_free(spec, eff):
     attn = spec.train.attn_impl or ""
     if spec.train.padding_free and "flash" not in attn:
         yield finding("PADDING-FREE-ATTN", "error", ("train.padding_free", "train.attn_impl"),
@@ -520,14 +463,14 @@ def padding_free(spec):
 
 
 @rule
-def vllm_lora(spec):
+def vllm_lora(spec, eff):
     t, r = spec.train, spec.rollout
     lora = t.tuner_type in ("lora", "lora_llm", "longlora", "adalora")
     if r.vllm_enable_lora and not lora:
         yield finding("VLLM-LORA", "error", ("rollout.vllm_enable_lora", "train.tuner_type"),
                       f"vllm_enable_lora syncs LoRA adapters, but tuner_type is {t.tuner_type}.",
                       "Turn vllm_enable_lora off.", {"rollout.vllm_enable_lora": False})
-    if is_server(spec) and spec.server.vllm_enable_lora and lora and spec.server.vllm_max_lora_rank < t.lora_rank:
+    if eff.server and spec.server.vllm_enable_lora and lora and spec.server.vllm_max_lora_rank < t.lora_rank:
         yield finding("VLLM-LORA", "error", ("server.vllm_max_lora_rank", "train.lora_rank"),
                       f"The rollout server accepts LoRA rank ≤ {spec.server.vllm_max_lora_rank} but lora_rank is "
                       f"{t.lora_rank}.", f"Set server.vllm_max_lora_rank to {t.lora_rank} or more.",
@@ -538,7 +481,7 @@ def vllm_lora(spec):
 # Cluster
 
 @rule
-def cluster(spec):
+def cluster(spec, eff):
     trainers, rollouts = spec.trainer_nodes(), spec.rollout_nodes()
     if not trainers:
         yield finding("CLUSTER-NO-TRAINER", "error", "cluster.nodes", "No node has the trainer role.",
@@ -550,11 +493,11 @@ def cluster(spec):
         yield finding("TRAINER-GPU-COUNT", "error", "cluster.nodes",
                       f"Trainer nodes use different GPU counts ({detail}); NPROC_PER_NODE must be the same on every "
                       "node and equal to the visible GPUs.", "Give every trainer node the same number of GPUs.")
-    if rollouts and not is_server(spec):
+    if rollouts and not eff.server:
         yield finding("CLUSTER-ROLLOUT-UNUSED", "warning", "rollout.vllm_mode",
                       f"{len(rollouts)} rollout node(s) are set but vllm_mode is not server; they would sit idle.",
                       "Switch to server mode, or remove the rollout nodes.", {"rollout.vllm_mode": "server"})
-    if is_server(spec):
+    if eff.server:
         tp, dp = spec.server.vllm_tensor_parallel_size, spec.server.vllm_data_parallel_size
         for i, n in enumerate(spec.cluster.nodes):
             if n.role == "rollout" and len(n.gpus) < tp * dp:
@@ -578,7 +521,7 @@ def cluster(spec):
                           "oversubscribe them (out of memory or a stall, field report 000).",
                           "Give each node on the same machine its own GPU ids.")
         seen.setdefault(key, (i, set()))[1].update(n.gpus)
-    master = spec.master_addr()
+    master = eff.master_addr
     if ssh and len(trainers) > 1 and (master in ("127.0.0.1", "localhost", "::1") or any(n.is_local for n in trainers)):
         yield finding("MASTER-LOOPBACK", "error", ("cluster.master_addr", "cluster.nodes[0].host"),
                       f"NNODES is {len(trainers)} but MASTER_ADDR is {master} (or a trainer is localhost): the other "
@@ -592,7 +535,7 @@ def cluster(spec):
                       "would run in the job's run directory, which holds only its scripts, and look there.",
                       "Set cluster.workdir to the directory these paths are relative to, or make them absolute.")
     ports = {"cluster.master_port": spec.cluster.master_port}
-    if is_server(spec):
+    if eff.server:
         ports["server.port"] = spec.server.port
     if len(set(ports.values())) < len(ports):
         yield finding("PORT-CLASH", "error", tuple(ports), f"The rendezvous port and the rollout server port are both "
@@ -603,46 +546,45 @@ def cluster(spec):
 # Field experience (shared/seeds)
 
 @rule
-def seed_zero3_kl0(spec):
+def seed_zero3_kl0(spec, eff):
     t = spec.train
-    if (t.deepspeed or "").startswith("zero3") and t.per_device_train_batch_size == 1 and grad_accum(spec) > 1:
+    if (t.deepspeed or "").startswith("zero3") and t.per_device_train_batch_size == 1 and eff.grad_accum > 1:
         yield finding("SEED-ZERO3-KL0", "warning", ("train.deepspeed", "train.per_device_train_batch_size",
                                                     "train.gradient_accumulation_steps"),
-                      f"ZeRO-3 with per-device batch 1 and gradient accumulation {grad_accum(spec)}: users saw "
+                      f"ZeRO-3 with per-device batch 1 and gradient accumulation {eff.grad_accum}: users saw "
                       "parameters never update and KL stay 0 (field report 001).",
                       "Use ZeRO-2, or raise per_device_train_batch_size and lower gradient_accumulation_steps; "
                       "watch kl in the first steps.", {"train.deepspeed": "zero2"})
 
 
 @rule
-def seed_offload_large(spec):
-    size = model_size_b(spec)
+def seed_offload_large(spec, eff):
+    size = model_size_b(eff)
     t, r = spec.train, spec.rollout
-    offloading = (r.offload_model and is_colocate(spec)) or (t.deepspeed or "").endswith("offload")
+    offloading = (r.offload_model and eff.colocate) or (t.deepspeed or "").endswith("offload")
     if size and size >= 30 and offloading:
         yield finding("SEED-OFFLOAD-STALL", "warning", ("rollout.offload_model", "train.deepspeed"),
-                      f"A {size_label(spec)} model with offload_model / ZeRO offload: moving the weights "
+                      f"A {size_label(eff)} model with offload_model / ZeRO offload: moving the weights "
                       "between CPU and GPU around every rollout stalled training without an error (field report 000).",
                       "Prefer a separate rollout node (server mode), or ZeRO-3 without offload and move_model_batches "
                       "8–12 if memory allows; watch for a hang alert.", {"rollout.offload_model": False})
 
 
-def _vllm_share(spec):
+def _vllm_share(spec, eff):
     """(section, memory utilisation, TP, GPU memory in GiB or None) of the GPUs vLLM runs on: the trainers' when
     colocated, the rollout nodes' in server mode; None without vLLM."""
-    if is_colocate(spec):
+    if eff.colocate:
         r = spec.rollout
-        return "rollout", r.vllm_gpu_memory_utilization, r.vllm_tensor_parallel_size, gpu_memory_gib(spec)
-    if is_server(spec):
-        s, rollouts = spec.server, spec.rollout_nodes()
-        gpu = find_gpu(rollouts[0].gpu_model) if rollouts else None
-        return "server", s.vllm_gpu_memory_utilization, s.vllm_tensor_parallel_size, gpu.memory_gib if gpu else None
+        return "rollout", r.vllm_gpu_memory_utilization, r.vllm_tensor_parallel_size, eff.trainer.gib
+    if eff.server:
+        s = spec.server
+        return "server", s.vllm_gpu_memory_utilization, s.vllm_tensor_parallel_size, eff.rollout.gib
     return None
 
 
 @rule
-def seed_vllm_share(spec):
-    size, share = model_size_b(spec), _vllm_share(spec)
+def seed_vllm_share(spec, eff):
+    size, share = model_size_b(eff), _vllm_share(spec, eff)
     if not (size and share):
         return
     section, util, tp, gib = share
@@ -651,7 +593,7 @@ def seed_vllm_share(spec):
     if gib is None:
         if size >= 30 and util <= 0.5:  # field report 000: 0.5 on a 32B model, GPUs unknown to us
             yield finding("SEED-VLLM-UTIL-LOW", "info", fields,
-                          f"vLLM may use {util} of each GPU for ≈{weights:.0f} GB of {size_label(spec)} weights per GPU "
+                          f"vLLM may use {util} of each GPU for ≈{weights:.0f} GB of {size_label(eff)} weights per GPU "
                           f"(TP {tp}) plus the KV cache of every rollout; field report 000 found 0.5 too small for a "
                           "32B model.", "Set the GPUs' model on the Cluster page so the estimate can check it; 0.6–0.7 "
                           "is where that report landed.")
@@ -666,13 +608,13 @@ def seed_vllm_share(spec):
 
 
 @rule
-def seed_tp_spans_node(spec):
+def seed_tp_spans_node(spec, eff):
     """Field report 000: TP 8 with 8 inference workers on the 8 training GPUs, with async generation and offload."""
-    r, nproc = spec.rollout, spec.nproc_per_node()
+    r, nproc = spec.rollout, eff.nproc_per_node
     tp = r.vllm_tensor_parallel_size
     busy = [what for what, on in (("async_generate", r.async_generate), ("offload_model", r.offload_model),
                                   ("ZeRO offload", (spec.train.deepspeed or "").endswith("offload"))) if on]
-    if is_colocate(spec) and tp >= 4 and tp == nproc and busy:
+    if eff.colocate and tp >= 4 and tp == nproc and busy:
         workers = f" with num_infer_workers {r.num_infer_workers}" if r.num_infer_workers else ""
         yield finding("SEED-TP-SPANS-NODE", "warning", ("rollout.vllm_tensor_parallel_size", "rollout.async_generate",
                                                         "rollout.offload_model"),
@@ -683,8 +625,8 @@ def seed_tp_spans_node(spec):
 
 
 @rule
-def seed_offload_small(spec):
-    size = model_size_b(spec)
+def seed_offload_small(spec, eff):
+    size = model_size_b(eff)
     t, r = spec.train, spec.rollout
     if size is None or size > 8:
         return
@@ -694,7 +636,7 @@ def seed_offload_small(spec):
                             ("rollout.move_model_batches", bool(r.move_model_batches))) if on]
     if what:
         yield finding("SEED-OFFLOAD-SMALL", "warning", tuple(what),
-                      f"Offloading on a {size_label(spec)} model ({', '.join(what)}): GPUs wait on host copies, utilisation "
+                      f"Offloading on a {size_label(eff)} model ({', '.join(what)}): GPUs wait on host copies, utilisation "
                       "swings 0–90% and training ran over 2× slower (field report 002).",
                       "Use ZeRO-3 (or ZeRO-2) without offload, offload_* false, no move_model_batches.",
                       {"rollout.offload_model": False, "rollout.offload_optimizer": False,
@@ -703,9 +645,9 @@ def seed_offload_small(spec):
 
 
 @rule
-def seed_dataloader(spec):
+def seed_dataloader(spec, eff):
     workers = spec.train.dataloader_num_workers
-    if is_multimodal(spec) and (workers is None or workers < 2):
+    if is_multimodal(eff) and (workers is None or workers < 2):
         yield finding("SEED-DATALOADER-WORKERS", "info", "train.dataloader_num_workers",
                       f"dataloader_num_workers is {workers if workers is not None else 'unset (1)'} for a vision-language "
                       "model: decoding and resizing images can leave the GPUs idle between steps (field report 002).",
@@ -714,7 +656,7 @@ def seed_dataloader(spec):
 
 
 @rule
-def seed_node_differ(spec):
+def seed_node_differ(spec, eff):
     trainers = [(i, n) for i, n in enumerate(spec.cluster.nodes) if n.role == "trainer"]
     if len(trainers) < 2:
         return
@@ -731,18 +673,18 @@ def seed_node_differ(spec):
 
 
 @rule
-def seed_ref_model(spec):
-    size = model_size_b(spec)
-    if spec.train.tuner_type == "full" and beta(spec) > 0:
+def seed_ref_model(spec, eff):
+    size = model_size_b(eff)
+    if spec.train.tuner_type == "full" and eff.beta > 0:
         what = f" (≈{size * 2:.0f} GB more in bf16)" if size else ""
         yield finding("SEED-REF-MODEL", "info", ("train.beta", "train.tuner_type"),
-                      f"beta {beta(spec)} with full tuning loads a frozen reference copy of the model{what}.",
+                      f"beta {eff.beta} with full tuning loads a frozen reference copy of the model{what}.",
                       "If memory is short, set beta 0 (no KL term, no reference model) as ms-swift's 32B example "
                       "does.", {"train.beta": 0.0})
 
 
 @rule
-def env_secret_moved(spec):
+def env_secret_moved(spec, eff):
     if spec.moved_secrets:
         names = ", ".join(spec.moved_secrets)
         yield finding("ENV-SECRET-MOVED", "warning", "secret_env",

@@ -1,8 +1,11 @@
 """JobSpec: the one declaration of a GRPO job.
 
-Every ms-swift argument is declared once, with ``arg()``: its default, bounds, help text, form group, flag name and
-the ms-swift versions that accept it. The form, the validation, the argv rendering, YAML and the docs derive from it.
-Field names are the ms-swift 4.x flag names.
+Every field is declared once. An ms-swift argument with ``arg()``: its default, bounds, help text, form group, flag
+name and the ms-swift versions that accept it (field names are the ms-swift 4.x flag names). grpo-ui's own settings
+(the job's, the cluster's, each node's, the Slurm request's) with ``setting()``: type, default, bounds, help text, the
+backend that uses it and how the form writes it. The form, the validation, the argv rendering, YAML and the docs
+derive from these declarations (``ARGS``, ``SETTINGS``). What the fields mean together, the job's effective values,
+is grpo_ui.resolve's.
 
 Set vs default: a field of ``train``, ``rollout`` or ``server`` is *set* when it is in that section's
 ``model_fields_set`` (the user, a preset, an imported script or the YAML gave it); otherwise ms-swift's own default for
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +25,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from grpo_ui.catalog import gpus
 from grpo_ui.errors import UserError
 
 SUPPORTED_VERSIONS = ("3.2", "3.3", "3.4", "3.5", "3.6", "3.7", "3.8", "3.9", "3.10", "3.11", "3.12",
@@ -54,7 +59,7 @@ def parse_version(text: str) -> tuple[int, int, int]:
 def arg(default: Any, help: str, *, group: str, flag: str | None = None, since: str | None = None,
         until: str | None = None, old_name: str | None = None, renamed_in: str | None = None,
         choices: tuple | None = None, old_default: tuple[Any, str] | None = None,
-        **bounds) -> Any:
+        applies: Literal["colocate", "server"] | None = None, **bounds) -> Any:
     """Declare one ms-swift argument.
 
     since/until: first version that accepts it / first version that no longer does.
@@ -62,23 +67,45 @@ def arg(default: Any, help: str, *, group: str, flag: str | None = None, since: 
     choices: suggested values for free-text fields (the form offers them).
     old_default: (value, version): ms-swift's own default was ``value`` before ``version`` (what an unset field means
     for older targets).
+    applies: the vLLM mode that alone uses it (the ``server`` section's arguments: server mode).
     """
     extra = {"group": group, "flag": flag, "since": since, "until": until, "old_name": old_name,
              "renamed_in": renamed_in, "choices": list(choices) if choices else None,
-             "old_default": list(old_default) if old_default else None}
-    factory = None
+             "old_default": list(old_default) if old_default else None, "applies": applies}
+    return Field(description=help, json_schema_extra={"swift": extra}, **_default(default), **bounds)
+
+
+def _default(default: Any) -> dict:
+    """A declared default as Field's keyword: a fresh copy per model for lists and dicts."""
     if isinstance(default, (list, dict)):
-        factory, value = (lambda d=default: type(d)(d)), None
-    else:
-        value = default
-    kw = {"default_factory": factory} if factory else {"default": value}
-    return Field(description=help, json_schema_extra={"swift": extra}, **kw, **bounds)
+        return {"default_factory": lambda d=default: type(d)(d)}
+    return {"default": default}
+
+
+def setting(default: Any, help: str, *, applies: Literal["ssh", "slurm"] | None = None,
+            widget: Literal["lines", "csv"] | None = None, options: Callable[[], list[str]] | None = None,
+            **constraints) -> Any:
+    """Declare one grpo-ui setting: of the job, its cluster, a node or its Slurm request (not an ms-swift argument).
+
+    applies: the backend that alone uses it. widget: how a list or mapping is written as text: 'lines' (one item per
+    line) or 'csv' (items separated by commas); otherwise items separated by spaces, shell-quoted (a mapping as
+    KEY=value items). Other widgets follow the type: bool a checkbox, Literal a choice, numbers a number within the
+    bounds. options: a function listing the values to choose from (the current value is offered too). ``...`` as the
+    default: required.
+    """
+    extra = {"applies": applies, "widget": widget, "options": options}
+    return Field(description=help, json_schema_extra={"setting": extra}, **_default(default), **constraints)
 
 
 # Set by the node scripts themselves (GRPO_UI_RUN by the launcher): a spec's env must not change them.
 RESERVED_ENV = ("NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NNODES", "NPROC_PER_NODE", "CUDA_VISIBLE_DEVICES",
                 "GRPO_UI_RUN")
 SECRET_NAME = re.compile(r"(_TOKEN|_KEY)$|PASSWORD|SECRET", re.IGNORECASE)  # values travel in the secrets file
+
+
+def _gpu_names() -> list[str]:
+    """The catalogue's GPUs, by the names nvidia-smi prints."""
+    return sorted(gpus())
 
 
 def check_env_names(names, reserved: tuple[str, ...] = RESERVED_ENV):
@@ -292,36 +319,40 @@ class RolloutArgs(_Section):
         None, "colocate: vLLM shares the training GPUs; server: separate swift rollout nodes.",
         group="rollout", since="3.5")
     vllm_gpu_memory_utilization: float = arg(0.9, "Share of each GPU vLLM reserves (colocate).", group="rollout",
-                                             gt=0, le=1)
+                                             gt=0, le=1, applies="colocate")
     vllm_max_model_len: int | None = arg(None, "vLLM context length (colocate); default from the model.",
-                                         group="rollout", ge=1)
+                                         group="rollout", ge=1, applies="colocate")
     vllm_tensor_parallel_size: int = arg(1, "vLLM tensor parallel size (colocate).", group="rollout", ge=1,
-                                         since="3.4", old_name="tensor_parallel_size", renamed_in="3.5")
-    vllm_max_num_seqs: int | None = arg(None, "vLLM concurrent sequences (colocate).", group="rollout", ge=1)
+                                         since="3.4", old_name="tensor_parallel_size", renamed_in="3.5",
+                                         applies="colocate")
+    vllm_max_num_seqs: int | None = arg(None, "vLLM concurrent sequences (colocate).", group="rollout", ge=1,
+                                        applies="colocate")
     num_infer_workers: int | None = arg(
         None, "ms-swift 3.2–3.4: vLLM engines per node. Empty or the node's GPU count: vLLM shares the training "
         "GPUs; fewer: vLLM takes the node's last N GPUs and training the others (NPROC_PER_NODE = GPUs − N).",
-        group="rollout", ge=1, until="3.5")  # 3.5 only warns that it is deprecated; 3.6 removed it
+        group="rollout", ge=1, until="3.5", applies="colocate")  # 3.5 warns that it is deprecated; 3.6 removed it
     vllm_enable_prefix_caching: bool = arg(True, "vLLM prefix caching.", group="rollout")
     vllm_enable_lora: bool = arg(False, "Sync only LoRA deltas to vLLM.", group="rollout", since="3.10")
     vllm_enforce_eager: bool = arg(False, "Disable CUDA graphs in vLLM (saves memory, slower).", group="rollout")
     sleep_level: Literal[0, 1, 2] = arg(0, "Colocate, while training: 1 frees vLLM's KV cache and moves its weights "
                                         "to CPU RAM, 2 discards both.",
-                                        group="rollout", since="3.2.1")
+                                        group="rollout", since="3.2.1", applies="colocate")
     offload_model: bool = arg(False, "Colocate: move the policy to CPU during rollout.", group="rollout",
-                              since="3.2.1")
+                              since="3.2.1", applies="colocate")
     offload_optimizer: bool = arg(False, "Colocate: move optimizer states to CPU during rollout.",
-                                  group="rollout", since="3.2.1")
+                                  group="rollout", since="3.2.1", applies="colocate")
     move_model_batches: int | None = arg(None, "Sync weights to vLLM in N layer batches (ZeRO-3).",
                                          group="rollout", ge=1)
-    async_generate: bool = arg(False, "Server mode: roll out the next batch while training.", group="rollout")
+    async_generate: bool = arg(False, "Server mode: roll out the next batch while training.", group="rollout",
+                               applies="server")
     vllm_server_host: list[str] | None = arg(None, "Rollout server hosts (default: the rollout nodes of the "
-                                             "cluster).", group="rollout", since="3.3.1")
-    vllm_server_port: list[int] = arg([8000], "One HTTP port per server host.", group="rollout", since="3.3.1")
+                                             "cluster).", group="rollout", since="3.3.1", applies="server")
+    vllm_server_port: list[int] = arg([8000], "One HTTP port per server host.", group="rollout", since="3.3.1",
+                                      applies="server")
     vllm_server_group_port: list[int] | None = arg(None, "NCCL weight-sync ports (default 51216 + i).",
-                                                   group="rollout", since="3.12")
+                                                   group="rollout", since="3.12", applies="server")
     vllm_server_timeout: float = arg(240.0, "Seconds the trainer waits for the servers' /health/.",
-                                     group="rollout", gt=0)
+                                     group="rollout", gt=0, applies="server")
 
     @field_validator("vllm_server_host")
     @classmethod
@@ -355,21 +386,20 @@ class Node(BaseModel):
     """One machine: where to reach it, which GPUs to use, and what it does."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
-    host: str = Field(description="Hostname, IP or ~/.ssh/config alias; 'localhost' runs without SSH.")
-    user: str | None = Field(None, description="SSH user (default: ssh config / current user).")
-    port: int | None = Field(None, ge=1, le=65535, description="SSH port (default: ssh config / 22).")
-    identity_file: str | None = Field(None, description="SSH private key file.")
-    address: str | None = Field(None, description="Address other nodes use to reach it (default: host).")
-    gpus: list[int] = Field(default_factory=lambda: [0], description="CUDA device ids to use.")
-    gpu_model: str | None = Field(None, description="GPU model as nvidia-smi names it (from the catalogue or filled in "
-                                                     "by preflight).")
-    gpu_memory_gib: float | None = Field(None, gt=0, le=4096, description="Memory per GPU in GiB, for a GPU the "
-                                         "catalogue does not know (the memory estimate uses it over gpu_model's).")
-    python_env: str | None = Field(None, description="venv or conda env directory to activate.")
-    role: Literal["trainer", "rollout"] = Field("trainer", description="trainer runs swift rlhf; rollout runs "
-                                                                        "swift rollout.")
-    workdir: str | None = Field(None, description="Directory to cd into (default: the cluster workdir).")
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for this node only.")
+    host: str = setting(..., "Hostname, IP or ~/.ssh/config alias; 'localhost' runs without SSH.")
+    user: str | None = setting(None, "SSH user (default: ssh config / current user).", applies="ssh")
+    port: int | None = setting(None, "SSH port (default: ssh config / 22).", applies="ssh", ge=1, le=65535)
+    identity_file: str | None = setting(None, "SSH private key file (default: ssh config / agent).", applies="ssh")
+    address: str | None = setting(None, "Address other nodes use to reach it (default: host).", applies="ssh")
+    gpus: list[int] = setting([0], "CUDA device ids to use, e.g. 0,1,2,3.", widget="csv")
+    gpu_model: str | None = setting(None, "GPU model as nvidia-smi names it (from the catalogue or filled in by "
+                                    "preflight).", options=_gpu_names)
+    gpu_memory_gib: float | None = setting(None, "Memory per GPU in GiB, for a GPU the catalogue does not know (the "
+                                           "memory estimate uses it over gpu_model's).", gt=0, le=4096)
+    python_env: str | None = setting(None, "venv or conda env directory to activate.")
+    role: Literal["trainer", "rollout"] = setting("trainer", "trainer runs swift rlhf; rollout runs swift rollout.")
+    workdir: str | None = setting(None, "Directory to cd into (default: the cluster workdir).")
+    env: dict[str, str] = setting({}, "Extra environment for this node only: NAME=value items.")
 
     @field_validator("host")
     @classmethod
@@ -409,18 +439,18 @@ class ClusterSpec(BaseModel):
     """The machines of the job and how they find each other."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
-    nodes: list[Node] = Field(default_factory=lambda: [Node(host="localhost")])
-    master_addr: str | None = Field(None, description="Rendezvous address (default: node 0's address).")
-    master_port: int = Field(29500, ge=1, le=65535, description="Rendezvous port on the master.")
-    workdir: str | None = Field(None, description="Directory every node cd's into (default: the job's run dir).")
-    run_root: str = Field("~/.grpo-ui/runs", description="Where each node keeps its run directories.")
-    backend: Literal["ssh", "slurm"] = Field(
-        "ssh", description="ssh: grpo-ui starts every node over SSH. slurm: one sbatch job; Slurm picks the machines "
-                           "(the trainer nodes then say how many nodes with how many GPUs, their hosts are unused).")
-    login: str = Field("localhost", pattern=r"^[A-Za-z0-9_.-]+$",
-                       description="Slurm: where sbatch, squeue and scancel run, a hostname or ~/.ssh/config alias "
-                                   "reached over SSH, or localhost when the app runs on a login node. run_root must "
-                                   "be on a file system the compute nodes share.")
+    nodes: list[Node] = Field(default_factory=lambda: [Node(host="localhost")], description="The machines, one "
+                              "row each (fields: the node settings).")
+    master_addr: str | None = setting(None, "Rendezvous address (default: node 0's address).", applies="ssh")
+    master_port: int = setting(29500, "Rendezvous port on the master.", ge=1, le=65535)
+    workdir: str | None = setting(None, "Directory every node cd's into (default: the job's run dir).")
+    run_root: str = setting("~/.grpo-ui/runs", "Where each node keeps its run directories.")
+    backend: Literal["ssh", "slurm"] = setting(
+        "ssh", "ssh: grpo-ui starts every node over SSH. slurm: one sbatch job; Slurm picks the machines (the trainer "
+        "nodes then say how many nodes with how many GPUs, their hosts are unused).")
+    login: str = setting("localhost", "Where sbatch, squeue and scancel run: a hostname or ~/.ssh/config alias "
+                         "reached over SSH, or localhost when the app runs on a login node. run_root must be on a "
+                         "file system the compute nodes share.", applies="slurm", pattern=r"^[A-Za-z0-9_.-]+$")
 
     @field_validator("master_addr")
     @classmethod
@@ -468,18 +498,20 @@ class SlurmSpec(BaseModel):
     """How the job asks Slurm for its allocation (cluster.backend slurm)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
-    partition: str | None = Field(None, description="Partition (-p); empty: the cluster's default partition.")
-    account: str | None = Field(None, description="Account charged for the job (-A).")
-    qos: str | None = Field(None, description="Quality of service (--qos).")
-    time_limit: str | None = Field(None, description="Wall-clock limit (-t): minutes, HH:MM:SS or D-HH:MM:SS; the "
-                                                     "job ends as TIMEOUT when it passes.")
-    gpus_per_node: int | None = Field(None, ge=0, le=128, description="GPUs requested per node (--gres=gpu:N); "
-                                      "empty: the trainer nodes' GPU count; 0 asks for none (a CPU partition).")
-    cpus_per_task: int | None = Field(None, ge=1, le=4096, description="CPUs for each node's task, torchrun and "
-                                      "its workers (--cpus-per-task); empty: the partition's default.")
-    constraint: str | None = Field(None, description="Node features the machines must have (-C), e.g. a100|h100.")
-    extra_sbatch: list[str] = Field(default_factory=list, description="More #SBATCH lines, one option each "
-                                    "(e.g. --exclusive, --mem=0, --reservation=ml).")
+    partition: str | None = setting(None, "Partition (-p); empty: the cluster's default partition.", applies="slurm")
+    account: str | None = setting(None, "Account charged for the job (-A).", applies="slurm")
+    qos: str | None = setting(None, "Quality of service (--qos).", applies="slurm")
+    time_limit: str | None = setting(None, "Wall-clock limit (-t): minutes, HH:MM:SS or D-HH:MM:SS; the job ends as "
+                                     "TIMEOUT when it passes.", applies="slurm")
+    gpus_per_node: int | None = setting(None, "GPUs requested per node (--gres=gpu:N); empty: the trainer nodes' GPU "
+                                        "count; 0 asks for none (a CPU partition).", applies="slurm", ge=0, le=128)
+    cpus_per_task: int | None = setting(None, "CPUs for each node's task, torchrun and its workers "
+                                        "(--cpus-per-task); empty: the partition's default.", applies="slurm", ge=1,
+                                        le=4096)
+    constraint: str | None = setting(None, "Node features the machines must have (-C), e.g. a100|h100.",
+                                     applies="slurm")
+    extra_sbatch: list[str] = setting([], "More #SBATCH lines, one option each (e.g. --exclusive, --mem=0, "
+                                      "--reservation=ml).", applies="slurm", widget="lines")
 
     @field_validator("partition", "account", "qos", "time_limit", "constraint")
     @classmethod
@@ -530,19 +562,18 @@ class JobSpec(BaseModel):
     """A whole GRPO job: training args, rollout, optional rollout servers, the cluster and the ms-swift version."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
-    name: str = Field("grpo-job", description="Job name (letters, digits, . _ -).")
-    swift_version: str = Field("4.6", description="ms-swift version on the nodes; picks the flag dialect.")
-    train: TrainArgs = Field(default_factory=TrainArgs)
-    rollout: RolloutArgs = Field(default_factory=RolloutArgs)
-    server: ServerArgs = Field(default_factory=ServerArgs)
-    cluster: ClusterSpec = Field(default_factory=ClusterSpec)
-    slurm: SlurmSpec = Field(default_factory=SlurmSpec)
-    env: dict[str, str] = Field(default_factory=dict, description="Environment for every node.")
-    secret_env: list[str] = Field(default_factory=list,
-                                  description="Names of secret variables (values live in a 0600 file, never here).")
-    extra_args: list[str] = Field(default_factory=list, description="Extra swift rlhf arguments, verbatim.")
-    rollout_extra_args: list[str] = Field(default_factory=list,
-                                          description="Extra swift rollout arguments, verbatim.")
+    name: str = setting("grpo-job", "Job name (letters, digits, . _ -).")
+    swift_version: str = setting("4.6", "ms-swift version on the nodes; picks the flag dialect.",
+                                 options=lambda: list(SUPPORTED_VERSIONS[::-1]))
+    train: TrainArgs = Field(default_factory=TrainArgs, description="swift rlhf arguments.")
+    rollout: RolloutArgs = Field(default_factory=RolloutArgs, description="Trainer-side rollout arguments.")
+    server: ServerArgs = Field(default_factory=ServerArgs, description="swift rollout arguments.")
+    cluster: ClusterSpec = Field(default_factory=ClusterSpec, description="The machines.")
+    slurm: SlurmSpec = Field(default_factory=SlurmSpec, description="The Slurm request.")
+    env: dict[str, str] = setting({}, "Environment for every node: NAME=value, one per line.", widget="lines")
+    secret_env: list[str] = setting([], "Names of secret variables (values live in a 0600 file, never here).")
+    extra_args: list[str] = setting([], "Extra swift rlhf arguments, verbatim.")
+    rollout_extra_args: list[str] = setting([], "Extra swift rollout arguments, verbatim.")
     unresolved: dict[str, str] = Field(default_factory=dict, description="Values an imported script left to its "
                                        "caller's shell ({field path: shell text}); each must be filled in.")
     _moved_secrets: list[str] = PrivateAttr(default_factory=list)  # token-like env names moved when loaded
@@ -593,72 +624,70 @@ class JobSpec(BaseModel):
     def rollout_nodes(self) -> list[Node]:
         return [n for n in self.cluster.nodes if n.role == "rollout"]
 
-    def spare_rollout_gpus(self) -> int:
-        """GPUs per trainer node that ms-swift 3.2–3.4 gives to vLLM alone (num_infer_workers below the GPU count:
-        vLLM on the last ones, v3.2.1 grpo_trainer.py; docs: 'nproc_per_node is one less than the number of GPUs,
-        with vLLM by default deployed on the last card'); 0 when vLLM shares the training GPUs."""
-        nodes, workers = self.trainer_nodes(), self.rollout.num_infer_workers
-        if not (nodes and workers and self.rollout.use_vllm and self.rollout.vllm_mode != "server"):
-            return 0
-        if parse_version(self.swift_version) >= (3, 5, 0):
-            return 0
-        return workers if workers < len(nodes[0].gpus) else 0
-
-    def nproc_per_node(self) -> int:
-        """Training processes per node (NPROC_PER_NODE): the node's GPUs less any given to vLLM alone."""
-        nodes = self.trainer_nodes()
-        return len(nodes[0].gpus) - self.spare_rollout_gpus() if nodes else 0
-
-    def world_size(self) -> int:
-        return len(self.trainer_nodes()) * self.nproc_per_node()
-
+    # The job's effective values live in grpo_ui.resolve. These three answer callers that only hold a spec
+    # (grpo_ui/remote, monitor/watch.py) until they read a Resolved.
     def master_addr(self) -> str:
-        nodes = self.trainer_nodes()
-        return self.cluster.master_addr or (nodes[0].routable if nodes else "127.0.0.1")
-
-    def rollout_port(self, index: int) -> int:
-        """The HTTP port rollout node ``index`` serves: its entry in vllm_server_port when the trainer lists the
-        servers itself, else server.port."""
-        ports = self.rollout.vllm_server_port
-        return ports[index] if self.rollout.vllm_server_host and index < len(ports) else self.server.port
+        from grpo_ui.resolve import resolve
+        return resolve(self).master_addr
 
     def server_endpoints(self) -> list[tuple[str, int]]:
-        """(host, port) of every rollout server the trainer talks to in server mode."""
-        if self.rollout.vllm_server_host:
-            ports = self.rollout.vllm_server_port
-            return list(zip(self.rollout.vllm_server_host, ports, strict=False)) if len(ports) == len(
-                self.rollout.vllm_server_host) else [(h, ports[0]) for h in self.rollout.vllm_server_host]
-        return [(n.routable, self.server.port) for n in self.rollout_nodes()]
+        from grpo_ui.resolve import resolve
+        return list(resolve(self).server_endpoints)
+
+    def world_size(self) -> int:
+        from grpo_ui.resolve import resolve
+        return resolve(self).world_size
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # The field registry: what the form, the CLI renderer, the importer and the docs iterate over.
 
 SECTIONS: dict[str, type[BaseModel]] = {"train": TrainArgs, "rollout": RolloutArgs, "server": ServerArgs}
+SECTION_APPLIES = {"server": "server"}  # the swift rollout arguments act in server mode only
+# grpo-ui's own settings: section → (model, where its fields live in a JobSpec; '[i]': in every node)
+SETTING_SECTIONS: dict[str, tuple[type[BaseModel], str]] = {
+    "job": (JobSpec, ""), "cluster": (ClusterSpec, "cluster."), "node": (Node, "cluster.nodes[i]."),
+    "slurm": (SlurmSpec, "slurm.")}
+STRUCTURE = {"train", "rollout", "server", "cluster", "slurm", "nodes", "unresolved"}  # sections, not settings
 
 
-@dataclass(frozen=True)
-class ArgDecl:
-    """One declared ms-swift argument, as read back from its ``arg()`` declaration."""
+@dataclass(frozen=True, kw_only=True)
+class Decl:
+    """One declared field, as read back from its declaration: its type, help, default, bounds and how a form edits
+    it. Forms, validation, argv, YAML and docs read these, never the models' fields one by one."""
 
     section: str
     name: str
     help: str
-    group: str
-    flag: str
     default: Any
     annotation: Any
-    since: str | None
-    until: str | None
-    old_name: str | None
-    renamed_in: str | None
-    choices: tuple | None
     bounds: dict
-    old_default: tuple | None = None  # (ms-swift's default before a version, that version)
+    widget: str | None = None  # 'lines' / 'csv': how a list or mapping is written as text (setting())
+    applies: str | None = None  # the backend ('ssh', 'slurm') or vLLM mode ('colocate', 'server') that alone uses it
+    choices: tuple | None = None  # suggestions for a free-text field (arg())
+    options: Callable[[], list[str]] | None = None  # the values to choose from (setting())
+    required: bool = False
 
     @property
     def path(self) -> str:
         return f"{self.section}.{self.name}"
+
+    def owner(self, spec: JobSpec, index: int | None = None) -> BaseModel:
+        """The model in ``spec`` that holds this field."""
+        return getattr(spec, self.section)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArgDecl(Decl):
+    """One declared ms-swift argument (``arg()``)."""
+
+    group: str
+    flag: str
+    since: str | None
+    until: str | None
+    old_name: str | None
+    renamed_in: str | None
+    old_default: tuple | None = None  # (ms-swift's default before a version, that version)
 
     def accepted_in(self, version: str) -> bool:
         v = parse_version(version)
@@ -678,6 +707,30 @@ class ArgDecl:
         return self.flag
 
 
+@dataclass(frozen=True, kw_only=True)
+class SettingDecl(Decl):
+    """One declared grpo-ui setting (``setting()``): of the job, its cluster, each node (section 'node') or Slurm."""
+
+    @property
+    def path(self) -> str:
+        """Dotted path; a node setting's has ``[i]`` for the node's index (``path_at``)."""
+        return SETTING_SECTIONS[self.section][1] + self.name
+
+    def path_at(self, index: int) -> str:
+        return self.path.replace("[i]", f"[{index}]")
+
+    @property
+    def per_node(self) -> bool:
+        return self.section == "node"
+
+    def owner(self, spec: JobSpec, index: int | None = None) -> BaseModel:
+        if self.section == "job":
+            return spec
+        if self.section == "node":
+            return spec.cluster.nodes[index]
+        return getattr(spec, self.section)
+
+
 def _bounds(info) -> dict:
     out = {}
     for m in info.metadata:
@@ -687,20 +740,41 @@ def _bounds(info) -> dict:
     return out
 
 
-def _decls(section: str, model: type[BaseModel]) -> list[ArgDecl]:
+def _common(section: str, name: str, info) -> dict:
+    return {"section": section, "name": name, "help": info.description or "", "annotation": info.annotation,
+            "default": info.get_default(call_default_factory=True), "bounds": _bounds(info)}
+
+
+def _args(section: str, model: type[BaseModel]) -> list[ArgDecl]:
     out = []
     for name, info in model.model_fields.items():
         sw = (info.json_schema_extra or {})["swift"]
-        default = info.get_default(call_default_factory=True)
-        out.append(ArgDecl(section, name, info.description or "", sw["group"], sw["flag"] or name, default,
-                           info.annotation, sw["since"], sw["until"], sw["old_name"], sw["renamed_in"],
-                           tuple(sw["choices"]) if sw["choices"] else None, _bounds(info),
-                           tuple(sw["old_default"]) if sw.get("old_default") else None))
+        out.append(ArgDecl(**_common(section, name, info), applies=sw["applies"] or SECTION_APPLIES.get(section),
+                           group=sw["group"], flag=sw["flag"] or name,
+                           since=sw["since"], until=sw["until"], old_name=sw["old_name"],
+                           renamed_in=sw["renamed_in"], choices=tuple(sw["choices"]) if sw["choices"] else None,
+                           old_default=tuple(sw["old_default"]) if sw.get("old_default") else None))
     return out
 
 
-ARGS: tuple[ArgDecl, ...] = tuple(d for s, m in SECTIONS.items() for d in _decls(s, m))
+def _settings(section: str, model: type[BaseModel]) -> list[SettingDecl]:
+    """The section's settings; a field declared otherwise must be one of the spec's sections (STRUCTURE)."""
+    out = []
+    for name, info in model.model_fields.items():
+        extra = (info.json_schema_extra or {}).get("setting")
+        if extra is None:
+            if name not in STRUCTURE:
+                raise TypeError(f"{model.__name__}.{name} is not declared with setting()")
+            continue
+        out.append(SettingDecl(**_common(section, name, info), applies=extra["applies"], widget=extra["widget"],
+                               options=extra["options"], required=info.is_required()))
+    return out
+
+
+ARGS: tuple[ArgDecl, ...] = tuple(d for s, m in SECTIONS.items() for d in _args(s, m))
 ARGS_BY_PATH: dict[str, ArgDecl] = {d.path: d for d in ARGS}
+SETTINGS: tuple[SettingDecl, ...] = tuple(d for s, (m, _) in SETTING_SECTIONS.items() for d in _settings(s, m))
+SETTINGS_BY_PATH: dict[str, SettingDecl] = {d.path: d for d in SETTINGS}
 
 
 # ---------------------------------------------------------------------------------------------------------------

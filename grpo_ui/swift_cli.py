@@ -17,14 +17,15 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from grpo_ui.findings import Finding, finding
+from grpo_ui.resolve import (
+    Resolved,
+    effective_output_dir,  # noqa: F401 - monitor/watch.py reads it from here
+    resolve,
+)
 from grpo_ui.spec import ARGS, ArgDecl, JobSpec, parse_version
 
-DIALECTS = {"4.1+": "ms-swift ≥ 4.1", "4.0": "ms-swift 4.0", "3.5-3.12": "ms-swift 3.5–3.12",
-            "3.2-3.4": "ms-swift 3.2–3.4"}
 LAUNCH_ENV = ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NPROC_PER_NODE", "CUDA_VISIBLE_DEVICES")
 SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
-SERVER_ONLY = {"vllm_server_host", "vllm_server_port", "vllm_server_group_port", "vllm_server_timeout",
-               "async_generate"}
 # Flags grpo-ui does not model that exist only in some versions: (first version with it, first without it, what to
 # do instead). Outside that range ms-swift rejects them (reference §2 'history'; gc_collect_after_offload: bbf3bc4c4).
 FLAG_LIFETIMES = {
@@ -48,19 +49,6 @@ def flag_missing_in(name: str, version: str) -> str | None:
     if until and v >= parse_version(until):
         return f"removed in {until}"
     return None
-
-
-def dialect_of(version: str) -> str:
-    v = parse_version(version)
-    if v >= (4, 1, 0):
-        return "4.1+"
-    if v >= (4, 0, 0):
-        return "4.0"
-    if v >= (3, 5, 0):
-        return "3.5-3.12"
-    if v >= (3, 2, 0):
-        return "3.2-3.4"
-    raise ValueError(f"ms-swift {version} is older than 3.2, which has no GRPO support; upgrade ms-swift")
 
 
 def format_value(value: Any) -> list[str]:
@@ -117,9 +105,9 @@ def _too_many_servers(count: int, version: str, cmd: Command) -> bool:
     return True
 
 
-def _rollout_nodes_as_servers(spec: JobSpec, version: str, cmd: Command) -> None:
+def _rollout_nodes_as_servers(eff: Resolved, version: str, cmd: Command) -> None:
     """Server mode without vllm_server_host: the trainer is pointed at the cluster's rollout nodes."""
-    endpoints = spec.server_endpoints()
+    endpoints = eff.server_endpoints
     if not endpoints:
         return
     if _too_many_servers(len(endpoints), version, cmd):
@@ -130,10 +118,18 @@ def _rollout_nodes_as_servers(spec: JobSpec, version: str, cmd: Command) -> None
     cmd.added.append((" ".join(flags), "server mode: the trainer talks to the cluster's rollout nodes"))
 
 
-def train_command(spec: JobSpec, version: str | None = None) -> Command:
+def _for_version(job: JobSpec | Resolved, version: str | None) -> Resolved:
+    """The job's effective values for the target version (default: the spec's)."""
+    eff = resolve(job)
+    if version is None or version == eff.spec.swift_version:
+        return eff
+    return resolve(eff.spec.model_copy(update={"swift_version": version}), eff.arch)
+
+
+def train_command(job: JobSpec | Resolved, version: str | None = None) -> Command:
     """``swift rlhf`` argv for the target version (default: the spec's)."""
-    version = version or spec.swift_version
-    dialect = dialect_of(version)
+    eff = _for_version(job, version)
+    spec, version, dialect = eff.spec, eff.spec.swift_version, eff.dialect
     cmd = Command(["rlhf", "--rlhf_type", "grpo"], dict(spec.env),
                   added=[("--rlhf_type grpo", "swift rlhf runs DPO unless told otherwise")])
     # 3.2–3.4 had no vllm_mode: colocate is num_infer_workers (below), server is vllm_server_host
@@ -145,11 +141,10 @@ def train_command(spec: JobSpec, version: str | None = None) -> Command:
     r = spec.rollout
     if "vllm_server_host" in r.model_fields_set:
         _too_many_servers(len(r.vllm_server_host or []), version, cmd)
-    elif r.use_vllm and r.vllm_mode == "server":
-        _rollout_nodes_as_servers(spec, version, cmd)
-    if dialect == "3.2-3.4" and r.use_vllm and r.vllm_mode != "server" and "num_infer_workers" not in \
-            r.model_fields_set:
-        workers = str(spec.nproc_per_node())
+    elif eff.server:
+        _rollout_nodes_as_servers(eff, version, cmd)
+    if dialect == "3.2-3.4" and eff.colocate and "num_infer_workers" not in r.model_fields_set:
+        workers = str(eff.nproc_per_node)
         cmd.argv += ["--num_infer_workers", workers]
         cmd.added.append((f"--num_infer_workers {workers}", f"ms-swift {version} colocates vLLM on every training "
                           "GPU only when num_infer_workers equals the GPUs per node (its default is 1)"))
@@ -157,11 +152,12 @@ def train_command(spec: JobSpec, version: str | None = None) -> Command:
     return cmd
 
 
-def rollout_command(spec: JobSpec, version: str | None = None, index: int = 0) -> Command:
+def rollout_command(job: JobSpec | Resolved, version: str | None = None, index: int = 0) -> Command:
     """``swift rollout`` argv for rollout node ``index`` (server mode): the policy model, the server section's set
     fields and rollout_extra_args; the trainer's model_type, template and plugin settings are added unless those say
     them, and the port the trainer's vllm_server_port gives this node when it is not server.port."""
-    version = version or spec.swift_version
+    eff = _for_version(job, version)
+    spec, version = eff.spec, eff.spec.swift_version
     cmd = Command(["rollout"] + (["--model", spec.train.model] if spec.train.model else []), dict(spec.env))
     for name in ("model_type", "template", "external_plugins", "multi_turn_scheduler"):
         value = getattr(spec.train, name)
@@ -170,7 +166,7 @@ def rollout_command(spec: JobSpec, version: str | None = None, index: int = 0) -
             cmd.added.append((f"--{name}", f"the rollout server uses the trainer's {name}"))
     flags, cmd.findings = _emit(spec, "server", version)
     cmd.argv += flags + spec.rollout_extra_args
-    port = spec.rollout_port(index)
+    port = eff.rollout_port(index)
     if port != spec.server.port:
         cmd.argv += ["--port", str(port)]
         cmd.added.append((f"--port {port}", f"the trainer's vllm_server_port names {port} for rollout node {index}"))
@@ -206,18 +202,3 @@ def coerce(decl: ArgDecl, values: list[str]) -> Any:
         return adapter.validate_python([yaml.safe_load(v) for v in raw] if is_list else yaml.safe_load(raw))
     except (ValidationError, yaml.YAMLError):
         return raw
-
-
-
-def model_name(model: str) -> str:
-    """ms-swift's name for a model id or path (its get_model_name): the HF/ModelScope cache snapshot's repo name, or
-    the last path component with ModelScope's '___' read as '.'."""
-    model = model.rstrip("/")
-    m = re.search(r"/models(?:--|/)(?:.+?--)?(.+?)/snapshots/", model)
-    return m[1] if m else model.rsplit("/", 1)[-1].replace("___", ".")
-
-
-def effective_output_dir(spec: JobSpec) -> str:
-    """Where ms-swift writes the run (before its vN-timestamp subdirectory): output_dir, else output/<model name>
-    (swift/arguments/sft_args.py _init_output_dir, 3.x train_args.py the same), relative to the working directory."""
-    return spec.train.output_dir or f"output/{model_name(spec.train.model or '')}"

@@ -11,10 +11,11 @@ from streamlit.testing.v1 import AppTest
 
 from grpo_ui.findings import SEVERITY_ICON
 from grpo_ui.memory import estimate_spec
-from grpo_ui.spec import ARGS_BY_PATH
+from grpo_ui.spec import ARGS, ARGS_BY_PATH
 from grpo_ui.ui_state import load_draft
 
 APP = str(Path(__file__).parent.parent / "app.py")
+EVERY_SETTING = Path(__file__).parent / "fixtures" / "every_setting.yaml"
 OLD_SCRIPT = """NPROC_PER_NODE=4 CUDA_VISIBLE_DEVICES=0,1,2,3 swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-7B-Instruct \\
   --train_type lora --use_vllm true --vllm_mode colocate --vllm_gpu_memory_utilization 0.4 --dataset my.jsonl \\
   --reward_funcs accuracy --num_generations 6 --per_device_train_batch_size 2"""
@@ -136,13 +137,13 @@ def test_an_unknown_model_is_estimated_from_a_pasted_config_json(app):
 
 
 def test_slurm_fields_appear_with_the_slurm_backend_and_bad_ones_are_named(app):
-    assert not any(t.key == "cl:slurm.partition" for t in app.text_input)
-    app.selectbox(key="cl:backend").set_value("slurm").run()
-    app.text_input(key="cl:slurm.partition").set_value("gpu").run()
-    app.text_input(key="cl:slurm.time_limit").set_value("2h").run()
+    assert not any(t.key == "f:slurm.partition" for t in app.text_input)
+    app.selectbox(key="f:cluster.backend").set_value("slurm").run()
+    app.text_input(key="f:slurm.partition").set_value("gpu").run()
+    app.text_input(key="f:slurm.time_limit").set_value("2h").run()
     assert any("slurm.time_limit" in m.value and "not a Slurm time limit" in m.value for m in app.markdown)
-    app.text_input(key="cl:slurm.time_limit").set_value("1-02:00:00").run()
-    app.text_area(key="cl:slurm.extra_sbatch").set_value("--exclusive\n--mem=0").run()
+    app.text_input(key="f:slurm.time_limit").set_value("1-02:00:00").run()
+    app.text_area(key="f:slurm.extra_sbatch").set_value("--exclusive\n--mem=0").run()
     draft = load_draft()
     assert (draft.cluster.backend, draft.slurm.partition, draft.slurm.time_limit) == ("slurm", "gpu", "1-02:00:00")
     assert draft.slurm.extra_sbatch == ["--exclusive", "--mem=0"]
@@ -270,3 +271,50 @@ def test_a_draft_that_no_longer_loads_is_kept_aside_and_the_user_told(tmp_path, 
     assert len(kept) == 1 and kept[0].read_text() == DRAFT + "from_a_newer_version: 1\n"
     notice = at.warning[0].value
     assert str(kept[0]) in notice and "from_a_newer_version" in notice
+
+
+def widget_keys(at) -> set[str]:
+    return {w.key for kind in ("text_input", "text_area", "checkbox", "selectbox") for w in at.get(kind) if w.key}
+
+
+def test_every_declared_field_is_on_the_form(tmp_path, monkeypatch):
+    """Each ms-swift argument in its section, the job settings in the sidebar, the cluster and Slurm settings of the
+    chosen backend below the node table, and every node setting as a column of it."""
+    from grpo_ui.form import FORM_FIELDS, NODE_FIELDS, ROW
+
+    monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
+    (tmp_path / "draft.yaml").write_text(EVERY_SETTING.read_text())  # backend slurm
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    seen = set()
+    for group in dict.fromkeys(d.group for d in ARGS):
+        at.button_group(key="section").set_value(group).run()
+        seen |= widget_keys(at)
+    assert not at.exception
+    slurm = {f"f:{d.path}" for d in FORM_FIELDS if d.applies != "ssh"}
+    assert slurm <= seen and not {f"f:{d.path}" for d in FORM_FIELDS if d.applies == "ssh"} & seen
+    at.selectbox(key="f:cluster.backend").set_value("ssh").run()
+    settings = [d for d in FORM_FIELDS if d.section in ("job", "cluster", "slurm")]
+    assert {f"f:{d.path}" for d in settings if d.applies != "slurm"} <= widget_keys(at)
+    table = next(d for d in at.dataframe if d.key == "nodes")
+    assert list(table.value.columns) == [d.name for d in NODE_FIELDS] + [ROW]
+
+
+def test_a_form_round_trip_keeps_every_field_and_table_edits_land(tmp_path, monkeypatch):
+    """Every setting (node identity_file, workdir, env, gpu_memory_gib, Slurm, job env and extra arguments …) comes
+    back unchanged when another field is edited, hidden or not (master_addr is an SSH setting: hidden on Slurm); a
+    cell edited in the node table changes that field only."""
+    from grpo_ui.spec import load_spec, with_changes
+
+    monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
+    (tmp_path / "draft.yaml").write_text(EVERY_SETTING.read_text())
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    field(at, "train.num_generations").set_value("8").run()
+    expected = with_changes(load_spec(EVERY_SETTING), {"train.num_generations": 8})
+    assert load_draft().model_dump(exclude_unset=True) == expected.model_dump(exclude_unset=True)
+    at.session_state["nodes"] = {"edited_rows": {"1": {"env": "A=1", "gpu_memory_gib": 40.0, "workdir": "/w",
+                                                       "identity_file": "~/.ssh/other"}},
+                                 "added_rows": [], "deleted_rows": []}
+    at.run()
+    expected = with_changes(expected, {"cluster.nodes[1].env": {"A": "1"}, "cluster.nodes[1].gpu_memory_gib": 40.0,
+                                       "cluster.nodes[1].workdir": "/w", "cluster.nodes[1].identity_file": "~/.ssh/other"})
+    assert load_draft().model_dump(exclude_unset=True) == expected.model_dump(exclude_unset=True)

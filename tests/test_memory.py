@@ -45,6 +45,7 @@ from grpo_ui.memory import (
     vllm_kv,
     vllm_weight_bytes,
 )
+from grpo_ui.resolve import resolve
 from grpo_ui.spec import JobSpec, load_spec, spec_to_yaml, with_changes
 
 ROOT = Path(__file__).parent.parent
@@ -362,12 +363,13 @@ def test_deepspeed_zero3_estimator_formula():
 def test_field_report_004_working_config_fits_with_vllm_on_the_spare_gpu():
     """ms-swift 3.2 with num_infer_workers 1 on 4 GPUs: 3 training processes, vLLM alone on the 4th GPU."""
     good = load_spec("tests/fixtures/seeds/004_qwen2_7b_a10_working.yaml")
-    assert (good.nproc_per_node(), good.world_size(), good.spare_rollout_gpus()) == (3, 3, 1)
+    eff = resolve(good)
+    assert (eff.nproc_per_node, eff.world_size, eff.spare_rollout_gpus) == (3, 3, 1)
     report = estimate_spec(good)
     assert [r.role for r in report.roles] == ["trainer", "rollout"]
     assert term(report, "training", "vLLM") == 0  # no vLLM memory on the training GPUs
     assert term(report, "rollout", "vLLM", role=1) == pytest.approx(0.9 * 22.49, rel=0.01)
-    assert with_changes(good, {"swift_version": "3.5"}).spare_rollout_gpus() == 0
+    assert resolve(with_changes(good, {"swift_version": "3.5"})).spare_rollout_gpus == 0
 
 
 REPORT_004_SCRIPT = """# field report 004's working launch, ms-swift 3.2 (vLLM on the GPU that NPROC_PER_NODE leaves free)
@@ -380,7 +382,7 @@ CUDA_VISIBLE_DEVICES=0,1,2,3 NPROC_PER_NODE=3 swift rlhf --rlhf_type grpo --mode
 
 def test_field_report_004_script_imports_to_the_spare_gpu_layout():
     spec_, _ = import_scripts([("run.sh", REPORT_004_SCRIPT)], "3.2")
-    assert spec_.rollout.num_infer_workers == 1 and spec_.nproc_per_node() == 3
+    assert spec_.rollout.num_infer_workers == 1 and resolve(spec_).nproc_per_node == 3
     assert [r.role for r in estimate_spec(with_changes(spec_, {"cluster.nodes[0].gpu_model": "A10"})).roles] == [
         "trainer", "rollout"]
 

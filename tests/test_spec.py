@@ -97,7 +97,6 @@ def test_paths_read_and_write_nested_fields():
 
 def test_cluster_helpers():
     spec = full_spec()
-    assert spec.world_size() == 8 and spec.nproc_per_node() == 4
-    assert spec.master_addr() == "gpu-a"
+    assert spec.world_size() == 8 and spec.master_addr() == "gpu-a"  # the resolved values, for remote/ (resolve.py)
     assert spec.server_endpoints() == [("roll-a", 8000)]
     assert Node(host="localhost").is_local and not Node(host="gpu-a").is_local

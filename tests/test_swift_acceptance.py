@@ -12,7 +12,7 @@ from typing import Literal, Union, get_args, get_origin
 import pytest
 
 from grpo_ui.spec import ARGS, JobSpec, with_changes
-from grpo_ui.swift_cli import SERVER_ONLY, rollout_command, train_command
+from grpo_ui.swift_cli import rollout_command, train_command
 
 PROBE = r"""
 import json, sys
@@ -62,7 +62,7 @@ def sample_values(decl) -> list:
 def cases():
     for d in ARGS:
         for value in sample_values(d):
-            base = dict(BASE, **(SERVER if d.name in SERVER_ONLY else {}))
+            base = dict(BASE, **(SERVER if d.applies == "server" else {}))
             if d.path == "train.reward_weights":
                 value = [1.0]
             yield d, with_changes(JobSpec(), {**base, d.path: value})

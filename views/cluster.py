@@ -5,7 +5,7 @@ from __future__ import annotations
 import paramiko
 import streamlit as st
 
-from grpo_ui import ui_state
+from grpo_ui import form, ui_state
 from grpo_ui.findings import SEVERITY_ICON, sort_findings
 from grpo_ui.remote.preflight import preflight
 from grpo_ui.remote.ssh import Pool, SshError, UnknownHostKey, ssh_config_path, trust_host_key
@@ -29,15 +29,14 @@ spec, notice = ui_state.open_draft()
 if notice:
     st.warning(notice)
 st.caption(f"Job **{spec.name}** — hosts come from the Configure page's Cluster tab (autosaved draft).")
-st.dataframe([{"#": i, "host": n.host, "role": n.role, "user": n.user or "", "gpus": ",".join(map(str, n.gpus)),
-               "gpu_model": n.gpu_model or "", "python_env": n.python_env or ""}
-              for i, n in enumerate(spec.cluster.nodes)], hide_index=True, width="stretch")
+st.dataframe([{"#": row.pop(form.ROW), **row} for row in form.node_rows(spec)], hide_index=True, width="stretch")
 
 aliases = [a for a in ssh_aliases() if a not in {n.host for n in spec.cluster.nodes}]
 c1, c2 = st.columns([3, 1])
 alias = c1.selectbox("Add a host from ~/.ssh/config", aliases or ["(no aliases found)"], disabled=not aliases)
 if c2.button("Add", disabled=not aliases, width="stretch"):
-    nodes = [n.model_dump() for n in spec.cluster.nodes] + [{"host": alias, "gpus": spec.cluster.nodes[0].gpus}]
+    nodes = [n.model_dump(exclude_unset=True) for n in spec.cluster.nodes] + [{"host": alias,
+                                                                                "gpus": spec.cluster.nodes[0].gpus}]
     ui_state.save_draft(with_changes(spec, {"cluster.nodes": nodes}))
     st.session_state.pop("base_yaml", None)  # the Configure page re-reads the draft
     st.rerun()

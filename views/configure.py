@@ -6,36 +6,22 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import streamlit as st
 
-from grpo_ui import rules, ui_state
-from grpo_ui.catalog import ModelArch, from_hf_config, gpus, parse_hf_config
+from grpo_ui import form, rules, ui_state
+from grpo_ui.catalog import ModelArch, from_hf_config, parse_hf_config
 from grpo_ui.check import check
 from grpo_ui.findings import SEVERITY_ICON, Finding, has_errors, sort_findings
 from grpo_ui.fit import suggest
 from grpo_ui.importer import import_uploads
 from grpo_ui.memory import MemoryReport, estimate_spec
 from grpo_ui.render import render
-from grpo_ui.spec import (
-    ARGS,
-    ARGS_BY_PATH,
-    GROUPS,
-    SUPPORTED_VERSIONS,
-    ClusterSpec,
-    JobSpec,
-    SlurmSpec,
-    SpecError,
-    spec_from_yaml,
-    spec_to_yaml,
-    with_changes,
-)
-
-NODE_COLUMNS = ("host", "address", "user", "port", "gpus", "gpu_model", "gpu_memory_gib", "python_env", "role")
-ROW = "_node"  # hidden table column: which node of the base spec a row shows (its other fields are kept)
+from grpo_ui.resolve import resolve
+from grpo_ui.spec import ARGS, GROUPS, ArgDecl, Decl, JobSpec, SpecError, spec_from_yaml, spec_to_yaml, with_changes
 
 
 def reset_to(spec: JobSpec) -> None:
     """Make ``spec`` the form's content: forget widget values so they re-initialise from it."""
     st.session_state["base_yaml"] = spec_to_yaml(spec)
-    for key in [k for k in st.session_state if str(k).startswith(("f:", "nodes", "cl:"))]:
+    for key in [k for k in st.session_state if str(k).startswith(("f:", "nodes"))]:
         del st.session_state[key]
 
 
@@ -46,90 +32,52 @@ def base_spec() -> JobSpec:
     return spec_from_yaml(st.session_state["base_yaml"])
 
 
-def field_value(decl, base: JobSpec):
-    """The field's form value: what the user set (kept while its section is hidden), else the base spec's."""
+def field_value(decl: Decl, base: JobSpec):
+    """The field's form value: what the user set (kept while its widget is hidden), else the base spec's."""
     key = "f:" + decl.path
     if key not in st.session_state:
-        st.session_state[key] = ui_state.form_value(decl, base)
+        st.session_state[key] = form.form_value(decl, base)
     return st.session_state[key]
 
 
-def field_widget(decl, base: JobSpec):
-    """The field's widget; its value outlives its section being hidden (persist_state)."""
-    field_value(decl, base)
-    key, label = "f:" + decl.path, decl.name
-    help_text = f"{decl.help}  \nflag: --{decl.flag}" + (f" (ms-swift ≥ {decl.since})" if decl.since else "")
-    kind = ui_state.widget_kind(decl)
+def help_text(decl: Decl) -> str:
+    if isinstance(decl, ArgDecl):
+        return f"{decl.help}  \nflag: --{decl.flag}" + (f" (ms-swift ≥ {decl.since})" if decl.since else "") + (
+            f"; acts in {decl.applies} mode only" if decl.applies else "")
+    return decl.help + (f"  \n({decl.applies} backend only)" if decl.applies else "")
+
+
+def field_widget(decl: Decl, base: JobSpec, where=st):
+    """The field's widget in ``where``; its value outlives the widget being hidden (persist_state)."""
+    value = field_value(decl, base)
+    key, label, help_ = "f:" + decl.path, decl.name, help_text(decl)
+    kind = form.widget_kind(decl)
     if kind == "checkbox":
-        return st.checkbox(label, key=key, help=help_text, persist_state="session")
+        return where.checkbox(label, key=key, help=help_, persist_state="session")
     if kind == "select":
-        return st.selectbox(label, ui_state.choices(decl), key=key, help=help_text, persist_state="session",
-                            format_func=lambda v: "(ms-swift default)" if v is None else str(v))
-    hint = f"e.g. {', '.join(decl.choices)}" if decl.choices else None
-    return st.text_input(label, key=key, help=help_text, placeholder=hint, persist_state="session")
+        unset = "(ms-swift default)" if isinstance(decl, ArgDecl) else "(not set)"
+        return where.selectbox(label, form.choices(decl, [value]), key=key, help=help_, persist_state="session",
+                               format_func=lambda v: unset if v is None else str(v))
+    if kind == "lines":
+        return where.text_area(label, key=key, help=help_, persist_state="session", height=80)
+    return where.text_input(label, key=key, help=help_, persist_state="session",
+                            placeholder=f"e.g. {', '.join(decl.choices)}" if decl.choices else None)
 
 
-def node_rows(base: JobSpec) -> list[dict]:
-    rows = []
-    for i, n in enumerate(base.cluster.nodes):
-        d = n.model_dump()
-        d["gpus"] = ",".join(map(str, n.gpus))
-        rows.append({**{c: d.get(c) for c in NODE_COLUMNS}, ROW: i})
-    return rows
-
-
-def row_node(base: JobSpec, row: dict, node: dict) -> dict:
-    """The node a table row describes: the base node it shows, with its set fields (those the table leaves out, such
-    as identity_file, workdir and env, included) and the row's values where they differ; a new row's values."""
-    try:
-        shown = base.cluster.nodes[int(row.get(ROW))]
-    except (TypeError, ValueError, IndexError):  # a row added in the table (None, or NaN)
-        return {k: v for k, v in node.items() if v is not None}
-    current = shown.model_dump()
-    return {**shown.model_dump(exclude_unset=True), **{k: v for k, v in node.items() if v != current.get(k)}}
-
-
-def build_spec(base: JobSpec, values: dict, nodes: list[dict], cluster: dict,
-               slurm: dict | None) -> tuple[JobSpec, dict[str, str]]:
-    """The spec the form describes, and the fields whose text does not parse (path → message). Only fields set before
-    or changed on the form are set; a value typed over an imported script's unresolved text replaces it. ``slurm``:
-    the Slurm fields, when they are drawn."""
-    errors: dict[str, str] = {}
-    changes = {}
-    for path, raw in ui_state.changed_fields(base, values).items():
-        decl = ARGS_BY_PATH[path]
-        if ui_state.widget_kind(decl) == "text":
-            try:
-                raw = ui_state.from_text(decl, raw)
-            except ValueError as e:
-                errors[path] = str(e)
-                continue
-        changes[path] = raw
-    node_list = []
-    for i, row in enumerate(nodes):
-        if not row.get("host"):
-            continue
-        try:
-            gpus_ = [int(x) for x in str(row.get("gpus") or "0").replace(" ", "").split(",") if x != ""]
-        except ValueError:
-            errors[f"cluster.nodes[{i}].gpus"] = "GPU ids are integers separated by commas, e.g. 0,1,2,3"
-            gpus_ = [0]
-        node = {k: (row.get(k) or None) for k in NODE_COLUMNS if k not in ("gpus",)}
-        node["role"] = node["role"] or "trainer"
-        node["port"] = int(node["port"]) if node["port"] else None
-        node_list.append(row_node(base, row, {**node, "gpus": gpus_}))
-    changes.update({f"cluster.{k}": v for k, v in cluster.items() if v != getattr(base.cluster, k)})
-    changes.update({f"slurm.{k}": v for k, v in (slurm or {}).items() if v != getattr(base.slurm, k)})
-    if node_list and node_list != [n.model_dump(exclude_unset=True) for n in base.cluster.nodes]:
-        changes["cluster.nodes"] = node_list
-    unresolved = {p: t for p, t in base.unresolved.items() if p not in changes}
-    if unresolved != base.unresolved:
-        changes["unresolved"] = unresolved
-    try:
-        return with_changes(base, changes), errors
-    except SpecError as e:
-        errors.update(dict(e.problems))
-        return base, errors
+def node_column(decl, base: JobSpec):
+    """The node table's column for a node setting, from its declaration."""
+    kind, help_ = form.column_kind(decl), help_text(decl)
+    if kind == "select":
+        options = form.choices(decl, [getattr(n, decl.name) for n in base.cluster.nodes])
+        return st.column_config.SelectboxColumn(decl.name, help=help_, options=[o for o in options if o is not None])
+    if kind == "checkbox":
+        return st.column_config.CheckboxColumn(decl.name, help=help_)
+    if kind == "number":
+        b = decl.bounds
+        return st.column_config.NumberColumn(decl.name, help=help_, min_value=b.get("ge", b.get("gt")),
+                                             max_value=b.get("le", b.get("lt")),
+                                             step=1 if form.is_integer(decl) else None)
+    return st.column_config.TextColumn(decl.name, help=help_, required=decl.required)
 
 
 def memory_chart(report: MemoryReport) -> go.Figure:
@@ -218,8 +166,7 @@ top = st.container()
 # the others keep their values in the session.
 section = st.segmented_control("Section", list(GROUPS), format_func=GROUPS.get, key="section", required=True,
                                default=next(iter(GROUPS)), persist_state="session", label_visibility="collapsed")
-values = {d.path: field_value(d, base) for d in ARGS if d.group != section}
-slots = {}
+values, slots = {}, {}
 cols = st.columns(3)
 for k, decl in enumerate(d for d in ARGS if d.group == section):
     with cols[k % 3]:
@@ -228,56 +175,33 @@ for k, decl in enumerate(d for d in ARGS if d.group == section):
 with st.container(border=True):
     st.markdown("**Cluster**")
     st.caption("One row per machine. role trainer runs swift rlhf; role rollout runs swift rollout (server mode).")
-    nodes = st.data_editor(node_rows(base), key="nodes", num_rows="dynamic", width="stretch",
-                           column_config={
-                               "gpu_model": st.column_config.SelectboxColumn("gpu_model", options=sorted(
-                                   set(gpus()) | {n.gpu_model for n in base.cluster.nodes if n.gpu_model})),
-                               "gpu_memory_gib": st.column_config.NumberColumn(
-                                   "GPU GiB", min_value=1, help="memory per GPU, for a GPU the catalogue lacks"),
-                               "role": st.column_config.SelectboxColumn("role", options=["trainer", "rollout"]),
-                               "port": st.column_config.NumberColumn("ssh port", min_value=1, max_value=65535),
-                               "gpus": st.column_config.TextColumn("gpus", help="CUDA ids, e.g. 0,1,2,3"),
-                               ROW: None})
-    c1, c2, c3 = st.columns(3)
-    st.session_state.setdefault("cl:master_addr", base.cluster.master_addr or "")
-    st.session_state.setdefault("cl:master_port", base.cluster.master_port)
-    st.session_state.setdefault("cl:run_root", base.cluster.run_root)
-    cluster = {"master_addr": c1.text_input("master_addr", key="cl:master_addr", help="default: node 0") or None,
-               "master_port": c2.number_input("master_port", key="cl:master_port", min_value=1, max_value=65535),
-               "run_root": c3.text_input("run_root", key="cl:run_root", help="run directories on every node")}
-    st.session_state.setdefault("cl:backend", base.cluster.backend)
-    st.session_state.setdefault("cl:login", base.cluster.login)
-    c1, c2 = st.columns(2)
-    cluster["backend"] = c1.selectbox("backend", ["ssh", "slurm"], key="cl:backend",
-                                      help=ClusterSpec.model_fields["backend"].description)
-    slurm = None
-    if cluster["backend"] == "slurm":
-        cluster["login"] = c2.text_input("login node", key="cl:login", help=ClusterSpec.model_fields["login"].description)
-        texts, cols = ui_state.section_text(base.slurm), st.columns(4)
-        for k, (name, info) in enumerate(SlurmSpec.model_fields.items()):
-            st.session_state.setdefault(f"cl:slurm.{name}", texts[name])
-            widget = cols[k % 4].text_area if name == "extra_sbatch" else cols[k % 4].text_input
-            texts[name] = widget(name, key=f"cl:slurm.{name}", help=info.description)
-        slurm = ui_state.section_values(SlurmSpec, texts)
+    nodes = st.data_editor(form.node_rows(base), key="nodes", num_rows="dynamic", width="stretch",
+                           column_config={**{d.name: node_column(d, base) for d in form.NODE_FIELDS}, form.ROW: None})
+    backend = field_value(form.FIELDS_BY_PATH["cluster.backend"], base)  # settings for the other backend: hidden
+    for part in ("cluster", "slurm"):
+        shown = [d for d in form.FORM_FIELDS if d.section == part and d.applies in (None, backend)]
+        if part == "slurm" and shown:
+            st.markdown("**Slurm**")
+        cols = st.columns(4)
+        for k, decl in enumerate(shown):
+            values[decl.path] = field_widget(decl, base, cols[k % 4])
     slots["cluster"] = st.empty()
 
 with st.sidebar:
     st.subheader("Job")
-    name = st.text_input("name", value=base.name, key="job_name")
-    version = st.selectbox("ms-swift version on the nodes", SUPPORTED_VERSIONS[::-1],
-                           index=SUPPORTED_VERSIONS[::-1].index(base.swift_version)
-                           if base.swift_version in SUPPORTED_VERSIONS else 0, key="swift_version")
+    for decl in (d for d in form.FORM_FIELDS if d.section == "job"):
+        values[decl.path] = field_widget(decl, base)
+        slots[decl.path] = st.empty()
 
-spec, parse_errors = build_spec(base.model_copy(update={"name": name, "swift_version": version}), values,
-                                list(nodes), cluster, slurm)
+values = {d.path: field_value(d, base) for d in form.FORM_FIELDS} | values  # hidden ones: as last set
+spec, parse_errors = form.build_spec(base, values, list(nodes))
 arch = pasted_arch(spec.train.model)
-findings = sort_findings(check(spec, arch)) if not parse_errors else []
-placed: set[int] = set()
+eff = resolve(spec, arch)  # the job's effective values, for every step below
+findings = sort_findings(check(eff)) if not parse_errors else []
 for path, slot in slots.items():
     cluster_wide = ("cluster", "slurm", "spec")
     here = [f for f in findings if any(fp == path or (path == "cluster" and fp.startswith(cluster_wide))
                                        for fp in f.fields)]
-    placed.update(id(f) for f in here)
     show_findings(slot, here, parse_errors.get(path) or (
         "; ".join(f"{p}: {m}" for p, m in parse_errors.items() if p.startswith(("cluster", "slurm")))
         if path == "cluster"
@@ -305,7 +229,7 @@ with top:
     with left:
         st.subheader("GPU memory per device")
         try:
-            report = estimate_spec(spec, arch=arch)
+            report = estimate_spec(eff)
         except ValueError as e:  # an unknown model or GPU, an unreadable DeepSpeed/FSDP config
             report = None
             st.info(str(e))
@@ -322,7 +246,7 @@ with top:
             st.plotly_chart(memory_chart(report), width="stretch")
             for note in (n for r in report.roles for n in r.notes):
                 st.caption(f"{SEVERITY_ICON['warning']} {note}")
-            for k, s in enumerate(suggest(spec, arch=arch)):
+            for k, s in enumerate(suggest(eff)):
                 st.button(f"Make it fit: {s.why} → {s.peak_gib:.1f} GiB", key=f"fit:{k}", on_click=apply_fix,
                           args=(spec, s.changes))
 
@@ -332,6 +256,6 @@ with top:
         st.warning(f"Launch and export are blocked by {len(errors) or len(parse_errors)} error(s) above.")
     c1, c2 = st.columns(2)
     c1.download_button("Download job YAML", spec_to_yaml(spec), file_name=f"{spec.name}.yaml", key="dl_yaml")
-    bundle = None if blocked else render(spec, spec.name)
+    bundle = None if blocked else render(eff, spec.name)
     c2.download_button("Download node scripts (zip)", bundle.zip_bytes() if bundle else b"", disabled=blocked,
                        file_name=f"{spec.name}.zip", key="dl_zip")

@@ -9,6 +9,7 @@ import sys
 from grpo_ui.catalog import from_hf_config
 from grpo_ui.fit import suggest
 from grpo_ui.memory import estimate_spec, format_report
+from grpo_ui.resolve import resolve
 from grpo_ui.spec import load_spec
 
 
@@ -26,11 +27,12 @@ def run(args) -> int:
     spec = load_spec(args.spec)
     try:
         arch = from_hf_config(args.config, name=spec.train.model.split("/")[-1]) if args.config else None
-        report = estimate_spec(spec, args.gpu, arch, args.gpu_gib)
+        eff = resolve(spec, arch)
+        report = estimate_spec(eff, args.gpu, gpu_gib=args.gpu_gib)
     except ValueError as e:  # unknown model or GPU, unreadable DeepSpeed/FSDP config or config.json
         print(f"cannot estimate: {e}", file=sys.stderr)
         return 2
-    advice = suggest(spec, args.gpu, gpu_gib=args.gpu_gib, arch=arch)
+    advice = suggest(eff, args.gpu, gpu_gib=args.gpu_gib)
     if args.json:
         out = report.to_dict()
         out["advice"] = [{"changes": s.changes, "why": s.why, "cost": s.cost, "peak_gib": round(s.peak_gib, 2),

@@ -1,8 +1,12 @@
-"""`flags [--markdown]`: every ms-swift argument grpo-ui knows, with its flag name in each dialect."""
+"""`flags [--settings]`: every ms-swift argument grpo-ui knows, with its flag name in each dialect; or every grpo-ui
+setting (job, cluster, node, Slurm) with its type, default and meaning."""
 
 from __future__ import annotations
 
-from grpo_ui.spec import ARGS, GROUPS
+import typing
+
+from grpo_ui import form
+from grpo_ui.spec import ARGS, GROUPS, SETTINGS
 
 DIALECT_VERSIONS = {"≥ 4.1": "4.6", "4.0": "4.0", "3.5–3.12": "3.12", "3.2–3.4": "3.4"}
 
@@ -30,11 +34,40 @@ def markdown_table() -> str:
     return "\n".join(lines)
 
 
+def _type(decl) -> str:
+    """The field's type in words: str, int, one of a / b, list of int, mapping; '(optional)' when it may be empty."""
+    ann, optional = form.parts(decl)
+    if typing.get_origin(ann) is typing.Literal:
+        text = "one of " + " / ".join(map(str, typing.get_args(ann)))
+    elif typing.get_origin(ann) in (list, dict):
+        text = "mapping" if form.is_mapping(decl) else f"list of {typing.get_args(ann)[0].__name__}"
+    else:
+        text = ann.__name__
+    signs = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<"}
+    bounds = [f"{signs[k]} {v}" for k, v in decl.bounds.items()]
+    return ", ".join([text, *bounds]) + (" (optional)" if optional else "")
+
+
+def _default(decl) -> str:
+    if decl.required:
+        return "required"
+    return "—" if decl.default in (None, [], {}) else f"`{form.to_text(decl, decl.default)}`"
+
+
+def settings_table() -> str:
+    lines = ["| setting | type | default | backend | meaning |", "|---|---|---|---|---|"]
+    for d in SETTINGS:
+        cells = [f"`{d.path}`", _type(d), _default(d), d.applies or "all", d.help]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines)
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("flags", help="list the ms-swift flags grpo-ui renders, per dialect (markdown)")
+    p.add_argument("--settings", action="store_true", help="list grpo-ui's own settings (job, cluster, node, Slurm)")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
-    print(markdown_table())
+    print(settings_table() if args.settings else markdown_table())
     return 0

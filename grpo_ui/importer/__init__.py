@@ -25,8 +25,9 @@ from grpo_ui.importer.build import (
     validated,
 )
 from grpo_ui.importer.decode import decode
+from grpo_ui.resolve import dialect_of
 from grpo_ui.spec import JobSpec, SpecError, spec_from_yaml
-from grpo_ui.swift_cli import SERVER_FLAGS, TRAIN_FLAGS, dialect_of
+from grpo_ui.swift_cli import SERVER_FLAGS, TRAIN_FLAGS
 
 __all__ = ["import_scripts", "import_uploads"]
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from grpo_ui.findings import Finding, finding
 from grpo_ui.importer.build import LAUNCH_ENV, LOOPBACK, SECRET_ENV, Call, Draft
+from grpo_ui.resolve import resolve
 from grpo_ui.spec import JobSpec, parse_version
 
 SHARED_WITH_ROLLOUT = ("model_type", "template", "external_plugins", "multi_turn_scheduler")  # rollout_command adds
@@ -145,12 +146,10 @@ def _environment(trainers: list[Call], servers: list[Call], draft: Draft) -> Non
 def launch_env_findings(spec: JobSpec, trainers: list[Call], draft: Draft) -> None:
     """Where a script sets a launch variable to something other than what grpo-ui renders for its node, say so (rank
     0's MASTER_ADDR=127.0.0.1 is the same rendezvous as node 0's address, so it passes)."""
-    rendered = {"NNODES": str(len(spec.trainer_nodes())), "MASTER_ADDR": spec.master_addr(),
-                "MASTER_PORT": str(spec.cluster.master_port), "NPROC_PER_NODE": str(spec.nproc_per_node())}
+    eff = resolve(spec)
     index = [i for i, n in enumerate(spec.cluster.nodes) if n.role == "trainer"]
     for rank, call in enumerate(trainers):
-        node = spec.cluster.nodes[index[rank]]
-        expected = {**rendered, "NODE_RANK": str(rank), "CUDA_VISIBLE_DEVICES": ",".join(map(str, node.gpus))}
+        expected = eff.launch_env(rank, spec.cluster.nodes[index[rank]])
         own = {k: text for k in LAUNCH_ENV if (text := call.text(k)) is not None and text != expected[k]
                and k not in ("NNODES", "NPROC_PER_NODE")  # IMPORT-NNODES and IMPORT-NPROC-GPUS say those
                and not (k == "MASTER_ADDR" and rank == 0 and text in LOOPBACK)}

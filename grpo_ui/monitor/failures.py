@@ -9,6 +9,7 @@ import re
 from grpo_ui.monitor.rootcause import CONSEQUENCE, RANK_PREFIX, TB_START, Failure, root_cause, traceback_span
 from grpo_ui.monitor.snapshot import Alert, Snapshot, overdue, rule
 from grpo_ui.monitor.stacks import classify
+from grpo_ui.resolve import GROUP_PORT
 
 LOG_SIGNS = [
     ("OOM", "error", re.compile(r"CUDA out of memory|OutOfMemoryError|No available memory for the cache blocks|"
@@ -171,7 +172,7 @@ def reward_failures(s):
 
 
 def _sync_ports(s: Snapshot) -> set[int]:
-    return set(s.group_ports) | {51216 + k for k in range(8)}
+    return set(s.group_ports) | {GROUP_PORT + k for k in range(8)}
 
 
 @rule

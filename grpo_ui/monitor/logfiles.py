@@ -16,8 +16,9 @@ from pathlib import Path
 from grpo_ui.monitor.logs import fold_cr
 from grpo_ui.monitor.metrics import parse_jsonl_line, parse_stdout_line
 from grpo_ui.monitor.rootcause import args_dump_lines, root_cause
-from grpo_ui.monitor.snapshot import Snapshot
+from grpo_ui.monitor.snapshot import Snapshot, job_settings
 from grpo_ui.monitor.stacks import THREAD, parse_dumps
+from grpo_ui.resolve import DEFAULT_BETA, GROUP_PORT, resolve, rollout_steps
 from grpo_ui.spec import JobSpec
 
 END_OF_RUN = "End time of running main"
@@ -98,13 +99,11 @@ def _ports(value: str | None) -> tuple[int, ...]:
 def _run_settings(args: dict[str, str], job: JobSpec | None) -> dict:
     """The run's settings the rules need, from the job spec or else the argument dump."""
     if job is not None:
-        t, r = job.train, job.rollout
-        return {"logging_steps": t.logging_steps or 1, "steps_per_generation": t.steps_per_generation or 1,
-                "beta": 0.04 if t.beta is None else t.beta, "server_mode": r.use_vllm and r.vllm_mode == "server",
-                "group_ports": tuple(r.vllm_server_group_port or ())}
-    return {"logging_steps": _int(args.get("logging_steps"), 1),
-            "steps_per_generation": _int(args.get("steps_per_generation"), 1),
-            "beta": float(args["beta"]) if args.get("beta", "None") != "None" else 0.04,
+        return job_settings(resolve(job))
+    accum = _int(args.get("gradient_accumulation_steps"), 1)
+    steps = rollout_steps(_int(args.get("steps_per_generation"), accum), accum, _int(args.get("num_iterations"), 1))
+    return {"logging_steps": _int(args.get("logging_steps"), 1), "steps_per_generation": steps,
+            "beta": float(args["beta"]) if args.get("beta", "None") != "None" else DEFAULT_BETA,
             "server_mode": args.get("use_vllm", "").lower() == "true" and args.get("vllm_mode") == "server",
             "group_ports": _ports(args.get("vllm_server_group_port"))}
 
@@ -172,4 +171,4 @@ def from_lines(files: dict[str, list[str]], job: JobSpec | None, last_grew: floa
                     last_output_at=dict.fromkeys(logs, last_grew), job_state=_state(logs),
                     server_mode=server_mode, settings={"world_size": world},
                     logging_steps=settings["logging_steps"], steps_per_generation=settings["steps_per_generation"],
-                    group_ports=settings["group_ports"] or (51216,), stacks=stacks, checkpoints=_checkpoints(logs))
+                    group_ports=settings["group_ports"] or (GROUP_PORT,), stacks=stacks, checkpoints=_checkpoints(logs))

@@ -9,6 +9,7 @@ import time
 from grpo_ui.catalog import fetch_hf_config, from_hf_config
 from grpo_ui.memory import UnknownModel, estimate_spec
 from grpo_ui.remote.ssh import SshError
+from grpo_ui.resolve import resolve
 from grpo_ui.spec import JobSpec, spec_from_yaml
 from grpo_ui.store import Store
 
@@ -37,7 +38,7 @@ def gpu_roles(spec: JobSpec) -> dict[tuple[str, int], tuple[str, int | None]]:
     (node rank × processes per node + local rank); vLLM's own GPUs (rollout nodes, ms-swift 3.2–3.4's spare GPUs)
     have no rank."""
     out: dict[tuple[str, int], tuple[str, int | None]] = {}
-    nproc = spec.nproc_per_node()
+    nproc = resolve(spec).nproc_per_node
     for node_rank, node in enumerate(spec.trainer_nodes()):
         for local, gpu in enumerate(node.gpus):
             out[(node.host, gpu)] = ("trainer", node_rank * nproc + local) if local < nproc else ("rollout", None)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from grpo_ui.findings import Finding, finding
 from grpo_ui.monitor import liveness
 from grpo_ui.monitor.stacks import RankStack
+from grpo_ui.resolve import DEFAULT_BETA, GROUP_PORT, Resolved
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class Snapshot:
 
     metrics: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # key → [(step, value)]
     logs: dict[str, list[str]] = field(default_factory=dict)                   # node label → recent lines
-    beta: float = 0.04
+    beta: float = DEFAULT_BETA
     now: float = 0.0
     last_step_at: float | None = None       # when the latest step was logged
     first_step_at: float | None = None      # when the first step was logged
@@ -45,11 +46,17 @@ class Snapshot:
     server_mode: bool = False
     settings: dict = field(default_factory=dict)  # the job's rollout/offload/data settings, for the fixes
     logging_steps: int = 1
-    steps_per_generation: int = 1
-    group_ports: tuple[int, ...] = (51216,)  # the rollout servers' weight-sync group ports
+    steps_per_generation: int = 1  # optimizer steps from one rollout to the next (Resolved.rollout_steps)
+    group_ports: tuple[int, ...] = (GROUP_PORT,)  # the rollout servers' weight-sync group ports
     stacks: list[RankStack] = field(default_factory=list)  # py-spy stacks of the ranks (on a suspected hang)
     checkpoints: dict[str, list[str]] = field(default_factory=dict)  # checkpoint dir → files in it (where readable)
     gpu_by_step: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # host/GPU → peak MiB per step
+
+
+def job_settings(eff: Resolved) -> dict:
+    """The Snapshot fields a job's own values decide (a Resolved job)."""
+    return {"beta": eff.beta, "logging_steps": eff.logging_steps, "steps_per_generation": eff.rollout_steps,
+            "server_mode": eff.server, "group_ports": eff.group_ports}
 
 
 RULES = []
