@@ -241,7 +241,6 @@ def _server_endpoints(spec: JobSpec, rollouts: list[Node]) -> tuple[tuple[str, i
 
 
 def _group_ports(given: list[int] | None, servers: int) -> tuple[int, ...]:
-    """Each server's weight-sync port: its own entry in vllm_server_group_port, the one entry given, else
-    GROUP_PORT + its index."""
-    given = given or []
-    return tuple(given[k] if len(given) > k else given[0] if given else GROUP_PORT + k for k in range(servers))
+    """Each server's weight-sync port: vllm_server_group_port when it lists one per server (ms-swift's VLLMClient
+    refuses any other length: rule VLLM-SERVER-PORTS), else GROUP_PORT + the server's index."""
+    return tuple(given) if given and len(given) == servers else tuple(GROUP_PORT + k for k in range(servers))

@@ -241,9 +241,10 @@ def server_mode(spec, eff):
                       f"{len(hosts)} server host(s) but {len(ports)} port(s): the lists must have the same length.",
                       "Give one port per host.", {"rollout.vllm_server_port": [ports[0]] * len(hosts)})
     n = len(eff.server_endpoints)
-    if groups and len(groups) not in (1, n):
+    if groups and len(groups) != n:  # ms-swift's VLLMClient: "group_port must be int or list of length num_servers"
         yield finding("VLLM-SERVER-PORTS", "error", "rollout.vllm_server_group_port",
-                      f"{len(groups)} group ports for {n} servers: give one, or one per server.",
+                      f"{len(groups)} group port(s) for {n} server(s): ms-swift takes one per server and fails at "
+                      "start-up otherwise.",
                       "Clear vllm_server_group_port to use 51216 + i.", {"rollout.vllm_server_group_port": None})
     if r.vllm_max_model_len is not None:
         yield finding("VLLM-SERVER-MAX-LEN", "warning", "rollout.vllm_max_model_len",

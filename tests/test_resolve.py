@@ -101,7 +101,7 @@ def test_before_3_7_grpo_accumulates_like_sft():
 
 def test_layout_values():
     spec = with_changes(JobSpec(), {
-        "rollout.use_vllm": True, "rollout.vllm_mode": "server", "rollout.vllm_server_group_port": [6000],
+        "rollout.use_vllm": True, "rollout.vllm_mode": "server", "rollout.vllm_server_group_port": [6000, 6001],
         "cluster.nodes": [{"host": "a", "address": "10.0.0.1", "gpus": [0, 1, 2, 3], "gpu_model": "H100 80GB HBM3"},
                           {"host": "b", "gpus": [0, 1, 2, 3]},
                           {"host": "r1", "role": "rollout", "gpus": [0, 1], "gpu_memory_gib": 48},
@@ -110,7 +110,7 @@ def test_layout_values():
     assert (eff.vllm_mode, eff.nnodes, eff.nproc_per_node, eff.world_size, eff.spare_rollout_gpus) == (
         "server", 2, 4, 8, 0)
     assert eff.master_addr == "10.0.0.1" and eff.server_endpoints == (("r1", 8000), ("r2", 8000))
-    assert eff.group_ports == (6000, 6000) and eff.rollout_port(1) == 8000
+    assert eff.group_ports == (6000, 6001) and eff.rollout_port(1) == 8000
     assert (eff.trainer.model, eff.trainer.gib) == ("NVIDIA H100 80GB HBM3", 79.65)
     assert (eff.rollout.nodes, eff.rollout.per_node, eff.rollout.gib) == (2, 2, 48)
     assert eff.launch_env(1, spec.cluster.nodes[1]) == {

@@ -245,3 +245,16 @@ def test_sizes_read_as_people_write_them():
             "--use_vllm true --vllm_mode colocate --offload_model true\n")
     (f,) = script_findings(text, "4.6")["SEED-OFFLOAD-SMALL"]
     assert "a 3B model" in f.message and "3.75" not in f.message
+
+
+def test_one_group_port_for_two_servers_is_an_error_as_in_ms_swift():
+    """ms-swift 4.6's VLLMClient takes the parsed list as is and raises unless it has one port per server."""
+    two = {"rollout.vllm_mode": "server", "rollout.vllm_server_host": ["a", "b"],
+           "rollout.vllm_server_port": [8000, 8001]}
+    def ports_findings(groups):
+        spec = with_changes(JobSpec(), {**BASE, **two, "rollout.vllm_server_group_port": groups})
+        return [f for f in check(spec) if f.id == "VLLM-SERVER-PORTS"]
+
+    one = ports_findings([6000])
+    assert one and one[0].fields == ("rollout.vllm_server_group_port",)
+    assert not ports_findings([6000, 6001])
