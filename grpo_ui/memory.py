@@ -226,6 +226,7 @@ class Inputs:
     logits_upcast: bool = False  # the model upcasts its logits to fp32 (transformers < 4.45: ms-swift 2.x)
     fixed_shapes: bool = False  # every step has the same tensor shapes (packing, padding to the maximum length)
     zero3_prefetch: float = 0.0  # stage3_prefetch_bucket_size (elements): ms-swift GRPO sets 0, HF 'auto' is 0.9·h²
+    fsdp_fp32_frozen: bool = False  # accelerate < 1.13 upcasts frozen parameters to fp32 under FSDP2 too
 
     @property
     def param_bytes(self) -> float:
@@ -241,6 +242,12 @@ class Inputs:
         """LoRA adapters: PEFT upcasts them to fp32 (autocast_adapter_dtype); DeepSpeed casts the whole module to the
         model dtype (engine.py _configure_distributed_model), as TRL >= 1.0 does for QLoRA adapters."""
         return self.compute_bytes if (self.deepspeed or self.lora_bf16) else 4.0
+
+    @property
+    def adapter_compute_bytes(self) -> float:
+        """The adapters' dtype in their matmuls: FSDP2 all-gathers every parameter in the compute dtype
+        (MixedPrecisionPolicy param_dtype), whatever the dtype it keeps them in."""
+        return self.compute_bytes if self.fsdp else self.adapter_bytes
 
     @property
     def stage(self) -> int:
@@ -390,25 +397,36 @@ def base_weight_bytes(i: Inputs) -> float:
     return linears * i.param_bytes + (p - linears) * rest
 
 
+def fsdp_upcasts(i: Inputs) -> bool:
+    """Whether FSDP2 keeps 16-bit parameters in fp32. ms-swift's FSDP runs through accelerate, whose fsdp2_prepare_model
+    upcasts parameters to fp32 when mixed precision is on ("according to deepspeed's implementation"): the whole model
+    from FSDP2 support (accelerate 1.6) to 1.12, only parameters that require grad from 1.13 (accelerate#3848,
+    2025-11-26). The shards stay fp32; MixedPrecisionPolicy all-gathers them in the compute dtype."""
+    return bool(i.fsdp) and i.compute_bytes < 4
+
+
 def model_states(i: Inputs) -> dict[str, float]:
     """Weights, gradients and optimizer states per GPU (bytes).
 
     Full tuning, plain DDP (HF Trainer): params, grads and AdamW's two states in the param dtype: 2 + 2 + 4 B (fp32:
-    4 + 4 + 8). FSDP2 shards the same over the world. DeepSpeed with bf16 keeps an fp32 master copy and AdamW states
+    4 + 4 + 8). FSDP2 shards them over the world with the parameters upcast to fp32 (fsdp_upcasts): 4 + 4 + 8 B.
+    DeepSpeed with bf16 keeps an fp32 master copy and AdamW states
     in the optimizer (12 B): ZeRO-1 shards them, ZeRO-2 the 2 B gradients too, ZeRO-3 the weights as well; ZeRO-0
     runs DeepSpeed's BF16_Optimizer, which also accumulates fp32 gradients (bf16_optimizer.py
     fp32_groups_gradients): 2 + 2 + 4 + 12 B, unsharded.
-    LoRA: the frozen base keeps its weights (sharded by ZeRO-3/FSDP). PEFT keeps adapters in fp32 (fp32 grads, 8 B
-    AdamW); DeepSpeed casts the whole module, adapters included, to bf16 (engine.py _configure_distributed_model) with
-    the fp32 master in its optimizer: 2 + 2 + 12 B per adapter parameter.
+    LoRA: the frozen base keeps its weights (sharded by ZeRO-3/FSDP; fp32 under FSDP2 before accelerate 1.13). PEFT
+    keeps adapters in fp32 (fp32 grads, 8 B AdamW); DeepSpeed casts the whole module, adapters included, to bf16
+    (engine.py _configure_distributed_model) with the fp32 master in its optimizer: 2 + 2 + 12 B per adapter parameter.
     """
     w = i.world
     shard = w if i.shards_weights else 1
-    weights = 0.0 if i.weights_offloaded else base_weight_bytes(i) / shard
+    upcast = fsdp_upcasts(i) and not i.quant and (i.full or i.fsdp_fp32_frozen)
+    stored = replace(i, compute_bytes=4.0) if upcast else i
+    weights = 0.0 if i.weights_offloaded else base_weight_bytes(stored) / shard
     offload_opt = bool(i.zero and i.zero.offload_optimizer) or bool(i.fsdp and i.fsdp.offload)
     if i.full:
         trainable = i.arch.total_params()
-        b = i.compute_bytes
+        b = stored.compute_bytes
         if i.deepspeed:
             grad_b, opt_b = (b + 4.0 if i.stage == 0 else b), (12.0 if b == 2 else 8.0)
         else:
@@ -514,7 +532,8 @@ def _lora_inputs(i: Inputs, linear_attention: bool) -> float:
     """What LoRA adds to a frozen layer: lora_A keeps its (dropped-out) input and lora_B its r-wide input.
 
     PEFT casts the input to the adapters' dtype; with fp32 adapters under autocast lora_A then keeps a 16-bit cast
-    copy per adapted linear; with adapters in the model dtype (DeepSpeed, TRL >= 1.0 QLoRA) it keeps the input itself,
+    copy per adapted linear; with adapters in the model dtype (DeepSpeed, TRL >= 1.0 QLoRA, FSDP2's all-gather in the
+    compute dtype) it keeps the input itself,
     which q/k/v (and gate/up) share and which the attention kernel already keeps for o_proj. lora_dropout > 0 makes a
     new tensor per adapted linear plus its 1-byte mask (CUDA's fused dropout)."""
     if i.full:
@@ -526,7 +545,7 @@ def _lora_inputs(i: Inputs, linear_attention: bool) -> float:
     routed = {"gate_proj", "up_proj", "down_proj"} if a.num_experts else set()
     per = {name: (a.num_experts_per_tok if name in routed else 1) for name, _ in adapted}
     lora_b = sum(ACT_BYTES * i.lora_rank * per[name] for name, _ in adapted)
-    if i.lora_dropout > 0 or i.adapter_bytes > ACT_BYTES:
+    if i.lora_dropout > 0 or i.adapter_compute_bytes > ACT_BYTES:
         copy = ACT_BYTES + (1 if i.lora_dropout > 0 else 0)
         return lora_b + sum(copy * fan_in * per[name] for name, fan_in in adapted)
     names = {name for name, _ in adapted}
@@ -661,7 +680,7 @@ def step_temporaries(i: Inputs, trainable: int) -> float:
     """Memory the optimizer step allocates on top of the model states (bytes), while activations are freed.
 
     Plain torch AdamW (foreach, the default on CUDA) works on whole tensor lists and "uses roughly sizeof(params)
-    more peak memory" (PyTorch torch.optim docs, 'Algorithms'): trainable × grad bytes (FSDP: of the shard).
+    more peak memory" (PyTorch torch.optim docs, 'Algorithms'): trainable × grad bytes (FSDP: of the fp32 shard).
     DeepSpeed ZeRO-1/2 (stage_1_and_2.py step) builds the fp32 gradient of its partition as
     flatten(averaged_gradients).to(fp32): a bf16 flat copy (2 B) and its fp32 cast (4 B) while the bf16 gradients are
     still held, 6 B × trainable ÷ world; ZeRO-3 does the same per sub-group (sub_group_size 1e9 elements). Before
@@ -671,7 +690,7 @@ def step_temporaries(i: Inputs, trainable: int) -> float:
     """
     largest = largest_trainable_tensor(i)
     if not i.deepspeed:
-        grad_b = i.compute_bytes if i.full else i.adapter_bytes
+        grad_b = (4.0 if fsdp_upcasts(i) else i.compute_bytes) if i.full else i.adapter_bytes
         return trainable * grad_b / (i.world if i.fsdp else 1)
     if i.zero.offload_optimizer:
         return 0.0  # the step runs on the CPU
@@ -689,9 +708,10 @@ def autocast_cache(i: Inputs, trainable: int) -> float:
     Without DeepSpeed, HF Trainer runs the forward under torch.autocast; autocast caches the cast of every fp32 leaf
     tensor that requires grad (aten/src/ATen/autocast_mode.cpp, cached_cast) and the matmuls save those copies for
     backward: PEFT's fp32 LoRA adapters (trainable × 2 B), or every linear weight of a fully tuned fp32 model (the
-    decoder's linears and an untied lm_head). DeepSpeed casts the module itself; 16-bit weights need no cast.
+    decoder's linears and an untied lm_head). DeepSpeed casts the module itself, FSDP2 all-gathers every parameter in
+    the compute dtype; 16-bit weights need no cast.
     """
-    if i.deepspeed:
+    if i.deepspeed or i.fsdp:
         return 0.0
     if i.full:
         a = i.arch

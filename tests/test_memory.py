@@ -30,6 +30,7 @@ from grpo_ui.memory import (
     GIB,
     UnknownModel,
     activations,
+    autocast_cache,
     deepspeed_zero2_model_states,
     deepspeed_zero3_model_states,
     estimate,
@@ -73,7 +74,7 @@ CAP = 80.0  # NVIDIA A100-SXM4-80GB: nvidia-smi memory.total 81920 MiB
     ({"train__deepspeed": "zero2"}, 2 * P7, 2 * P7 / 8, 12 * P7 / 8),
     ({"train__deepspeed": "zero3"}, 2 * P7 / 8, 2 * P7 / 8, 12 * P7 / 8),
     ({"train__deepspeed": "zero3_offload"}, 0, 2 * P7 / 8, 0),
-    ({"train__fsdp": "fsdp2"}, 2 * P7 / 8, 2 * P7 / 8, 4 * P7 / 8),  # FSDP2 shards params, grads, states (bf16)
+    ({"train__fsdp": "fsdp2"}, 4 * P7 / 8, 4 * P7 / 8, 8 * P7 / 8),  # FSDP2 shards them, upcast to fp32 (accelerate)
     ({"train__fsdp": "full_shard auto_wrap offload"}, 0, 0, 0),
 ])
 def test_full_tuning_model_states_follow_the_engine(engine, weights, grads, optim):
@@ -99,6 +100,17 @@ def test_lora_adapter_bytes_follow_the_engine(stage, adapter_b, grads, optim):
     n = 20_185_088
     assert ms["weights"] == pytest.approx(2 * P7 + n * adapter_b)
     assert ms["grads"] == pytest.approx(n * grads) and ms["optimizer"] == pytest.approx(n * optim)
+
+
+@pytest.mark.parametrize("accelerate_before_1_13,base_bytes", [(False, 2), (True, 4)])
+def test_fsdp2_keeps_frozen_weights_in_fp32_only_before_accelerate_1_13(accelerate_before_1_13, base_bytes):
+    """accelerate's fsdp2_prepare_model upcasts parameters to fp32 under mixed precision: every parameter before 1.13,
+    only trainable ones since (accelerate#3848). FSDP2 all-gathers the adapters in bf16: autocast caches no copy."""
+    i = replace(inputs_from_spec(spec(train__lora_rank=8, train__fsdp="fsdp2")),
+                fsdp_fp32_frozen=accelerate_before_1_13)
+    n = 20_185_088
+    assert model_states(i)["weights"] == pytest.approx((base_bytes * P7 + 4 * n) / 8)
+    assert autocast_cache(i, n) == 0
 
 
 def test_gradients_are_not_yet_alive_at_the_logits_peak_of_a_one_micro_step_update():
