@@ -647,17 +647,30 @@ def logits(i: Inputs) -> float:
       Soup#610, and measured on CPU with transformers 5); 16 B when the model itself upcasts them
       (transformers < 4.45: ``logits = logits.float()`` then a contiguous shifted copy, both kept with the loss's).
     - Liger's fused linear losses work in chunks and never materialise them: one sequence's fp32 logits and their
-      gradient (GRPO), two chunks of 2048 tokens in fp32 (cross entropy).
+      gradient (GRPO), liger_cross_entropy (SFT).
     """
     v = i.arch.vocab_size
     scored = i.micro_batch * (i.completion_len + (1 if i.loss == "grpo" else 0)) / i.sequence_parallel
+    if i.liger and i.loss == "grpo":
+        return min(scored, i.completion_len + 1) * v * 4 * 2
     if i.liger:
-        chunk = (i.completion_len + 1) if i.loss == "grpo" else 2048
-        return min(scored, chunk) * v * 4 * 2
+        return liger_cross_entropy(i, scored)
     if i.loss == "grpo":
         per_logit = (4 if i.logits_inplace else 2) * ACT_BYTES if i.deepspeed else 16
         return per_logit * scored * v
     return (16 if i.logits_upcast else 8 + 2 * ACT_BYTES) * scored * v
+
+
+def liger_cross_entropy(i: Inputs, tokens: float) -> float:
+    """Liger's fused linear cross entropy (liger_kernel/ops/fused_linear_cross_entropy.py) computes the loss and its
+    gradients inside the forward, one chunk of tokens at a time: chunk = the power of two at or above
+    BT / ceil(V / h) tokens, so one chunk's 16-bit logits are about the size of the hidden states. It keeps for the
+    backward the hidden states' gradient (BT × h, 16-bit), the per-token loss (fp32) and, when lm_head trains, its
+    gradient (V × h, the weights' dtype). Bytes at the backward's start, the chunk included."""
+    a = i.arch
+    chunk = 2 ** math.ceil(math.log2(max(1.0, math.ceil(tokens / math.ceil(a.vocab_size / a.hidden_size)))))
+    kept = tokens * (a.hidden_size * ACT_BYTES + 4) + (a.vocab_size * a.hidden_size * i.compute_bytes if i.full else 0)
+    return min(chunk, tokens) * a.vocab_size * ACT_BYTES + kept
 
 
 def dequant_buffers(i: Inputs) -> float:

@@ -206,6 +206,18 @@ def test_attention_kernels_checkpointing_liger_and_sequence_parallel():
     assert activations(sp) == pytest.approx(activations(base) / 4) and logits(sp) == pytest.approx(logits(base) / 4)
 
 
+def test_liger_cross_entropy_keeps_one_chunk_and_the_gradients_it_computed_in_the_forward():
+    """Liger's chunk is the power of two at or above BT / ceil(V / h) tokens (its source's own example: BT 16384,
+    V 32000, h 4096 -> 2048); the forward leaves the hidden states' gradient, the fp32 per-token loss and, when lm_head
+    trains, lm_head's gradient for the backward."""
+    arch = replace(find_model("Qwen2.5-7B"), hidden_size=4096, vocab_size=32000)
+    sft = replace(inputs_from_spec(spec()), arch=arch, loss="ce", liger=True, micro_batch=4, prompt_len=0,
+                  completion_len=4096)
+    chunk_and_kept = 2048 * 32000 * 2 + 16384 * (4096 * 2 + 4)
+    assert logits(sft) == chunk_and_kept
+    assert logits(replace(sft, full=True)) == chunk_and_kept + 32000 * 4096 * 2
+
+
 def test_lora_adapter_inputs_follow_the_adapters_dtype_and_dropout():
     """PEFT's fp32 adapters under autocast keep a 16-bit cast of each adapted linear's input; dropout adds a 1-byte
     mask per element. DeepSpeed's bf16 adapters without dropout share the inputs the frozen layer already makes."""
