@@ -49,11 +49,18 @@ GIB = 2 ** 30
 CUDA_CONTEXT_GIB = 0.5      # CUDA context + kernels per process (typ. 0.3–0.6 GiB with lazy module loading)
 NCCL_GIB = 0.5              # NCCL communicator buffers when world > 1 (channels × NCCL_BUFFSIZE 4 MiB, plus streams)
 VLLM_OVERHEAD_GIB = 0.5     # vLLM profile activations and sampler buffers beyond weights and KV cache
-# The caching allocator keeps freed blocks reserved; with shapes that vary from step to step (sequence lengths) the
-# reserve above the allocated peak grows with the dynamic memory, until memory runs short and torch frees its cache
-# before an OOM (c10/cuda/CUDACachingAllocator.cpp: release_cached_blocks on a failed cudaMalloc). Fitted on the
-# calibration rows of the fit set (bench/memory_accuracy.py; rows with fixed shapes have none).
+# The caching allocator keeps freed blocks reserved and gives them back only when an allocation would otherwise fail
+# (c10/cuda/CUDACachingAllocator.cpp: release_cached_blocks on a failed cudaMalloc). Two workloads leave blocks it
+# cannot reuse, each with its own reserve above the allocated peak:
+# - shapes that change from step to step (sequence lengths): a step longer than every step before needs blocks the
+#   cached ones are too small for; ALLOCATOR_RESERVE × the dynamic memory, fitted on the fit set's rows
+#   (bench/memory_accuracy.py); none when every step has the same shapes;
+# - transformers' generate(): DynamicCache grows each layer's keys and values by torch.cat at every decoding step
+#   (cache_utils.py DynamicLayer.update), a tensor one token longer beside the old one, so the freed copies are always
+#   a little too small for the next ones. CoursIA's probe runs (fit set: reserved and allocated of the same TRL runs,
+#   training shapes fixed) keep 1.2-1.6 × the final KV cache above the allocated peak; GENERATE_RESERVE is their median.
 ALLOCATOR_RESERVE = 1.3
+GENERATE_RESERVE = 1.4
 # Activations are 16-bit under mixed precision even when the weights are fp32: ms-swift trains fp32 weights under fp16
 # autocast (ModelArguments._init_mixed_precision), TRL under bf16 (GRPOConfig bf16 defaults to True).
 ACT_BYTES = 2
@@ -862,17 +869,20 @@ def _vllm_colocate(i: Inputs, ms: dict, extras: float, training: list[Term], rol
                          "0: weights + KV kept; 1: weights to CPU RAM, KV freed; 2: both freed"))
 
 
-def _allocator_reserve(i: Inputs, phase: Phase) -> Term:
-    """The caching allocator's reserve above what the training phase allocates: ALLOCATOR_RESERVE × its dynamic
-    memory, bounded by what the card has left (torch frees its cache before it would fail an allocation; ms-swift
-    empties it before vLLM wakes, so it belongs to the training phase). Blocks are reused exactly when every step
-    has the same shapes (packing, padding to the maximum length): no reserve grows then. GRPO's completions vary."""
-    capacity = i.capacity_gib
-    reserve = 0.0 if i.fixed_shapes else ALLOCATOR_RESERVE * sum(t.gib for t in phase.terms if t.name in DYNAMIC)
-    if capacity is not None:
-        reserve = max(0.0, min(reserve, capacity - phase.needed))
-    return Term("allocator cache", reserve, f"{ALLOCATOR_RESERVE:.0%} of dynamic memory, up to the free memory "
-                "(reclaimable)", reclaimable=True)
+def _allocator_reserve(i: Inputs, phase: Phase, generate_kv: float) -> list[Term]:
+    """The caching allocator's reserve above what the training phase allocates, by cause (ALLOCATOR_RESERVE,
+    GENERATE_RESERVE): steps of varying shapes (none when every step has the same shapes: packing, padding to the
+    maximum length; GRPO's completion lengths are taken to vary), and the KV cache generate() grew during the rollout
+    (``generate_kv`` GiB). Together bounded by what the card has left (torch frees its cache before it would fail an
+    allocation; ms-swift empties it before vLLM wakes, so it belongs to the training phase)."""
+    shapes = 0.0 if i.fixed_shapes else ALLOCATOR_RESERVE * sum(t.gib for t in phase.terms if t.name in DYNAMIC)
+    growth = GENERATE_RESERVE * generate_kv
+    room = math.inf if i.capacity_gib is None else max(0.0, i.capacity_gib - phase.needed)
+    shapes = min(shapes, room)
+    return [Term("allocator cache: varying shapes", shapes, f"{ALLOCATOR_RESERVE:.0%} of dynamic memory, up to the "
+                 "free memory (reclaimable)", reclaimable=True),
+            Term("allocator cache: generate()", min(growth, room - shapes), f"{GENERATE_RESERVE:.0%} of the KV cache "
+                 "generate() grew token by token (reclaimable)", reclaimable=True)]
 
 
 def estimate(i: Inputs) -> MemoryReport:
@@ -885,18 +895,18 @@ def estimate(i: Inputs) -> MemoryReport:
                Term("reference/reward models", extras / GIB, "stay resident"), *_base_terms(i)]
     notes: list[str] = []
     phases = [Phase(TRAINING_PHASE, training)]
+    kv = vllm_kv(i, 1, i.generation_batch, i.prompt_len + i.completion_len) if i.vllm == "none" else 0.0
     if i.vllm == "colocate":
         _vllm_colocate(i, ms, extras, training, rollout, notes)
         phases.append(Phase("rollout", rollout))
     elif i.vllm == "none":
-        kv = vllm_kv(i, 1, i.generation_batch, i.prompt_len + i.completion_len)
         rollout.append(Term("generate() KV cache", kv / GIB, "transformers generation: micro-batch × steps per "
                             "generation sequences"))
         rollout.append(Term("ZeRO-3 gathered weights", zero3_generation_gather(i) / GIB,
                             "ds3_gather_for_generation: the whole model gathered beside its shard"))
         phases.append(Phase("rollout", rollout))
     phases.insert(1, optimizer_step_phase(i, ms, training))
-    phases[0].terms.append(_allocator_reserve(i, phases[0]))
+    phases[0].terms += _allocator_reserve(i, phases[0], kv / GIB)
     roles = [RoleReport("trainer", i.gpu_name, i.capacity_gib, phases, notes)]
     if i.vllm == "server":
         roles.append(_server_role(i))
