@@ -230,7 +230,6 @@ class Inputs:
     kbit_fp32: bool = False     # PEFT prepare_model_for_kbit_training: unquantised weights upcast to fp32 (TRL < 0.25)
     lora_bf16: bool = False     # adapters in the model dtype without DeepSpeed (TRL >= 1.0 casts QLoRA adapters to bf16)
     logits_inplace: bool = True  # the temperature divides the logits in place (ms-swift >= 4.2, TRL >= 1.0)
-    logits_upcast: bool = False  # the model upcasts its logits to fp32 (transformers < 4.45: ms-swift 2.x)
     fixed_shapes: bool = False  # every step has the same tensor shapes (packing, padding to the maximum length)
     zero3_prefetch: float = 0.0  # stage3_prefetch_bucket_size (elements): ms-swift GRPO sets 0, HF 'auto' is 0.9·h²
     fsdp_fp32_frozen: bool = False  # accelerate < 1.13 upcasts frozen parameters to fp32 under FSDP2 too
@@ -367,7 +366,6 @@ def inputs_from_spec(spec: JobSpec, gpu: str | None = None, arch: ModelArch | No
         vllm=vllm, vllm_util=r.vllm_gpu_memory_utilization, vllm_tp=r.vllm_tensor_parallel_size, vllm_max_len=max_len,
         vllm_max_num_seqs=r.vllm_max_num_seqs or t.per_device_train_batch_size * r.vllm_tensor_parallel_size * spg,
         logits_inplace=parse_version(spec.swift_version) >= (4, 2, 0),
-        logits_upcast=parse_version(spec.swift_version) < (3, 0, 0),
         sleep_level=r.sleep_level if vllm == "colocate" else 0, offload_model=r.offload_model and vllm == "colocate",
         offload_optimizer=r.offload_optimizer and vllm == "colocate",
         generation_batch=t.per_device_train_batch_size * spg, capacity_gib=capacity, gpu_name=gpu_name,
@@ -650,9 +648,11 @@ def logits(i: Inputs) -> float:
       and their temperature-scaled copy, then every row's log-softmax kept for backward, 2 × 2 B; ms-swift >= 4.2 and
       TRL >= 1.0 divide in place (logits.div_), and autograd then rebuilds the gradient of the whole logits tensor
       through CopySlices besides the rows' gradients, 4 × 2 B. (All measured on CPU, tests/test_memory_physics.py.)
-    - SFT cross entropy: 12 B per logit (logits, their fp32 upcast in the loss, its gradient, the 16-bit gradient;
-      Soup#610, and measured on CPU with transformers 5); 16 B when the model itself upcasts them
-      (transformers < 4.45: ``logits = logits.float()`` then a contiguous shifted copy, both kept with the loss's).
+    - SFT cross entropy: 12 B per logit, whether the loss upcasts the 16-bit logits (transformers 5's
+      ForCausalLMLoss) or the head does (transformers < 4.45: ``logits = logits.float()``, then a shifted contiguous
+      copy): three fp32 tensors of the logits' size at the peak, the returned logits being dropped before backward
+      (Soup#610; measured on CPU, tests/test_memory_physics.py). transformers 4.46-4.49 upcast inside the loss
+      function while the model still holds its 16-bit logits: 14 B at the forward's end, not modelled.
     - Liger's fused linear losses work in chunks and never materialise them: one sequence's fp32 logits and their
       gradient (GRPO), liger_cross_entropy (SFT).
     """
@@ -665,7 +665,7 @@ def logits(i: Inputs) -> float:
     if i.loss == "grpo":
         per_logit = (4 if i.logits_inplace else 2) * ACT_BYTES if i.deepspeed else 16
         return per_logit * scored * v
-    return (16 if i.logits_upcast else 8 + 2 * ACT_BYTES) * scored * v
+    return 3 * 4 * scored * v
 
 
 def liger_cross_entropy(i: Inputs, tokens: float) -> float:

@@ -460,7 +460,8 @@ def test_split_holds_out_a_third_by_source_and_never_the_rows_tuned_before():
 
 def test_a_rows_software_versions_decide_its_logits_and_adapters():
     """TRL: PEFT's fp32 upcast of a quantised model before 0.25, bf16 QLoRA adapters from 0.26, the temperature in
-    place from 1.0 (a row without trl_version runs a current 1.x); transformers < 4.45 upcast SFT logits (16 B)."""
+    place from 1.0 (a row without trl_version runs a current 1.x). SFT logits cost 12 B whether transformers upcasts
+    them in the head (< 4.45) or in the loss function (tests/test_memory_physics.py)."""
     trl = {"id": "t", "workload": "grpo", "gpu": "A100 80GB", "config": {
         "framework": "trl", "model": "Qwen/Qwen3-8B", "tuner_type": "lora", "quant_bits": 4, "nodes": 1,
         "gpus_per_node": 1}}
@@ -472,7 +473,7 @@ def test_a_rows_software_versions_decide_its_logits_and_adapters():
     sft = {"id": "s", "workload": "sft", "gpu": "A100 80GB", "config": {
         "model": "Qwen/Qwen2.5-7B-Instruct", "tuner_type": "lora", "seq_len": 1024, "nodes": 1, "gpus_per_node": 1}}
     per_logit = lambda **cfg: logits(inputs_of({**sft, "config": {**sft["config"], **cfg}})) / 1024 / V7  # noqa: E731
-    assert (per_logit(), per_logit(transformers_version="4.31")) == (12, 16)
+    assert per_logit() == per_logit(transformers_version="4.31") == 12
 
 
 def test_torch_figure_counts_a_colocated_vllm_at_its_reservation_even_asleep():
