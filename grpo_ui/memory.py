@@ -53,13 +53,18 @@ VLLM_OVERHEAD_GIB = 0.5     # vLLM profile activations and sampler buffers beyon
 # (c10/cuda/CUDACachingAllocator.cpp: release_cached_blocks on a failed cudaMalloc). Two workloads leave blocks it
 # cannot reuse, each with its own reserve above the allocated peak:
 # - shapes that change from step to step (sequence lengths): a step longer than every step before needs blocks the
-#   cached ones are too small for; ALLOCATOR_RESERVE × the dynamic memory, fitted on the fit set's rows
-#   (bench/memory_accuracy.py); none when every step has the same shapes;
+#   cached ones are too small for. Layer activations are many tensors of one layer's size, allocated and freed in
+#   stack order, whose freed blocks coalesce and serve the next step; the logits' path allocates the step's largest
+#   single tensors (fp32 copies of the logits and their gradients, each hundreds of MB to GBs), which need new
+#   segments whenever a longer step comes. ALLOCATOR_RESERVE × the logits term, fitted on the fit set's rows
+#   (bench/memory_accuracy.py: the reserve in proportion to the logits fits them better than in proportion to all
+#   dynamic memory, which overshoots the rows without gradient checkpointing); none when every step has the same
+#   shapes;
 # - transformers' generate(): DynamicCache grows each layer's keys and values by torch.cat at every decoding step
 #   (cache_utils.py DynamicLayer.update), a tensor one token longer beside the old one, so the freed copies are always
 #   a little too small for the next ones. CoursIA's probe runs (fit set: reserved and allocated of the same TRL runs,
 #   training shapes fixed) keep 1.2-1.6 × the final KV cache above the allocated peak; GENERATE_RESERVE is their median.
-ALLOCATOR_RESERVE = 1.3
+ALLOCATOR_RESERVE = 2.5
 GENERATE_RESERVE = 1.4
 # Activations are 16-bit under mixed precision even when the weights are fp32: ms-swift trains fp32 weights under fp16
 # autocast (ModelArguments._init_mixed_precision), TRL under bf16 (GRPOConfig bf16 defaults to True).
@@ -871,16 +876,17 @@ def _vllm_colocate(i: Inputs, ms: dict, extras: float, training: list[Term], rol
 
 def _allocator_reserve(i: Inputs, phase: Phase, generate_kv: float) -> list[Term]:
     """The caching allocator's reserve above what the training phase allocates, by cause (ALLOCATOR_RESERVE,
-    GENERATE_RESERVE): steps of varying shapes (none when every step has the same shapes: packing, padding to the
-    maximum length; GRPO's completion lengths are taken to vary), and the KV cache generate() grew during the rollout
+    GENERATE_RESERVE): steps of varying shapes, in proportion to the logits' tensors (none when every step has the same
+    shapes: packing, padding to the maximum length; GRPO's completion lengths are taken to vary), and the KV cache
+    generate() grew during the rollout
     (``generate_kv`` GiB). Together bounded by what the card has left (torch frees its cache before it would fail an
     allocation; ms-swift empties it before vLLM wakes, so it belongs to the training phase)."""
-    shapes = 0.0 if i.fixed_shapes else ALLOCATOR_RESERVE * sum(t.gib for t in phase.terms if t.name in DYNAMIC)
+    shapes = 0.0 if i.fixed_shapes else ALLOCATOR_RESERVE * sum(t.gib for t in phase.terms if t.name == "logits")
     growth = GENERATE_RESERVE * generate_kv
     room = math.inf if i.capacity_gib is None else max(0.0, i.capacity_gib - phase.needed)
     shapes = min(shapes, room)
-    return [Term("allocator cache: varying shapes", shapes, f"{ALLOCATOR_RESERVE:.0%} of dynamic memory, up to the "
-                 "free memory (reclaimable)", reclaimable=True),
+    return [Term("allocator cache: varying shapes", shapes, f"{ALLOCATOR_RESERVE:.0%} of the logits' memory, up to "
+                 "the free memory (reclaimable)", reclaimable=True),
             Term("allocator cache: generate()", min(growth, room - shapes), f"{GENERATE_RESERVE:.0%} of the KV cache "
                  "generate() grew token by token (reclaimable)", reclaimable=True)]
 

@@ -28,7 +28,6 @@ from grpo_ui.fit import suggest
 from grpo_ui.importer import import_scripts
 from grpo_ui.memory import (
     ALLOCATOR_RESERVE,
-    DYNAMIC,
     GENERATE_RESERVE,
     GIB,
     UnknownModel,
@@ -343,22 +342,21 @@ def test_server_mode_reports_the_rollout_gpu():
 
 
 def test_the_allocator_reserve_follows_its_causes():
-    """Varying shapes leave ALLOCATOR_RESERVE × the dynamic memory (none with fixed shapes); transformers' generate()
+    """Varying shapes leave ALLOCATOR_RESERVE × the logits' memory (none with fixed shapes); transformers' generate()
     leaves GENERATE_RESERVE × the KV cache it grew (none with vLLM); both reclaimable and bounded by the card."""
     def reserves(i):
         training = estimate(i).trainer.phases[0]
-        dynamic = sum(t.gib for t in training.terms if t.name in DYNAMIC)
-        return {t.name: t.gib for t in training.terms if t.reclaimable}, dynamic
+        return {t.name: t.gib for t in training.terms if t.reclaimable}
 
     hf = inputs_from_spec(spec(rollout__use_vllm=False, train__per_device_train_batch_size=4))
     kv = vllm_kv(hf, 1, hf.generation_batch, hf.prompt_len + hf.completion_len) / GIB
-    got, dynamic = reserves(hf)
-    assert got == pytest.approx({"allocator cache: varying shapes": ALLOCATOR_RESERVE * dynamic,
+    got = reserves(hf)
+    assert got == pytest.approx({"allocator cache: varying shapes": ALLOCATOR_RESERVE * logits(hf) / GIB,
                                  "allocator cache: generate()": GENERATE_RESERVE * kv})
-    assert reserves(replace(hf, fixed_shapes=True))[0]["allocator cache: varying shapes"] == 0
-    assert reserves(inputs_from_spec(spec()))[0]["allocator cache: generate()"] == 0  # vLLM generates
+    assert reserves(replace(hf, fixed_shapes=True))["allocator cache: varying shapes"] == 0
+    assert reserves(inputs_from_spec(spec()))["allocator cache: generate()"] == 0  # vLLM generates
     small = replace(hf, capacity_gib=estimate(hf).trainer.peak_gib + 0.5)
-    assert sum(reserves(small)[0].values()) == pytest.approx(small.capacity_gib - estimate(small).trainer.phases[0].needed)
+    assert sum(reserves(small).values()) == pytest.approx(small.capacity_gib - estimate(small).trainer.phases[0].needed)
 
 
 def test_the_allocator_reserve_is_reclaimable_and_bounded_by_the_card():
