@@ -4,23 +4,25 @@ verdict against the GPU's capacity.
 Pure functions over ``Inputs``; ``inputs_from_spec`` is the one adapter from a JobSpec. GiB = 2**30 bytes. Each term's
 docstring gives its formula and source:
 - model states: ZeRO paper (Rajbhandari et al. 2020) §3, DeepSpeed's stage_1_and_2.py / stage3.py / bf16_optimizer.py,
-  PyTorch FSDP2 (fully_shard), PEFT's adapter dtypes;
+  PyTorch FSDP2 (fully_shard) with accelerate's fp32 upcast (fsdp2_prepare_model), PEFT's adapter dtypes;
 - activations: what autograd saves in transformers' decoder layers and PEFT's LoRA layer (Korthikanti et al. 2022's
   accounting, redone per tensor: frozen linears keep no input, RMSNorm's fp32 copies, autocast's per-linear casts),
   flash/sdpa/eager attention, MoE, Gated DeltaNet layers, gradient checkpointing; checked on the CPU against the real
   libraries (tests/test_memory_physics.py);
 - logits: TRL's selective_log_softmax (ms-swift and TRL GRPO) in fp32 under accelerate's native AMP or 16-bit under
-  DeepSpeed, the causal-LM cross entropy (12 B per logit: github.com/MakazhanAlpamys/Soup/pull/610 and the CPU
-  probe), Liger's chunked losses;
+  DeepSpeed, the causal-LM cross entropy (12 B per logit, wherever the upcast happens: Soup#610 and the CPU probe),
+  Liger's chunked losses (liger_kernel's fused_linear_cross_entropy.py);
 - vLLM: its gpu_memory_utilization budget (vllm#10511), KV cache per token, sleep levels (vllm cumem.py);
-- the caching allocator's reserve (what torch's memory_reserved and nvidia-smi show above what is allocated).
+- the caching allocator's reserve (what torch's memory_reserved and nvidia-smi show above what is allocated), by
+  cause: steps of varying length (in proportion to the logits' large tensors) and generate()'s growing KV cache.
 Checked against published measurements: bench/memory_accuracy.py, tests/data/memory_measurements.jsonl.
 
-Known gaps: the allocator's reserve is one fitted factor (1.3 × dynamic memory) while TRL runs measure 0.3-0.4 ×
-(CoursIA's probe, TRL#3456) and ms-swift 2.x SFT with varying lengths more; ZeRO-3 and FSDP2 LoRA rows measure
-about the whole model per GPU (perhaps loaded before it is sharded) and run ~40 % low, as does the one DDP LoRA
-row; bitsandbytes linears return their input's dtype, so an fp32 model's quantised layers keep fp32 outputs (counted
-as 16-bit); teacher and value models are modelled (ExtraModel) but the JobSpec has no field for them yet; an omni
+Known gaps: the two reserve factors are fitted on the fit set, not derived (a simulation of the caching allocator
+over allocation traces recorded from the real libraries would derive them); fixed-shape runs get no reserve, and the
+fixed-length 'peak' rows of the Qwen1 README run 1-4 GiB low at most lengths (Qwen-72B ZeRO-3: 7-12 GiB); the ms-swift
+ZeRO-3 LoRA and DDP LoRA example headers (3.0 development snapshots of 2024-11-25) and the Qwen3-8B ZeRO-3 packing
+header run 35-43 % low, unexplained; bitsandbytes linears return their input's dtype, so an fp32 model's quantised
+layers keep fp32 outputs (counted as 16-bit); teacher and value models are modelled (ExtraModel) but the JobSpec has no field for them yet; an omni
 model's audio tower counts as weights only; vLLM memory outside its cuMem pool (CUDA graphs) stays while it sleeps
 and is not counted.
 """
