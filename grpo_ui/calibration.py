@@ -41,7 +41,7 @@ WORKLOADS = ("grpo", "sft", "vllm")
 UNITS = ("GiB", "GB", "G", "MiB")
 # Row keys that are not JobSpec fields: the layout, the environment, and facts of the run's software
 LAYOUT_KEYS = {"nodes", "gpus_per_node", "swift_version", "seq_len", "env", "framework", "trl_version",
-               "transformers_version", "freeze_vit",
+               "transformers_version", "accelerate_version", "freeze_vit",
                "vit_gradient_checkpointing", "fixed_length"}
 # peak: everything on the GPU (nvidia-smi); torch: what torch's allocator reserved (ms-swift's memory(GiB));
 # allocated: what torch's tensors held at most (torch.cuda.max_memory_allocated)
@@ -140,7 +140,7 @@ def inputs_of(row: dict) -> Inputs:
       a quantised model with PEFT's prepare_model_for_kbit_training, which upcasts the unquantised weights to fp32;
       from 0.26 it casts QLoRA adapters to bf16 (grpo_trainer.py), from 1.0 it divides the logits by the temperature
       in place;
-    - transformers_version: before 4.45 causal-LM heads upcast their logits to fp32 (ms-swift 2.x implies it);
+    - accelerate_version: before 1.13 accelerate's FSDP2 upcasts frozen parameters to fp32 as well (fsdp_upcasts);
     - fixed_length: every step has the same shapes (packing, padding to the maximum length);
     - freeze_vit / vit_gradient_checkpointing (ms-swift flags the JobSpec does not declare)."""
     cfg = row["config"]
@@ -149,8 +149,8 @@ def inputs_of(row: dict) -> Inputs:
         trl = parse_version(str(cfg.get("trl_version", TRL_CURRENT)))
         i = replace(i, kbit_fp32=bool(i.quant) and trl < (0, 25, 0), lora_bf16=bool(i.quant) and trl >= (0, 26, 0),
                     logits_inplace=trl >= (1, 0, 0))
-    if "transformers_version" in cfg:
-        i = replace(i, logits_upcast=parse_version(str(cfg["transformers_version"])) < (4, 45, 0))
+    if "accelerate_version" in cfg:
+        i = replace(i, fsdp_fp32_frozen=parse_version(str(cfg["accelerate_version"])) < (1, 13, 0))
     i = replace(i, fixed_shapes=bool(cfg.get("fixed_length")), vit_trainable=cfg.get("freeze_vit") is False,
                 vit_ckpt=cfg.get("vit_gradient_checkpointing", i.grad_ckpt))
     if row["workload"] == "sft":

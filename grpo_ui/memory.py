@@ -4,23 +4,25 @@ verdict against the GPU's capacity.
 Pure functions over ``Inputs``; ``inputs_from_spec`` is the one adapter from a JobSpec. GiB = 2**30 bytes. Each term's
 docstring gives its formula and source:
 - model states: ZeRO paper (Rajbhandari et al. 2020) §3, DeepSpeed's stage_1_and_2.py / stage3.py / bf16_optimizer.py,
-  PyTorch FSDP2 (fully_shard), PEFT's adapter dtypes;
+  PyTorch FSDP2 (fully_shard) with accelerate's fp32 upcast (fsdp2_prepare_model), PEFT's adapter dtypes;
 - activations: what autograd saves in transformers' decoder layers and PEFT's LoRA layer (Korthikanti et al. 2022's
   accounting, redone per tensor: frozen linears keep no input, RMSNorm's fp32 copies, autocast's per-linear casts),
   flash/sdpa/eager attention, MoE, Gated DeltaNet layers, gradient checkpointing; checked on the CPU against the real
   libraries (tests/test_memory_physics.py);
 - logits: TRL's selective_log_softmax (ms-swift and TRL GRPO) in fp32 under accelerate's native AMP or 16-bit under
-  DeepSpeed, the causal-LM cross entropy (12 B per logit: github.com/MakazhanAlpamys/Soup/pull/610 and the CPU
-  probe), Liger's chunked losses;
+  DeepSpeed, the causal-LM cross entropy (12 B per logit, wherever the upcast happens: Soup#610 and the CPU probe),
+  Liger's chunked losses (liger_kernel's fused_linear_cross_entropy.py);
 - vLLM: its gpu_memory_utilization budget (vllm#10511), KV cache per token, sleep levels (vllm cumem.py);
-- the caching allocator's reserve (what torch's memory_reserved and nvidia-smi show above what is allocated).
+- the caching allocator's reserve (what torch's memory_reserved and nvidia-smi show above what is allocated), by
+  cause: steps of varying length (in proportion to the logits' large tensors) and generate()'s growing KV cache.
 Checked against published measurements: bench/memory_accuracy.py, tests/data/memory_measurements.jsonl.
 
-Known gaps: the allocator's reserve is one fitted factor (1.3 × dynamic memory) while TRL runs measure 0.3-0.4 ×
-(CoursIA's probe, TRL#3456) and ms-swift 2.x SFT with varying lengths more; ZeRO-3 and FSDP2 LoRA rows measure
-about the whole model per GPU (perhaps loaded before it is sharded) and run ~40 % low, as does the one DDP LoRA
-row; bitsandbytes linears return their input's dtype, so an fp32 model's quantised layers keep fp32 outputs (counted
-as 16-bit); teacher and value models are modelled (ExtraModel) but the JobSpec has no field for them yet; an omni
+Known gaps: the two reserve factors are fitted on the fit set, not derived (a simulation of the caching allocator
+over allocation traces recorded from the real libraries would derive them); fixed-shape runs get no reserve, and the
+fixed-length 'peak' rows of the Qwen1 README run 1-4 GiB low at most lengths (Qwen-72B ZeRO-3: 7-12 GiB); the ms-swift
+ZeRO-3 LoRA and DDP LoRA example headers (3.0 development snapshots of 2024-11-25) and the Qwen3-8B ZeRO-3 packing
+header run 35-43 % low, unexplained; bitsandbytes linears return their input's dtype, so an fp32 model's quantised
+layers keep fp32 outputs (counted as 16-bit); teacher and value models are modelled (ExtraModel) but the JobSpec has no field for them yet; an omni
 model's audio tower counts as weights only; vLLM memory outside its cuMem pool (CUDA graphs) stays while it sleeps
 and is not counted.
 """
@@ -48,11 +50,23 @@ GIB = 2 ** 30
 CUDA_CONTEXT_GIB = 0.5      # CUDA context + kernels per process (typ. 0.3–0.6 GiB with lazy module loading)
 NCCL_GIB = 0.5              # NCCL communicator buffers when world > 1 (channels × NCCL_BUFFSIZE 4 MiB, plus streams)
 VLLM_OVERHEAD_GIB = 0.5     # vLLM profile activations and sampler buffers beyond weights and KV cache
-# The caching allocator keeps freed blocks reserved; with shapes that vary from step to step (sequence lengths) the
-# reserve above the allocated peak grows with the dynamic memory, until memory runs short and torch frees its cache
-# before an OOM (c10/cuda/CUDACachingAllocator.cpp: release_cached_blocks on a failed cudaMalloc). Fitted on the
-# calibration rows of the fit set (bench/memory_accuracy.py; rows with fixed shapes have none).
-ALLOCATOR_RESERVE = 1.3
+# The caching allocator keeps freed blocks reserved and gives them back only when an allocation would otherwise fail
+# (c10/cuda/CUDACachingAllocator.cpp: release_cached_blocks on a failed cudaMalloc). Two workloads leave blocks it
+# cannot reuse, each with its own reserve above the allocated peak:
+# - shapes that change from step to step (sequence lengths): a step longer than every step before needs blocks the
+#   cached ones are too small for. Layer activations are many tensors of one layer's size, allocated and freed in
+#   stack order, whose freed blocks coalesce and serve the next step; the logits' path allocates the step's largest
+#   single tensors (fp32 copies of the logits and their gradients, each hundreds of MB to GBs), which need new
+#   segments whenever a longer step comes. ALLOCATOR_RESERVE × the logits term, fitted on the fit set's rows
+#   (bench/memory_accuracy.py: the reserve in proportion to the logits fits them better than in proportion to all
+#   dynamic memory, which overshoots the rows without gradient checkpointing); none when every step has the same
+#   shapes;
+# - transformers' generate(): DynamicCache grows each layer's keys and values by torch.cat at every decoding step
+#   (cache_utils.py DynamicLayer.update), a tensor one token longer beside the old one, so the freed copies are always
+#   a little too small for the next ones. CoursIA's probe runs (fit set: reserved and allocated of the same TRL runs,
+#   training shapes fixed) keep 1.2-1.6 × the final KV cache above the allocated peak; GENERATE_RESERVE is their median.
+ALLOCATOR_RESERVE = 2.5
+GENERATE_RESERVE = 1.4
 # Activations are 16-bit under mixed precision even when the weights are fp32: ms-swift trains fp32 weights under fp16
 # autocast (ModelArguments._init_mixed_precision), TRL under bf16 (GRPOConfig bf16 defaults to True).
 ACT_BYTES = 2
@@ -222,9 +236,9 @@ class Inputs:
     kbit_fp32: bool = False     # PEFT prepare_model_for_kbit_training: unquantised weights upcast to fp32 (TRL < 0.25)
     lora_bf16: bool = False     # adapters in the model dtype without DeepSpeed (TRL >= 1.0 casts QLoRA adapters to bf16)
     logits_inplace: bool = True  # the temperature divides the logits in place (ms-swift >= 4.2, TRL >= 1.0)
-    logits_upcast: bool = False  # the model upcasts its logits to fp32 (transformers < 4.45: ms-swift 2.x)
     fixed_shapes: bool = False  # every step has the same tensor shapes (packing, padding to the maximum length)
     zero3_prefetch: float = 0.0  # stage3_prefetch_bucket_size (elements): ms-swift GRPO sets 0, HF 'auto' is 0.9·h²
+    fsdp_fp32_frozen: bool = False  # accelerate < 1.13 upcasts frozen parameters to fp32 under FSDP2 too
 
     @property
     def param_bytes(self) -> float:
@@ -240,6 +254,12 @@ class Inputs:
         """LoRA adapters: PEFT upcasts them to fp32 (autocast_adapter_dtype); DeepSpeed casts the whole module to the
         model dtype (engine.py _configure_distributed_model), as TRL >= 1.0 does for QLoRA adapters."""
         return self.compute_bytes if (self.deepspeed or self.lora_bf16) else 4.0
+
+    @property
+    def adapter_compute_bytes(self) -> float:
+        """The adapters' dtype in their matmuls: FSDP2 all-gathers every parameter in the compute dtype
+        (MixedPrecisionPolicy param_dtype), whatever the dtype it keeps them in."""
+        return self.compute_bytes if self.fsdp else self.adapter_bytes
 
     @property
     def stage(self) -> int:
@@ -343,7 +363,7 @@ def inputs_from_spec(job: JobSpec | Resolved, gpu: str | None = None, arch: Mode
         vit_trainable=False, vit_ckpt=t.gradient_checkpointing, extra_models=tuple(extra),
         vllm=vllm, vllm_util=r.vllm_gpu_memory_utilization, vllm_tp=r.vllm_tensor_parallel_size, vllm_max_len=max_len,
         vllm_max_num_seqs=r.vllm_max_num_seqs or t.per_device_train_batch_size * r.vllm_tensor_parallel_size * spg,
-        logits_inplace=eff.version >= (4, 2, 0), logits_upcast=eff.version < (3, 0, 0),
+        logits_inplace=eff.version >= (4, 2, 0),
         sleep_level=r.sleep_level if vllm == "colocate" else 0, offload_model=r.offload_model and vllm == "colocate",
         offload_optimizer=r.offload_optimizer and vllm == "colocate",
         generation_batch=t.per_device_train_batch_size * spg, capacity_gib=capacity, gpu_name=gpu_name,
@@ -394,25 +414,36 @@ def base_weight_bytes(i: Inputs) -> float:
     return linears * i.param_bytes + (p - linears) * rest
 
 
+def fsdp_upcasts(i: Inputs) -> bool:
+    """Whether FSDP2 keeps 16-bit parameters in fp32. ms-swift's FSDP runs through accelerate, whose fsdp2_prepare_model
+    upcasts parameters to fp32 when mixed precision is on ("according to deepspeed's implementation"): the whole model
+    from FSDP2 support (accelerate 1.6) to 1.12, only parameters that require grad from 1.13 (accelerate#3848,
+    2025-11-26). The shards stay fp32; MixedPrecisionPolicy all-gathers them in the compute dtype."""
+    return bool(i.fsdp) and i.compute_bytes < 4
+
+
 def model_states(i: Inputs) -> dict[str, float]:
     """Weights, gradients and optimizer states per GPU (bytes).
 
     Full tuning, plain DDP (HF Trainer): params, grads and AdamW's two states in the param dtype: 2 + 2 + 4 B (fp32:
-    4 + 4 + 8). FSDP2 shards the same over the world. DeepSpeed with bf16 keeps an fp32 master copy and AdamW states
+    4 + 4 + 8). FSDP2 shards them over the world with the parameters upcast to fp32 (fsdp_upcasts): 4 + 4 + 8 B.
+    DeepSpeed with bf16 keeps an fp32 master copy and AdamW states
     in the optimizer (12 B): ZeRO-1 shards them, ZeRO-2 the 2 B gradients too, ZeRO-3 the weights as well; ZeRO-0
     runs DeepSpeed's BF16_Optimizer, which also accumulates fp32 gradients (bf16_optimizer.py
     fp32_groups_gradients): 2 + 2 + 4 + 12 B, unsharded.
-    LoRA: the frozen base keeps its weights (sharded by ZeRO-3/FSDP). PEFT keeps adapters in fp32 (fp32 grads, 8 B
-    AdamW); DeepSpeed casts the whole module, adapters included, to bf16 (engine.py _configure_distributed_model) with
-    the fp32 master in its optimizer: 2 + 2 + 12 B per adapter parameter.
+    LoRA: the frozen base keeps its weights (sharded by ZeRO-3/FSDP; fp32 under FSDP2 before accelerate 1.13). PEFT
+    keeps adapters in fp32 (fp32 grads, 8 B AdamW); DeepSpeed casts the whole module, adapters included, to bf16
+    (engine.py _configure_distributed_model) with the fp32 master in its optimizer: 2 + 2 + 12 B per adapter parameter.
     """
     w = i.world
     shard = w if i.shards_weights else 1
-    weights = 0.0 if i.weights_offloaded else base_weight_bytes(i) / shard
+    upcast = fsdp_upcasts(i) and not i.quant and (i.full or i.fsdp_fp32_frozen)
+    stored = replace(i, compute_bytes=4.0) if upcast else i
+    weights = 0.0 if i.weights_offloaded else base_weight_bytes(stored) / shard
     offload_opt = bool(i.zero and i.zero.offload_optimizer) or bool(i.fsdp and i.fsdp.offload)
     if i.full:
         trainable = i.arch.total_params()
-        b = i.compute_bytes
+        b = stored.compute_bytes
         if i.deepspeed:
             grad_b, opt_b = (b + 4.0 if i.stage == 0 else b), (12.0 if b == 2 else 8.0)
         else:
@@ -518,7 +549,8 @@ def _lora_inputs(i: Inputs, linear_attention: bool) -> float:
     """What LoRA adds to a frozen layer: lora_A keeps its (dropped-out) input and lora_B its r-wide input.
 
     PEFT casts the input to the adapters' dtype; with fp32 adapters under autocast lora_A then keeps a 16-bit cast
-    copy per adapted linear; with adapters in the model dtype (DeepSpeed, TRL >= 1.0 QLoRA) it keeps the input itself,
+    copy per adapted linear; with adapters in the model dtype (DeepSpeed, TRL >= 1.0 QLoRA, FSDP2's all-gather in the
+    compute dtype) it keeps the input itself,
     which q/k/v (and gate/up) share and which the attention kernel already keeps for o_proj. lora_dropout > 0 makes a
     new tensor per adapted linear plus its 1-byte mask (CUDA's fused dropout)."""
     if i.full:
@@ -530,7 +562,7 @@ def _lora_inputs(i: Inputs, linear_attention: bool) -> float:
     routed = {"gate_proj", "up_proj", "down_proj"} if a.num_experts else set()
     per = {name: (a.num_experts_per_tok if name in routed else 1) for name, _ in adapted}
     lora_b = sum(ACT_BYTES * i.lora_rank * per[name] for name, _ in adapted)
-    if i.lora_dropout > 0 or i.adapter_bytes > ACT_BYTES:
+    if i.lora_dropout > 0 or i.adapter_compute_bytes > ACT_BYTES:
         copy = ACT_BYTES + (1 if i.lora_dropout > 0 else 0)
         return lora_b + sum(copy * fan_in * per[name] for name, fan_in in adapted)
     names = {name for name, _ in adapted}
@@ -628,21 +660,36 @@ def logits(i: Inputs) -> float:
       and their temperature-scaled copy, then every row's log-softmax kept for backward, 2 × 2 B; ms-swift >= 4.2 and
       TRL >= 1.0 divide in place (logits.div_), and autograd then rebuilds the gradient of the whole logits tensor
       through CopySlices besides the rows' gradients, 4 × 2 B. (All measured on CPU, tests/test_memory_physics.py.)
-    - SFT cross entropy: 12 B per logit (logits, their fp32 upcast in the loss, its gradient, the 16-bit gradient;
-      Soup#610, and measured on CPU with transformers 5); 16 B when the model itself upcasts them
-      (transformers < 4.45: ``logits = logits.float()`` then a contiguous shifted copy, both kept with the loss's).
+    - SFT cross entropy: 12 B per logit, whether the loss upcasts the 16-bit logits (transformers 5's
+      ForCausalLMLoss) or the head does (transformers < 4.45: ``logits = logits.float()``, then a shifted contiguous
+      copy): three fp32 tensors of the logits' size at the peak, the returned logits being dropped before backward
+      (Soup#610; measured on CPU, tests/test_memory_physics.py). transformers 4.46-4.49 upcast inside the loss
+      function while the model still holds its 16-bit logits: 14 B at the forward's end, not modelled.
     - Liger's fused linear losses work in chunks and never materialise them: one sequence's fp32 logits and their
-      gradient (GRPO), two chunks of 2048 tokens in fp32 (cross entropy).
+      gradient (GRPO), liger_cross_entropy (SFT).
     """
     v = i.arch.vocab_size
     scored = i.micro_batch * (i.completion_len + (1 if i.loss == "grpo" else 0)) / i.sequence_parallel
+    if i.liger and i.loss == "grpo":
+        return min(scored, i.completion_len + 1) * v * 4 * 2
     if i.liger:
-        chunk = (i.completion_len + 1) if i.loss == "grpo" else 2048
-        return min(scored, chunk) * v * 4 * 2
+        return liger_cross_entropy(i, scored)
     if i.loss == "grpo":
         per_logit = (4 if i.logits_inplace else 2) * ACT_BYTES if i.deepspeed else 16
         return per_logit * scored * v
-    return (16 if i.logits_upcast else 8 + 2 * ACT_BYTES) * scored * v
+    return 3 * 4 * scored * v
+
+
+def liger_cross_entropy(i: Inputs, tokens: float) -> float:
+    """Liger's fused linear cross entropy (liger_kernel/ops/fused_linear_cross_entropy.py) computes the loss and its
+    gradients inside the forward, one chunk of tokens at a time: chunk = the power of two at or above
+    BT / ceil(V / h) tokens, so one chunk's 16-bit logits are about the size of the hidden states. It keeps for the
+    backward the hidden states' gradient (BT × h, 16-bit), the per-token loss (fp32) and, when lm_head trains, its
+    gradient (V × h, the weights' dtype). Bytes at the backward's start, the chunk included."""
+    a = i.arch
+    chunk = 2 ** math.ceil(math.log2(max(1.0, math.ceil(tokens / math.ceil(a.vocab_size / a.hidden_size)))))
+    kept = tokens * (a.hidden_size * ACT_BYTES + 4) + (a.vocab_size * a.hidden_size * i.compute_bytes if i.full else 0)
+    return min(chunk, tokens) * a.vocab_size * ACT_BYTES + kept
 
 
 def dequant_buffers(i: Inputs) -> float:
@@ -665,7 +712,7 @@ def step_temporaries(i: Inputs, trainable: int) -> float:
     """Memory the optimizer step allocates on top of the model states (bytes), while activations are freed.
 
     Plain torch AdamW (foreach, the default on CUDA) works on whole tensor lists and "uses roughly sizeof(params)
-    more peak memory" (PyTorch torch.optim docs, 'Algorithms'): trainable × grad bytes (FSDP: of the shard).
+    more peak memory" (PyTorch torch.optim docs, 'Algorithms'): trainable × grad bytes (FSDP: of the fp32 shard).
     DeepSpeed ZeRO-1/2 (stage_1_and_2.py step) builds the fp32 gradient of its partition as
     flatten(averaged_gradients).to(fp32): a bf16 flat copy (2 B) and its fp32 cast (4 B) while the bf16 gradients are
     still held, 6 B × trainable ÷ world; ZeRO-3 does the same per sub-group (sub_group_size 1e9 elements). Before
@@ -675,7 +722,7 @@ def step_temporaries(i: Inputs, trainable: int) -> float:
     """
     largest = largest_trainable_tensor(i)
     if not i.deepspeed:
-        grad_b = i.compute_bytes if i.full else i.adapter_bytes
+        grad_b = (4.0 if fsdp_upcasts(i) else i.compute_bytes) if i.full else i.adapter_bytes
         return trainable * grad_b / (i.world if i.fsdp else 1)
     if i.zero.offload_optimizer:
         return 0.0  # the step runs on the CPU
@@ -693,9 +740,10 @@ def autocast_cache(i: Inputs, trainable: int) -> float:
     Without DeepSpeed, HF Trainer runs the forward under torch.autocast; autocast caches the cast of every fp32 leaf
     tensor that requires grad (aten/src/ATen/autocast_mode.cpp, cached_cast) and the matmuls save those copies for
     backward: PEFT's fp32 LoRA adapters (trainable × 2 B), or every linear weight of a fully tuned fp32 model (the
-    decoder's linears and an untied lm_head). DeepSpeed casts the module itself; 16-bit weights need no cast.
+    decoder's linears and an untied lm_head). DeepSpeed casts the module itself, FSDP2 all-gathers every parameter in
+    the compute dtype; 16-bit weights need no cast.
     """
-    if i.deepspeed:
+    if i.deepspeed or i.fsdp:
         return 0.0
     if i.full:
         a = i.arch
@@ -833,17 +881,21 @@ def _vllm_colocate(i: Inputs, ms: dict, extras: float, training: list[Term], rol
                          "0: weights + KV kept; 1: weights to CPU RAM, KV freed; 2: both freed"))
 
 
-def _allocator_reserve(i: Inputs, phase: Phase) -> Term:
-    """The caching allocator's reserve above what the training phase allocates: ALLOCATOR_RESERVE × its dynamic
-    memory, bounded by what the card has left (torch frees its cache before it would fail an allocation; ms-swift
-    empties it before vLLM wakes, so it belongs to the training phase). Blocks are reused exactly when every step
-    has the same shapes (packing, padding to the maximum length): no reserve grows then. GRPO's completions vary."""
-    capacity = i.capacity_gib
-    reserve = 0.0 if i.fixed_shapes else ALLOCATOR_RESERVE * sum(t.gib for t in phase.terms if t.name in DYNAMIC)
-    if capacity is not None:
-        reserve = max(0.0, min(reserve, capacity - phase.needed))
-    return Term("allocator cache", reserve, f"{ALLOCATOR_RESERVE:.0%} of dynamic memory, up to the free memory "
-                "(reclaimable)", reclaimable=True)
+def _allocator_reserve(i: Inputs, phase: Phase, generate_kv: float) -> list[Term]:
+    """The caching allocator's reserve above what the training phase allocates, by cause (ALLOCATOR_RESERVE,
+    GENERATE_RESERVE): steps of varying shapes, in proportion to the logits' tensors (none when every step has the same
+    shapes: packing, padding to the maximum length; GRPO's completion lengths are taken to vary), and the KV cache
+    generate() grew during the rollout
+    (``generate_kv`` GiB). Together bounded by what the card has left (torch frees its cache before it would fail an
+    allocation; ms-swift empties it before vLLM wakes, so it belongs to the training phase)."""
+    shapes = 0.0 if i.fixed_shapes else ALLOCATOR_RESERVE * sum(t.gib for t in phase.terms if t.name == "logits")
+    growth = GENERATE_RESERVE * generate_kv
+    room = math.inf if i.capacity_gib is None else max(0.0, i.capacity_gib - phase.needed)
+    shapes = min(shapes, room)
+    return [Term("allocator cache: varying shapes", shapes, f"{ALLOCATOR_RESERVE:.0%} of the logits' memory, up to "
+                 "the free memory (reclaimable)", reclaimable=True),
+            Term("allocator cache: generate()", min(growth, room - shapes), f"{GENERATE_RESERVE:.0%} of the KV cache "
+                 "generate() grew token by token (reclaimable)", reclaimable=True)]
 
 
 def estimate(i: Inputs) -> MemoryReport:
@@ -856,18 +908,18 @@ def estimate(i: Inputs) -> MemoryReport:
                Term("reference/reward models", extras / GIB, "stay resident"), *_base_terms(i)]
     notes: list[str] = []
     phases = [Phase(TRAINING_PHASE, training)]
+    kv = vllm_kv(i, 1, i.generation_batch, i.prompt_len + i.completion_len) if i.vllm == "none" else 0.0
     if i.vllm == "colocate":
         _vllm_colocate(i, ms, extras, training, rollout, notes)
         phases.append(Phase("rollout", rollout))
     elif i.vllm == "none":
-        kv = vllm_kv(i, 1, i.generation_batch, i.prompt_len + i.completion_len)
         rollout.append(Term("generate() KV cache", kv / GIB, "transformers generation: micro-batch × steps per "
                             "generation sequences"))
         rollout.append(Term("ZeRO-3 gathered weights", zero3_generation_gather(i) / GIB,
                             "ds3_gather_for_generation: the whole model gathered beside its shard"))
         phases.append(Phase("rollout", rollout))
     phases.insert(1, optimizer_step_phase(i, ms, training))
-    phases[0].terms.append(_allocator_reserve(i, phases[0]))
+    phases[0].terms += _allocator_reserve(i, phases[0], kv / GIB)
     roles = [RoleReport("trainer", i.gpu_name, i.capacity_gib, phases, notes)]
     if i.vllm == "server":
         roles.append(_server_role(i))

@@ -10,7 +10,10 @@ autocast, fp32 weights) and what to measure:
 - ``logits``: the peak bytes per logit of the GRPO log-prob path (slice, temperature in place or as a copy, TRL's
   selective_log_softmax, a policy-gradient loss, backward), the logits in bf16 or converted to fp32;
 - ``recompute``: with gradient checkpointing and a small vocabulary, the step's peak above the checkpointed layer
-  inputs and the gradients, in units of one layer's saved bytes.
+  inputs and the gradients, in units of one layer's saved bytes;
+- ``cross_entropy``: the peak bytes per logit of an SFT step's causal-LM loss, computed by the model from its labels
+  (``head`` transformers: transformers 5's loss function) or by the lines transformers < 4.45 heads ran on the 16-bit
+  logits (``head`` upcast).
 
 CPU kernels are not CUDA's: dropout keeps a mask in the input's dtype here (CUDA's fused kernel: one byte), which the
 test accounts for; everything else compared is the same Python code on either device.
@@ -134,7 +137,28 @@ def step_peak(case: dict) -> tuple[int, int]:
     return track.peak, grads
 
 
+def cross_entropy_peak(case: dict) -> int:
+    """Peak live bytes of one SFT step's loss and backward. ``head`` transformers: the model's own loss from the
+    labels; upcast: what transformers < 4.45 causal-LM heads did (logits.float(), a shifted contiguous copy,
+    CrossEntropyLoss). The outputs are dropped before backward, as HF Trainer's compute_loss returns only the loss."""
+    model = build(case, case["layers"])
+    ids = torch.randint(0, case["vocab_size"], (case["batch"], case["tokens"]))
+    track = LiveBytes(list(model.parameters()) + list(model.buffers()))
+    with track, autocast(case):
+        if case["head"] == "transformers":
+            loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+        else:
+            logits = model(input_ids=ids, use_cache=False).logits.float()
+            shifted = logits[..., :-1, :].contiguous()
+            loss = torch.nn.functional.cross_entropy(shifted.view(-1, shifted.size(-1)), ids[..., 1:].reshape(-1))
+            del logits, shifted
+        loss.backward()
+    return track.peak
+
+
 def measure(case: dict) -> dict:
+    if case["measure"] == "cross_entropy":
+        return {"bytes_per_logit": cross_entropy_peak(case) / (case["batch"] * case["tokens"] * case["vocab_size"])}
     if case["measure"] == "saved":
         per_layer = saved_bytes(case, 2) - saved_bytes(case, 1)
         return {"bytes_per_token_layer": per_layer / (case["batch"] * case["tokens"])}

@@ -27,9 +27,12 @@ from grpo_ui.engines import EngineConfigError
 from grpo_ui.fit import suggest
 from grpo_ui.importer import import_scripts
 from grpo_ui.memory import (
+    ALLOCATOR_RESERVE,
+    GENERATE_RESERVE,
     GIB,
     UnknownModel,
     activations,
+    autocast_cache,
     deepspeed_zero2_model_states,
     deepspeed_zero3_model_states,
     estimate,
@@ -74,7 +77,7 @@ CAP = 80.0  # NVIDIA A100-SXM4-80GB: nvidia-smi memory.total 81920 MiB
     ({"train__deepspeed": "zero2"}, 2 * P7, 2 * P7 / 8, 12 * P7 / 8),
     ({"train__deepspeed": "zero3"}, 2 * P7 / 8, 2 * P7 / 8, 12 * P7 / 8),
     ({"train__deepspeed": "zero3_offload"}, 0, 2 * P7 / 8, 0),
-    ({"train__fsdp": "fsdp2"}, 2 * P7 / 8, 2 * P7 / 8, 4 * P7 / 8),  # FSDP2 shards params, grads, states (bf16)
+    ({"train__fsdp": "fsdp2"}, 4 * P7 / 8, 4 * P7 / 8, 8 * P7 / 8),  # FSDP2 shards them, upcast to fp32 (accelerate)
     ({"train__fsdp": "full_shard auto_wrap offload"}, 0, 0, 0),
 ])
 def test_full_tuning_model_states_follow_the_engine(engine, weights, grads, optim):
@@ -100,6 +103,17 @@ def test_lora_adapter_bytes_follow_the_engine(stage, adapter_b, grads, optim):
     n = 20_185_088
     assert ms["weights"] == pytest.approx(2 * P7 + n * adapter_b)
     assert ms["grads"] == pytest.approx(n * grads) and ms["optimizer"] == pytest.approx(n * optim)
+
+
+@pytest.mark.parametrize("accelerate_before_1_13,base_bytes", [(False, 2), (True, 4)])
+def test_fsdp2_keeps_frozen_weights_in_fp32_only_before_accelerate_1_13(accelerate_before_1_13, base_bytes):
+    """accelerate's fsdp2_prepare_model upcasts parameters to fp32 under mixed precision: every parameter before 1.13,
+    only trainable ones since (accelerate#3848). FSDP2 all-gathers the adapters in bf16: autocast caches no copy."""
+    i = replace(inputs_from_spec(spec(train__lora_rank=8, train__fsdp="fsdp2")),
+                fsdp_fp32_frozen=accelerate_before_1_13)
+    n = 20_185_088
+    assert model_states(i)["weights"] == pytest.approx((base_bytes * P7 + 4 * n) / 8)
+    assert autocast_cache(i, n) == 0
 
 
 def test_gradients_are_not_yet_alive_at_the_logits_peak_of_a_one_micro_step_update():
@@ -193,6 +207,18 @@ def test_attention_kernels_checkpointing_liger_and_sequence_parallel():
     assert logits(replace(batch, liger=True)) < logits(batch) / 2
     sp = replace(base, sequence_parallel=4)
     assert activations(sp) == pytest.approx(activations(base) / 4) and logits(sp) == pytest.approx(logits(base) / 4)
+
+
+def test_liger_cross_entropy_keeps_one_chunk_and_the_gradients_it_computed_in_the_forward():
+    """Liger's chunk is the power of two at or above BT / ceil(V / h) tokens (its source's own example: BT 16384,
+    V 32000, h 4096 -> 2048); the forward leaves the hidden states' gradient, the fp32 per-token loss and, when lm_head
+    trains, lm_head's gradient for the backward."""
+    arch = replace(find_model("Qwen2.5-7B"), hidden_size=4096, vocab_size=32000)
+    sft = replace(inputs_from_spec(spec()), arch=arch, loss="ce", liger=True, micro_batch=4, prompt_len=0,
+                  completion_len=4096)
+    chunk_and_kept = 2048 * 32000 * 2 + 16384 * (4096 * 2 + 4)
+    assert logits(sft) == chunk_and_kept
+    assert logits(replace(sft, full=True)) == chunk_and_kept + 32000 * 4096 * 2
 
 
 def test_lora_adapter_inputs_follow_the_adapters_dtype_and_dropout():
@@ -316,6 +342,24 @@ def test_server_mode_reports_the_rollout_gpu():
     assert "vLLM" not in " ".join(t.name for p in report.trainer.phases for t in p.terms)
 
 
+def test_the_allocator_reserve_follows_its_causes():
+    """Varying shapes leave ALLOCATOR_RESERVE × the logits' memory (none with fixed shapes); transformers' generate()
+    leaves GENERATE_RESERVE × the KV cache it grew (none with vLLM); both reclaimable and bounded by the card."""
+    def reserves(i):
+        training = estimate(i).trainer.phases[0]
+        return {t.name: t.gib for t in training.terms if t.reclaimable}
+
+    hf = inputs_from_spec(spec(rollout__use_vllm=False, train__per_device_train_batch_size=4))
+    kv = vllm_kv(hf, 1, hf.generation_batch, hf.prompt_len + hf.completion_len) / GIB
+    got = reserves(hf)
+    assert got == pytest.approx({"allocator cache: varying shapes": ALLOCATOR_RESERVE * logits(hf) / GIB,
+                                 "allocator cache: generate()": GENERATE_RESERVE * kv})
+    assert reserves(replace(hf, fixed_shapes=True))["allocator cache: varying shapes"] == 0
+    assert reserves(inputs_from_spec(spec()))["allocator cache: generate()"] == 0  # vLLM generates
+    small = replace(hf, capacity_gib=estimate(hf).trainer.peak_gib + 0.5)
+    assert sum(reserves(small).values()) == pytest.approx(small.capacity_gib - estimate(small).trainer.phases[0].needed)
+
+
 def test_the_allocator_reserve_is_reclaimable_and_bounded_by_the_card():
     report = estimate_spec(spec(train__per_device_train_batch_size=2, train__max_completion_length=4096,
                                 rollout__vllm_gpu_memory_utilization=0.3, rollout__sleep_level=1))
@@ -416,7 +460,8 @@ def test_split_holds_out_a_third_by_source_and_never_the_rows_tuned_before():
 
 def test_a_rows_software_versions_decide_its_logits_and_adapters():
     """TRL: PEFT's fp32 upcast of a quantised model before 0.25, bf16 QLoRA adapters from 0.26, the temperature in
-    place from 1.0 (a row without trl_version runs a current 1.x); transformers < 4.45 upcast SFT logits (16 B)."""
+    place from 1.0 (a row without trl_version runs a current 1.x). SFT logits cost 12 B whether transformers upcasts
+    them in the head (< 4.45) or in the loss function (tests/test_memory_physics.py)."""
     trl = {"id": "t", "workload": "grpo", "gpu": "A100 80GB", "config": {
         "framework": "trl", "model": "Qwen/Qwen3-8B", "tuner_type": "lora", "quant_bits": 4, "nodes": 1,
         "gpus_per_node": 1}}
@@ -428,7 +473,7 @@ def test_a_rows_software_versions_decide_its_logits_and_adapters():
     sft = {"id": "s", "workload": "sft", "gpu": "A100 80GB", "config": {
         "model": "Qwen/Qwen2.5-7B-Instruct", "tuner_type": "lora", "seq_len": 1024, "nodes": 1, "gpus_per_node": 1}}
     per_logit = lambda **cfg: logits(inputs_of({**sft, "config": {**sft["config"], **cfg}})) / 1024 / V7  # noqa: E731
-    assert (per_logit(), per_logit(transformers_version="4.31")) == (12, 16)
+    assert per_logit() == per_logit(transformers_version="4.31") == 12
 
 
 def test_torch_figure_counts_a_colocated_vllm_at_its_reservation_even_asleep():

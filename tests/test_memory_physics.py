@@ -1,7 +1,7 @@
 """The estimator's dynamic-memory physics against what PyTorch really keeps: tests/memory_probe.py runs transformers'
-decoder layers, PEFT's LoRA, TRL's selective_log_softmax and accelerate's native-AMP wrapper on the CPU (in the
-ms-swift venv, where they are installed) and measures the saved tensors and step peaks that grpo_ui.memory models
-(layer_activation_bytes, logits, CKPT_RECOMPUTE). No GPU exists here; the measured code is the code that runs on one,
+decoder layers, PEFT's LoRA, TRL's selective_log_softmax, accelerate's native-AMP wrapper and the causal-LM cross
+entropy on the CPU (in the ms-swift venv, where they are installed) and measures the saved tensors and step peaks
+that grpo_ui.memory models (layer_activation_bytes, logits, CKPT_RECOMPUTE). No GPU exists here; the measured code is the code that runs on one,
 and the one CPU/CUDA difference that matters (the dropout mask's dtype) is accounted for below."""
 
 import json
@@ -39,6 +39,7 @@ LOGITS = [  # (name, how the logits reach the loss, the estimator's flags)
     ("fp32 logits from native AMP, copy", {"amp_fp32_outputs": True}, {"logits_inplace": False}),
     ("fp32 logits from native AMP, in place", {"amp_fp32_outputs": True, "inplace": True}, {"logits_inplace": True}),
 ]
+CROSS_ENTROPY = ["transformers", "upcast"]  # SFT: transformers 5's loss function; the head's upcast (< 4.45)
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +50,9 @@ def measured(swift_python):
               for _, how, _ in LOGITS]
     cases += [{**QWEN3, "vocab_size": 512, "layers": 8, "batch": 2, "prompt": 16, "completion": 240, "ckpt": True,
                "measure": "recompute", **how} for how in ({}, {"lora": True, "autocast": True})]
+    cases += [{**QWEN3, "hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 1, "intermediate_size": 128,
+               "vocab_size": 32000, "layers": 1, "batch": 2, "tokens": 128, "measure": "cross_entropy", "head": head,
+               "autocast": True} for head in CROSS_ENTROPY]
     out = subprocess.run([str(swift_python), str(PROBE), json.dumps(cases)], capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -102,3 +106,14 @@ def test_the_recomputed_layer_peaks_near_ckpt_recompute_layers(measured, which):
     inputs = (8 * 256 * 2 * tokens) if which == 1 else 0  # full tuning peaks last, with the inputs mostly freed
     ratio = (got["peak"] - got["grads"] - inputs) / (layer_activation_bytes(i) * tokens)
     assert ratio == pytest.approx(CKPT_RECOMPUTE, rel=0.15)
+
+
+@pytest.mark.parametrize("index", range(len(CROSS_ENTROPY)), ids=CROSS_ENTROPY)
+def test_sft_cross_entropy_peaks_at_twelve_bytes_per_logit(measured, index):
+    """Whether the loss function upcasts the 16-bit logits (transformers 5) or the head did (transformers < 4.45), the
+    step peaks at three fp32 tensors of the logits' size: the returned logits are gone before the backward."""
+    got = measured[len(SAVED) + len(LOGITS) + 2 + index]["bytes_per_logit"]
+    model = {**QWEN3, "hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 1,
+             "intermediate_size": 128, "vocab_size": 32000}
+    i = replace(tiny_inputs(model, {}, tokens=128), loss="ce")
+    assert got == pytest.approx(logits(i) / i.completion_len / i.arch.vocab_size, rel=0.03)
