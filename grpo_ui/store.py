@@ -27,8 +27,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     created REAL NOT NULL, started REAL, ended REAL, error TEXT);
 CREATE TABLE IF NOT EXISTS nodes (
     job_id TEXT NOT NULL, node_index INTEGER NOT NULL, host TEXT NOT NULL, role TEXT NOT NULL, node_rank INTEGER,
-    script TEXT NOT NULL, pid INTEGER, pgid INTEGER, proc_start TEXT, run_dir TEXT, exit_code INTEGER,
-    state TEXT NOT NULL, PRIMARY KEY (job_id, node_index));
+    script TEXT NOT NULL, pid INTEGER, run_dir TEXT, exit_code INTEGER, state TEXT NOT NULL,
+    PRIMARY KEY (job_id, node_index));
 CREATE TABLE IF NOT EXISTS log_offsets (
     job_id TEXT NOT NULL, node_index INTEGER NOT NULL, path TEXT NOT NULL, offset INTEGER NOT NULL,
     PRIMARY KEY (job_id, node_index, path));
@@ -216,9 +216,13 @@ class Store:
         row = self.conn().execute("SELECT value FROM job_meta WHERE job_id = ? AND key = ?", (job_id, key)).fetchone()
         return row[0] if row else None
 
-    def set_meta(self, job_id: str, key: str, value: str) -> None:
+    def set_meta(self, job_id: str, key: str, value: str | None) -> None:
+        """Set a fact, or forget it (None)."""
         with self._write() as c:
-            c.execute("INSERT OR REPLACE INTO job_meta VALUES (?, ?, ?)", (job_id, key, value))
+            if value is None:
+                c.execute("DELETE FROM job_meta WHERE job_id = ? AND key = ?", (job_id, key))
+            else:
+                c.execute("INSERT OR REPLACE INTO job_meta VALUES (?, ?, ?)", (job_id, key, value))
 
     def add_log_lines(self, job_id: str, node_index: int, lines: list[str], keep: int = 5000) -> None:
         """Append lines to the node's window, keeping the last ``keep`` (the full log stays on the node)."""

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from grpo_ui.backends.jobs import STATUS, BackendJobs
 from grpo_ui.backends.slurm import SlurmBackend
 from grpo_ui.backends.slurm_text import gres_gpus
 from grpo_ui.check import check
+from grpo_ui.jobs import ENDED, STATUS, Jobs
+from grpo_ui.plan import make_plan
 from grpo_ui.render import render
 from grpo_ui.spec import SpecError, spec_to_yaml, validate_spec
 from grpo_ui.store import Store
@@ -101,18 +102,25 @@ def recorder_spec(tmp_path, env_dir, nodes=2, partition="multi", env=None, rollo
     return validate_spec(data)
 
 
-def until_ended(backend, handle, timeout=60):
-    status = wait_for(lambda: (s := backend.poll(handle)).state not in ("queued", "running") and s, timeout)
-    assert status, backend.poll(handle)
-    return status
+@pytest.fixture
+def jobs(tmp_path):
+    jobs = Jobs(Store(tmp_path / "db.sqlite"))
+    yield jobs
+    jobs.close()
+    stop_active_jobs(tmp_path / "db.sqlite")
 
 
-def test_two_nodes_get_rank_master_gpus_and_secrets_and_the_failed_rank_is_named(slurm_env, env_dir, tmp_path):
+def run_to_end(jobs, spec, job_id, secrets=None, timeout=60):
+    """Launch the job's plan and follow it until it ends; its node rows (host, state, exit code) and handle."""
+    jobs.launch(jobs.plan(spec, job_id), secrets)
+    assert wait_for(lambda: jobs.refresh(job_id) in ENDED, timeout), jobs.store.job(job_id)
+    return [(n["host"], n["state"], n["exit_code"]) for n in jobs.store.nodes(job_id)], jobs.handle(job_id)
+
+
+def test_two_nodes_get_rank_master_gpus_and_secrets_and_the_failed_rank_is_named(slurm_env, env_dir, tmp_path,
+                                                                                 jobs):
     spec = recorder_spec(tmp_path, env_dir, env={"FAIL_RANK": "1"}, secret_env=["API_TOKEN"])
-    bundle = render(spec, "rec-two")
-    backend = SlurmBackend(spec)
-    handle = backend.start(bundle, {"API_TOKEN": "s3cr'et"})
-    status = until_ended(backend, handle)
+    nodes, handle = run_to_end(jobs, spec, "rec-two", {"API_TOKEN": "s3cr'et"})
     rd = tmp_path / "runs/rec-two"
     n1 = slurm_env.hosts[0].addr
     seen = [(rd / f"seen.{r}").read_text() for r in (0, 1)]
@@ -120,56 +128,48 @@ def test_two_nodes_get_rank_master_gpus_and_secrets_and_the_failed_rank_is_named
         assert f"rank={rank} of=2 master={n1}:29500 host=n{rank + 1} gpus=0 secret=s3cr'et cwd={rd}" in text
     assert "s3cr" not in (rd / "job.sbatch").read_text()
     assert not (rd / "job.secrets.env").exists()  # written 0600, read once by the batch script, then deleted
-    assert status.state == "failed" and (status.nodes[1].host, status.nodes[1].state, status.nodes[1].exit_code) == (
-        "n2", "failed", 7)
+    error = jobs.store.job("rec-two")["error"]
+    assert jobs.store.job("rec-two")["state"] == "failed" and nodes[1] == ("n2", "failed", 7)
     # rank 0 finished, or srun --kill-on-bad-exit ended it first, before it wrote its exit code
-    assert (status.nodes[0].host, status.nodes[0].state, status.nodes[0].exit_code) in (
-        ("n1", "succeeded", 0), ("n1", "failed", None))
-    assert status.error.startswith("node 1 (n2, rank 1) failed first: exit code 7; Slurm job ")
-    assert "FAILED" in status.error and "exit code 7" in status.error
+    assert nodes[0] in (("n1", "succeeded", 0), ("n1", "failed", None))
+    assert error.startswith("node 1 (n2, rank 1) failed first: exit code 7; Slurm job ")
+    assert "FAILED" in error and "exit code 7" in error
     assert not slurm_env.job_pids(handle["job"])
 
 
 def test_a_task_killed_before_writing_its_exit_code_is_named_from_srun_and_ends_the_others(slurm_env, env_dir,
-                                                                                          tmp_path):
+                                                                                          tmp_path, jobs):
     spec = recorder_spec(tmp_path, env_dir, env={"KILL_RANK": "1", "WORK_SECONDS": "120"})
-    backend = SlurmBackend(spec)
-    handle = backend.start(render(spec, "rec-killed"), {})
-    status = until_ended(backend, handle, 300)
+    nodes, handle = run_to_end(jobs, spec, "rec-killed", timeout=300)
     # rank 0 was ended by srun --kill-on-bad-exit: had it slept its 120 s, it would have written exit code 0
-    assert [(n.host, n.state, n.exit_code) for n in status.nodes] == [("n1", "failed", None), ("n2", "failed", None)]
-    assert status.error.startswith("node 1 (n2, rank 1) failed first: srun: task 1: Killed; Slurm job ")
+    assert nodes == [("n1", "failed", None), ("n2", "failed", None)]
+    error = jobs.store.job("rec-killed")["error"]
+    assert error.startswith("node 1 (n2, rank 1) failed first: srun: task 1: Killed; Slurm job "), error
     assert not slurm_env.job_pids(handle["job"])
 
 
 def test_rollout_servers_are_a_heterogeneous_component_the_trainer_finds_and_waits_for(slurm_env, env_dir,
-                                                                                        tmp_path):
+                                                                                        tmp_path, jobs):
     spec = recorder_spec(tmp_path, env_dir, nodes=1, rollout_gpus=2, server={"port": 18111},
                          rollout={"use_vllm": True, "vllm_mode": "server", "vllm_server_timeout": 30})
-    backend = SlurmBackend(spec)
-    handle = backend.start(render(spec, "rec-het"), {})
-    status = until_ended(backend, handle, 90)
+    (trainer, roll), handle = run_to_end(jobs, spec, "rec-het", timeout=90)
     rd = tmp_path / "runs/rec-het"
-    assert status.state == "succeeded", (status, (rd / f"slurm-{handle['job']}.out").read_text())
-    trainer, roll = status.nodes
-    assert (trainer.role, trainer.state, roll.role, roll.state) == ("trainer", "succeeded", "rollout", "stopped")
-    assert {trainer.host, roll.host} == {"n1", "n2"}
-    addr = slurm_env.hosts[int(roll.host[1:]) - 1].addr  # n1 runs on hosts[0], n2 on hosts[1]
+    assert jobs.store.job("rec-het")["state"] == "succeeded", (rd / f"slurm-{handle['job']}.out").read_text()
+    assert (trainer[1], roll[1]) == ("succeeded", "stopped") and {trainer[0], roll[0]} == {"n1", "n2"}
+    addr = slurm_env.hosts[int(roll[0][1:]) - 1].addr  # n1 runs on hosts[0], n2 on hosts[1]
     assert f"--vllm_server_host {addr} --vllm_server_port 18111" in (rd / "seen.0").read_text()
     assert not slurm_env.job_pids(handle["job"])
 
 
-def test_queued_jobs_show_reason_and_position_and_stop_while_queued(slurm_env, env_dir, tmp_path):
+def test_queued_jobs_show_reason_and_position_and_stop_while_queued(slurm_env, env_dir, tmp_path, jobs):
     """Held jobs (#SBATCH --hold from the extra lines) wait in the queue until they are cancelled."""
-    jobs = BackendJobs(Store(tmp_path / "db.sqlite"))
     spec = recorder_spec(tmp_path, env_dir, nodes=1, partition="single", slurm={"extra_sbatch": ["--hold"]})
-    first, second = (jobs.launch(spec, f"held-{k}") for k in (1, 2))
+    first, second = (jobs.launch(jobs.plan(spec, f"held-{k}")) for k in (1, 2))
     assert [jobs.refresh(j) for j in (first, second)] == ["starting", "starting"]
     words = [json.loads(jobs.store.meta(j, STATUS)) for j in (first, second)]
     assert [(w["reason"], w["queue_position"]) for w in words] == [("JobHeldUser", 1), ("JobHeldUser", 2)]
     assert "PENDING (JobHeldUser)" in words[0]["detail"]
-    assert jobs.stop(first) == {f"Slurm job {json.loads(jobs.store.meta(first, 'backend_handle'))['job']}":
-                                "stopped"}
+    assert jobs.stop(first) == {f"Slurm job {jobs.handle(first)['job']}": "stopped"}
     assert jobs.store.job(first)["state"] == "stopped"
     assert json.loads(jobs.store.meta(second, STATUS))["queue_position"] == 2
     jobs.refresh(second)
@@ -184,7 +184,7 @@ def test_preflight_names_partition_capacity_and_refused_requests_over_the_ssh_lo
 
     def findings(**changes):
         spec = recorder_spec(tmp_path, env_dir, cluster=login, **changes)
-        return {f.id: f for f in SlurmBackend(spec).prepare(render(spec, "pre"))}
+        return {f.id: f for f in SlurmBackend(spec).prepare(make_plan(spec, "pre"), lambda host, msg: None)[1]}
 
     assert findings() == {}  # two nodes wrote into run_root from their allocation, the login node saw it
     assert "single" in findings(slurm={"partition": "nope"})["SLURM-PARTITION"].message

@@ -6,27 +6,28 @@ from __future__ import annotations
 
 import time
 
-from grpo_ui.catalog import fetch_hf_config, from_hf_config
+from grpo_ui.catalog import from_hf_config
+from grpo_ui.errors import UserError
 from grpo_ui.memory import UnknownModel, estimate_spec
-from grpo_ui.remote.ssh import SshError
 from grpo_ui.spec import JobSpec, spec_from_yaml
 from grpo_ui.store import Store
 
 EXPORTED = "grpo-ui export"  # the calibration rows' 'added' value
 
 
-def estimate_at_launch(spec: JobSpec, runner=None) -> dict:
-    """The estimate to store with a launch (MemoryReport.to_dict()). A model the catalogue does not know is read
-    from config.json in its directory on node 0 through ``runner``; what still fails is stored as {"error": …}."""
+def estimate_at_launch(spec: JobSpec, arch=None, read_config=None) -> dict:
+    """The estimate to store with a launch (MemoryReport.to_dict()), for ``arch`` when the user supplied the model's
+    architecture. A model the catalogue does not know is read from its config.json through ``read_config(model
+    path)`` (on node 0, where the job runs); what still fails is stored as {"error": …}."""
     try:
-        return estimate_spec(spec).to_dict()
+        return estimate_spec(spec, arch=arch).to_dict()
     except UnknownModel as e:
-        if runner is None:
+        if read_config is None:
             return {"error": str(e)}
         try:
-            arch = from_hf_config(fetch_hf_config(runner, spec.train.model), spec.train.model.rstrip("/").split("/")[-1])
+            arch = from_hf_config(read_config(spec.train.model), spec.train.model.rstrip("/").split("/")[-1])
             return estimate_spec(spec, arch=arch).to_dict()
-        except (ValueError, SshError) as node_error:
+        except (ValueError, UserError) as node_error:  # not there, not JSON, or node 0 unreachable
             return {"error": f"{e} On node 0: {node_error}"}
     except ValueError as e:  # an unknown GPU, an unreadable DeepSpeed/FSDP config
         return {"error": str(e)}
