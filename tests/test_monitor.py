@@ -338,7 +338,7 @@ def test_smi_channel_over_ssh_restarts_after_a_drop(ssh_env, tmp_path):
     pool = Pool()
 
     def open_stream(cmd):
-        _, out, _ = pool.get(h.name).client.exec_command(f"PATH={standin.parent}:$PATH {cmd}", timeout=10)
+        _, out, _ = pool.get(h.name).client.exec_command(f"export PATH={standin.parent}:$PATH; {cmd}", timeout=10)
         return iter(out.readline, "")
 
     samples = []
