@@ -18,6 +18,7 @@ from grpo_ui.backends.slurm import SlurmBackend
 from grpo_ui.backends.slurm_text import gres_gpus
 from grpo_ui.check import check
 from grpo_ui.jobs import ENDED, STATUS, Jobs
+from grpo_ui.monitor.watch import Watcher
 from grpo_ui.plan import make_plan
 from grpo_ui.render import render
 from grpo_ui.spec import SpecError, spec_to_yaml, validate_spec
@@ -25,14 +26,18 @@ from grpo_ui.store import Store
 from tests.hosts import stop_active_jobs
 from tests.slurm import describe
 from tests.test_launcher import SERVER_WORKLOAD, wait_for
+from tests.test_telemetry import nvidia_smi_standin
 from tests.tiny_job import ASSETS, SWIFT_VENV, tiny_spec_data
 
 ROOT = Path(__file__).parent.parent
+CAPTURED_JSONL = ROOT / "tests/data/captured/swift46_tiny_grpo_logging.jsonl"  # a real ms-swift 4.6 run's
 # The recording `swift`: as `swift rollout` test_launcher's real HTTP server with /health/; as `swift rlhf` it writes
-# what its node saw and exits 7 on FAIL_RANK, or kills its own task's shell on KILL_RANK.
+# what its node saw, the logging.jsonl METRICS_FROM into the run dir METRICS_TO, and exits 7 on FAIL_RANK, or kills
+# its own task's shell on KILL_RANK.
 RECORDER = SERVER_WORKLOAD.removesuffix("exec sleep 1\n") + """
 echo "rank=$NODE_RANK of=$NNODES master=$MASTER_ADDR:$MASTER_PORT host=$(hostname) gpus=${CUDA_VISIBLE_DEVICES:-}\
  secret=${API_TOKEN:-} cwd=$PWD argv=$*" > "$RUN_DIR/seen.$NODE_RANK"
+[ -n "${METRICS_FROM:-}" ] && mkdir -p "$METRICS_TO" && cp "$METRICS_FROM" "$METRICS_TO/logging.jsonl"
 [ "$NODE_RANK" = "${KILL_RANK:-}" ] && { kill -9 "$PPID"; exit 0; }
 sleep "${WORK_SECONDS:-0}"
 exit $(( NODE_RANK == ${FAIL_RANK:--1} ? 7 : 0 ))
@@ -192,6 +197,39 @@ def test_preflight_names_partition_capacity_and_refused_requests_over_the_ssh_lo
     assert "0 usable node(s) with ≥ 4 GPU(s)" in capacity and "2 trainer node(s)" in capacity
     refused = findings(slurm={"extra_sbatch": ["--mem=99999999"]})["SLURM-REQUEST"].message
     assert "Requested node configuration is not available" in refused
+
+
+def test_gpu_samples_are_the_allocations_and_metrics_are_found_in_output_dir_without_log_anchors(slurm_env, env_dir,
+                                                                                                tmp_path):
+    """Another job holds GPU 0 of s0, so Slurm gives this one GPU 1: its samples, taken in a step beside the job's
+    (srun --overlap, which gets the job's GPUs), are GPU 1's only, and the step ends with the job's stop. Its swift
+    prints no log anchors and writes logging.jsonl into a new versioned run dir of output_dir, next to an older one:
+    the watcher lists output_dir for the run dir newer than the job's job.sbatch."""
+    holder = slurm_env.run("sbatch", "--parsable", "--partition=single", "--gres=gpu:1", "--output=/dev/null",
+                           "--wrap=sleep 300").stdout.strip()
+    try:
+        assert wait_for(lambda: "JobState=RUNNING" in slurm_env.run("scontrol", "show", "job", holder).stdout)
+        nvidia_smi_standin(env_dir / "bin", gpus=2)
+        out = tmp_path / "out"
+        (out / "v0-20261121-090000").mkdir(parents=True)
+        (out / "v0-20261121-090000/logging.jsonl").write_text('{"reward": 9.0, "global_step/max_steps": "7/9"}\n')
+        os.utime(out / "v0-20261121-090000/logging.jsonl", (time.time() - 86400, time.time() - 86400))
+        spec = recorder_spec(tmp_path, env_dir, nodes=1, partition="single", train={"output_dir": str(out)},
+                             env={"WORK_SECONDS": "120", "METRICS_FROM": str(CAPTURED_JSONL),
+                                  "METRICS_TO": str(out / "v1-20261124-120000")})
+        jobs = Jobs(Store(tmp_path / "db.sqlite"), telemetry=True)
+        watcher = Watcher(jobs)
+        job = jobs.launch(jobs.plan(spec, "slurm-gpus"))
+        assert wait_for(lambda: watcher.poll(job)["state"] == "running" and jobs.store.metrics(job)
+                        and len(jobs.store.gpu_samples(job)) >= 3, 60), jobs.store.meta(job, STATUS)
+        assert {(s["host"], s["gpu_index"]) for s in jobs.store.gpu_samples(job)} == {("s0", 1)}
+        assert jobs.store.meta(job, "logging_jsonl") == str(out / "v1-20261124-120000/logging.jsonl")
+        steps = jobs.handle(job)["job"]
+        assert jobs.stop(job, grace=3) == {"s0": "stopped"}
+        jobs.close()
+        assert wait_for(lambda: not slurm_env.job_pids(steps), 30), describe(slurm_env.job_pids(steps))
+    finally:
+        slurm_env.run("scancel", holder, check=False)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -74,8 +74,9 @@ class SlurmBackend(Backend):
     def node_shell(self, handle: dict, node: int, host: str) -> Runner:
         """A job step beside the running one on that node (srun --overlap): it gets the job's GPUs there, as
         Slurm sets CUDA_VISIBLE_DEVICES for any step, and it ends with the job."""
-        job = handle["job"] if node in handle["trainers"] else f"{handle['job']}+1"  # the rollout component
-        srun = ["srun", f"--jobid={job}", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={host}", "--quiet"]
+        component = [f"--het-group={int(node in handle['rollouts'])}"] if handle["rollouts"] else []
+        srun = ["srun", f"--jobid={handle['job']}", *component, "--overlap", "--nodes=1", "--ntasks=1",
+                f"--nodelist={host}", "--quiet"]
         return Wrapped(self.login, lambda command: shell.join([*srun, "bash", "--norc", "-c", command]))
 
     def process_marker(self, handle: dict, node: int) -> str:
