@@ -288,6 +288,14 @@ class Store:
         return [dict(r) for r in self.conn().execute(
             "SELECT * FROM gpu_samples WHERE job_id = ? AND ts >= ? ORDER BY ts", (job_id, since))]
 
+    def sampled_gpus(self, job_id: str) -> dict[str, list[int]]:
+        """host → the GPUs (indices, ascending) the job's samples came from."""
+        out: dict[str, list[int]] = {}
+        for host, gpu in self.conn().execute("SELECT DISTINCT host, gpu_index FROM gpu_samples WHERE job_id = ? "
+                                             "ORDER BY host, gpu_index", (job_id,)):
+            out.setdefault(host, []).append(gpu)
+        return out
+
     def set_gpu_processes(self, job_id: str | None, snapshot: dict) -> None:
         """The processes holding GPU memory on one host now (a snapshot from monitor.gpu), replacing the last."""
         with self._write() as c:

@@ -351,3 +351,23 @@ def test_stopping_a_job_leaves_a_job_of_the_same_id_from_another_dashboard_alone
         for who, jobs in (("mine", mine), ("theirs", theirs)):
             jobs.close()
             stop_active_jobs(tmp_path / f"{who}.sqlite")
+
+
+def test_a_launch_starts_its_plan_as_it_was_resolved(env_dir, tmp_path, monkeypatch):
+    """The plan is resolved once: launching it validates, estimates, fits and renders nothing again; the estimate
+    kept with the job and the script each node runs are the plan's."""
+    jobs = Jobs(Store(tmp_path / "db.sqlite"))
+    spec = validate_spec({**workload_spec([], env_dir, tmp_path).model_dump(), "cluster": {
+        "run_root": str(tmp_path / "runs"), "nodes": [{"host": "localhost", "gpus": [0], "python_env": str(env_dir)}]}})
+    plan = jobs.plan(spec, "planned")
+
+    def again(*args, **kwargs):
+        raise AssertionError("the launch resolved the job again")
+    for module, name in (("grpo_ui.plan", "check"), ("grpo_ui.plan", "render"), ("grpo_ui.plan", "estimate_at_launch"),
+                         ("grpo_ui.check", "estimate_spec"), ("grpo_ui.check", "suggest"), ("grpo_ui.render", "render"),
+                         ("grpo_ui.rules", "validate")):
+        monkeypatch.setattr(f"{module}.{name}", again)
+    job = jobs.launch(plan)
+    assert wait_for(lambda: jobs.refresh(job) == "succeeded")
+    assert jobs.store.memory_estimate(job) == plan.estimate and plan.estimate["roles"][0]["peak_gib"] > 0
+    assert (tmp_path / "runs/planned/node_0.sh").read_text() == plan.bundle.files["node_0.sh"]

@@ -18,6 +18,7 @@ from grpo_ui.backends.slurm import SlurmBackend
 from grpo_ui.backends.slurm_text import gres_gpus
 from grpo_ui.check import check
 from grpo_ui.jobs import ENDED, STATUS, Jobs
+from grpo_ui.monitor.memory_loop import comparison
 from grpo_ui.monitor.watch import Watcher
 from grpo_ui.plan import make_plan
 from grpo_ui.render import render
@@ -223,6 +224,8 @@ def test_gpu_samples_are_the_allocations_and_metrics_are_found_in_output_dir_wit
         assert wait_for(lambda: watcher.poll(job)["state"] == "running" and jobs.store.metrics(job)
                         and len(jobs.store.gpu_samples(job)) >= 3, 60), jobs.store.meta(job, STATUS)
         assert {(s["host"], s["gpu_index"]) for s in jobs.store.gpu_samples(job)} == {("s0", 1)}
+        (row,) = comparison(jobs.store, job, spec)  # the estimate at launch next to the GPU Slurm gave rank 0
+        assert (row["host"], row["GPU"], row["rank"], row["nvidia-smi peak GiB"]) == ("s0", 1, 0, round(61234 / 1024, 2))
         assert jobs.store.meta(job, "logging_jsonl") == str(out / "v1-20261124-120000/logging.jsonl")
         steps = jobs.handle(job)["job"]
         assert jobs.stop(job, grace=3) == {"s0": "stopped"}

@@ -223,8 +223,11 @@ logs()
 
 job = service.store.job(job_id)
 if job["state"] in ("starting", "running") and st.button("Stop this job on every node", type="primary"):
-    try:
+    try:  # the outcome is kept: the page reruns as soon as the job's state changes
         outcome = service.stop(job_id)
-        st.success("Stopped: " + ", ".join(f"{h}: {o}" for h, o in outcome.items()))
+        st.session_state["stopped"] = (job_id, "Stopped: " + ", ".join(f"{h}: {o}" for h, o in outcome.items()))
     except UserError as e:
-        st.error(str(e))
+        st.session_state["stopped"] = (job_id, str(e))
+stopped = st.session_state.get("stopped")
+if stopped and stopped[0] == job_id:
+    (st.success if stopped[1].startswith("Stopped: ") else st.error)(stopped[1])
