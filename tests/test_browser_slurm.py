@@ -35,8 +35,8 @@ def slurm_app(slurm_env, tmp_path):
     env = tmp_path / "env"  # the ms-swift venv, activated, with an nvidia-smi stand-in beside it
     nvidia_smi_standin(env / "bin", gpus=2)
     (env / "bin/activate").write_text(f". {SWIFT_VENV}/bin/activate\n")
-    data = tiny_spec_data(max_steps=400)
-    data["train"]["output_dir"] = str(tmp_path / "out")
+    data = tiny_spec_data(max_steps=20000)  # ~14 steps/s once it runs: far more than the test watches
+    data["train"].update(output_dir=str(tmp_path / "out"), save_steps=100000, logging_steps=10)
     data["env"]["GLOO_SOCKET_IFNAME"] = "lo"
     data["cluster"] = {"run_root": str(tmp_path / "runs"), "master_port": 20000 + os.getpid() % 20000,
                        "nodes": [{"host": "localhost", "gpus": [0], "python_env": str(env)}]}
@@ -89,7 +89,7 @@ def test_a_slurm_job_configured_queued_watched_and_stopped_in_the_browser(slurm_
         slurm_env.run("scancel", holder)
         page.wait_for_function("document.body.innerText.includes('Slurm job') && "
                                "document.body.innerText.includes('RUNNING')", timeout=60000)
-        page.wait_for_function("/Step\\s*\\d+ \\/ 400/.test(document.body.innerText)", timeout=180000)
+        page.wait_for_function("/Step\\s*\\d+ \\/ 20000/.test(document.body.innerText)", timeout=180000)
         page.get_by_text("[INFO:swift]").first.wait_for(timeout=30000)  # rank 0's log lines
         page.wait_for_function("[...document.querySelectorAll('.legendtext')].some(e => e.textContent == 's0/0')",
                                timeout=60000)
@@ -98,7 +98,7 @@ def test_a_slurm_job_configured_queued_watched_and_stopped_in_the_browser(slurm_
         # the GPU Slurm gave the job; the node's other GPU is drawn nowhere
         assert {re.search(r"\d+", t.split("/")[1])[0] for t in legend} == {"0"}, legend
         shot(page, "monitor-slurm")
-        gpu_chart = page.locator(".st-key-gpu_chart .js-plotly-plot")
+        gpu_chart = page.locator(".st-key-gpu_chart .js-plotly-plot").last  # a rerun may briefly show two
         gpu_chart.wait_for(timeout=30000)
         gpu_chart.scroll_into_view_if_needed()
         shot(page, "monitor-slurm-gpus")

@@ -114,6 +114,7 @@ def live():
     job = service.store.job(job_id)
     if job["state"] != shown_state:
         st.rerun()  # the whole page, so the job picker's label shows the new state too
+    stop_button(job)
     metrics = service.store.metrics(job_id)
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("State", job["state"])
@@ -172,6 +173,20 @@ def live():
         st.dataframe(procs, hide_index=True, width="stretch", key="gpu_processes")
 
 
+def stop_button(job: dict) -> None:
+    """Stop the job on every node; the outcome stays shown (the page reruns once the job's state changes). Drawn in
+    the live part, which a click reruns at once."""
+    if job["state"] in ("starting", "running") and st.button("Stop this job on every node", type="primary"):
+        try:
+            outcome = service.stop(job_id)
+            st.session_state["stopped"] = (job_id, "Stopped: " + ", ".join(f"{h}: {o}" for h, o in outcome.items()))
+        except UserError as e:
+            st.session_state["stopped"] = (job_id, str(e))
+    stopped = st.session_state.get("stopped")
+    if stopped and stopped[0] == job_id:
+        (st.success if stopped[1].startswith("Stopped: ") else st.error)(stopped[1])
+
+
 def stacks_panel(job: dict) -> None:
     """Where each rank is (py-spy): dumped by the watcher on a suspected hang, or now on request."""
     with st.expander("Where each rank is (py-spy stacks)"):
@@ -221,13 +236,3 @@ def logs():
 
 logs()
 
-job = service.store.job(job_id)
-if job["state"] in ("starting", "running") and st.button("Stop this job on every node", type="primary"):
-    try:  # the outcome is kept: the page reruns as soon as the job's state changes
-        outcome = service.stop(job_id)
-        st.session_state["stopped"] = (job_id, "Stopped: " + ", ".join(f"{h}: {o}" for h, o in outcome.items()))
-    except UserError as e:
-        st.session_state["stopped"] = (job_id, str(e))
-stopped = st.session_state.get("stopped")
-if stopped and stopped[0] == job_id:
-    (st.success if stopped[1].startswith("Stopped: ") else st.error)(stopped[1])

@@ -11,9 +11,11 @@ MinJobAge, 300 s by default), then from ``sacct`` where accounting is set up, th
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from grpo_ui import shell
-from grpo_ui.backends.base import Backend, BackendError, JobStatus, NodeStatus
+from grpo_ui.backends.base import Backend, BackendError, JobStatus, NodeStatus, Progress
 from grpo_ui.backends.slurm_text import (
     QUEUED,
     RUNNING,
@@ -27,6 +29,9 @@ from grpo_ui.findings import Finding, finding
 from grpo_ui.remote.runner import Runner, Wrapped, runner_for
 from grpo_ui.render import Bundle, secrets_file, slurm_gpus
 from grpo_ui.spec import JobSpec, Node
+
+if TYPE_CHECKING:  # grpo_ui.plan validates with check, which imports spec_findings from here
+    from grpo_ui.plan import LaunchPlan
 
 PROBE_WAIT = 20  # seconds the preflight's srun waits for an allocation (--immediate) before giving up
 STOP_WAIT = 60   # seconds, on top of the grace, a cancelled job may stay COMPLETING while Slurm kills its tasks
@@ -87,7 +92,7 @@ class SlurmBackend(Backend):
 
     # -- preflight ------------------------------------------------------------------------------------------------
 
-    def prepare(self, plan, progress):
+    def prepare(self, plan: LaunchPlan, progress: Progress) -> tuple[list, list[Finding]]:
         """sinfo: the partition exists and has enough usable nodes with the GPUs asked for; sbatch --test-only:
         Slurm accepts the request (account, QoS, limits); srun: every allocated node can write into run_root and
         the login node sees what they wrote. No facts about the machines: Slurm has not chosen them yet."""
@@ -167,7 +172,8 @@ class SlurmBackend(Backend):
 
     # -- the job --------------------------------------------------------------------------------------------------
 
-    def start(self, plan, secrets, progress, save) -> dict:
+    def start(self, plan: LaunchPlan, secrets: dict[str, str], progress: Progress,
+              save: Callable[[dict], None]) -> dict:
         """Write job.sbatch (and the 0600 secrets file) into the run directory and submit it from there."""
         login, rd, bundle = self.login, plan.run_dir, plan.bundle
         progress(login.host, "submitting")
@@ -269,16 +275,14 @@ class SlurmBackend(Backend):
         could write one), else what Slurm says and the batch script's own output."""
         if any(n.why for n in status.nodes):
             return
-        batch = self._tail(f"{handle['run_dir']}/slurm-{handle['job']}.out", 200)
+        out = shell.path(f"{handle['run_dir']}/slurm-{handle['job']}.out")
+        batch = self.login.run(f"tail -n 200 {out} 2>&1", timeout=20).out
         reported = srun_task_error(batch)
         trainers = {n.rank: n for n in status.nodes if n.role == "trainer"}
         if reported and reported[0] in trainers:
             trainers[reported[0]].why = f"srun: task {reported[0]}: {reported[1]}"
         else:
             status.error = f"{status.detail}\n{batch[-4000:]}"
-
-    def _tail(self, path: str, lines: int = 50) -> str:
-        return self.login.run(f"tail -n {lines} {shell.path(path)} 2>&1", timeout=20).out
 
     def stop(self, handle: dict, grace: float = 10.0) -> dict[str, str]:
         """scancel, then wait until no component is pending, running or completing (Slurm has then killed every

@@ -22,12 +22,14 @@ import io
 import os
 import tarfile
 import time
+from collections.abc import Callable
 
 from grpo_ui import shell
-from grpo_ui.backends.base import Backend, BackendError, JobStatus, NodeStatus
+from grpo_ui.backends.base import Backend, BackendError, JobStatus, NodeStatus, Progress
 from grpo_ui.errors import describe
+from grpo_ui.findings import Finding
 from grpo_ui.plan import LaunchPlan, PlannedNode
-from grpo_ui.remote.preflight import preflight
+from grpo_ui.remote.preflight import HostFacts, preflight
 from grpo_ui.remote.runner import Runner, Wrapped, parallel, runner_for
 from grpo_ui.remote.ssh import SshError
 from grpo_ui.render import secrets_file
@@ -90,12 +92,14 @@ class SshBackend(Backend):
     def _node(handle: dict, index: int) -> dict:
         return next(n for n in handle["nodes"] if n["index"] == index)
 
-    def prepare(self, plan, progress):
+    def prepare(self, plan: LaunchPlan, progress: Progress) -> tuple[list[HostFacts], list[Finding]]:
+        """Every node in parallel (remote.preflight): versions, GPUs, ports, paths, disk, clock."""
         return preflight(self.spec, self.pool, progress)
 
     # -- start ----------------------------------------------------------------------------------------------------
 
-    def start(self, plan, secrets, progress, save) -> dict:
+    def start(self, plan: LaunchPlan, secrets: dict[str, str], progress: Progress,
+              save: Callable[[dict], None]) -> dict:
         handle = {"backend": self.name, "job": plan.job_id, "tag": os.urandom(6).hex(), "run_dir": plan.run_dir,
                   "nodes": [{"index": n.index, "role": n.role, "rank": n.rank, "script": n.script, "tried": False}
                             for n in plan.nodes]}

@@ -30,7 +30,8 @@ def describe_plan(plan: LaunchPlan) -> str:
     spec, trainers, rollouts = plan.spec, plan.role("trainer"), plan.role("rollout")
     where = (f"Slurm via {spec.cluster.login}" if spec.cluster.backend == "slurm"
              else ", ".join(n.host for n in plan.nodes))
-    lines = [f"plan {plan.job_id}: {len(trainers)} trainer node(s) × {spec.nproc_per_node()} GPU(s)"
+    gpus = len(spec.cluster.nodes[trainers[0].index].gpus) if trainers else 0
+    lines = [f"plan {plan.job_id}: {len(trainers)} trainer node(s) × {gpus} GPU(s)"
              + (f", {len(rollouts)} rollout server(s)" if rollouts else "") + f" on {where}; run dir {plan.run_dir}"]
     roles = plan.estimate.get("roles", [])
     lines += [f"  estimate at launch, {r['role']} GPU: peak {r['peak_gib']} GiB ({r['verdict']})" for r in roles] or [
