@@ -1,8 +1,8 @@
 """Launch fan-out: start a trivial job on 1 and on 16 network-namespace hosts through grpo-ui's jobs service and SSH
 backend (plan, connect, one remote shell per node that unpacks the script and starts it in its own session, a 0.3 s
-liveness poll, record, one status poll), and start the same trivial command with pdsh over ssh in the same run. Also
-measures the floor of any SSH fan-out here: one no-op remote command on 1 and 16 open connections (sshd's session
-plus the login shell, which sources the user's ~/.bashrc). Targets: 16 hosts ≤ 1.5 × pdsh, and ≤ 2 × our 1-host
+liveness poll, record), and start the same trivial command with pdsh over ssh in the same run. Also measures the
+floor of any SSH fan-out here: one no-op remote command on 1 and 16 open connections (sshd's session plus the login
+shell, which sources the user's ~/.bashrc). Targets: 16 hosts ≤ 1.5 × pdsh, and ≤ 2 × our 1-host
 time. Needs root (namespaces), like the test suite."""
 
 import os

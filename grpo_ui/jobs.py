@@ -139,8 +139,8 @@ class Jobs:
                 if errors:
                     raise LaunchError("preflight found errors, nothing was started:\n" + format_findings(errors))
             self.store.set_job(job_id, state="starting")
-            handle = backend.start(plan, secrets, progress,
-                                   lambda h: self.store.set_meta(job_id, HANDLE, json.dumps(h)))
+            handle, status = backend.start(plan, secrets, progress,
+                                           lambda h: self.store.set_meta(job_id, HANDLE, json.dumps(h)))
         except LaunchError as e:
             self._fail(job_id, str(e))
             raise
@@ -148,10 +148,7 @@ class Jobs:
             self._roll_back(backend, job_id, e)
         self.store.set_meta(job_id, HANDLE, json.dumps(handle))
         self.store.set_meta(job_id, OWNER, None)  # launched: from now on the job is followed, not started
-        try:
-            self.refresh(job_id)
-        except UserError:  # unreachable right now: the next refresh tells
-            pass
+        self._follow(self.store.job(job_id), backend, handle, status)
         return job_id
 
     def _fail(self, job_id: str, error: str) -> None:
@@ -192,13 +189,16 @@ class Jobs:
                 self.collector.drop(job_id)
             return state
         backend = self.backend(spec_from_yaml(job["spec_yaml"]))
-        status = backend.poll(handle)
+        return self._follow(job, backend, handle, backend.poll(handle))
+
+    def _follow(self, job: dict, backend: Backend, handle: dict, status: JobStatus) -> str:
+        """Record the status; sample the GPUs of a running job, stop sampling an ended one. Returns the state."""
         state = self._record(job, backend, handle, status)
         if self.collector:
             if state == "running":
-                self.collector.follow(job_id, backend, handle, status.nodes)
+                self.collector.follow(job["id"], backend, handle, status.nodes)
             elif state in ENDED:
-                self.collector.drop(job_id)
+                self.collector.drop(job["id"])
         return state
 
     def _record(self, job: dict, backend: Backend, handle: dict, status: JobStatus) -> str:

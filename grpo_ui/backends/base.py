@@ -83,9 +83,10 @@ class Backend(ABC):
 
     @abstractmethod
     def start(self, plan: LaunchPlan, secrets: dict[str, str], progress: Progress,
-              save: Callable[[dict], None]) -> dict:
-        """Start the job; returns its handle. ``save(handle)`` is called whenever there is more to stop, so the
-        service can stop a start that failed half-way or whose process died. Raises BackendError (or SshError)."""
+              save: Callable[[dict], None]) -> tuple[dict, JobStatus]:
+        """Start the job; returns its handle and its status once started. ``save(handle)`` is called whenever there
+        is more to stop, so the service can stop a start that failed half-way or whose process died. Raises
+        BackendError (or SshError)."""
 
     @abstractmethod
     def poll(self, handle: dict) -> JobStatus:

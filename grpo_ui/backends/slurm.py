@@ -173,7 +173,7 @@ class SlurmBackend(Backend):
     # -- the job --------------------------------------------------------------------------------------------------
 
     def start(self, plan: LaunchPlan, secrets: dict[str, str], progress: Progress,
-              save: Callable[[dict], None]) -> dict:
+              save: Callable[[dict], None]) -> tuple[dict, JobStatus]:
         """Write job.sbatch (and the 0600 secrets file) into the run directory and submit it from there."""
         login, rd, bundle = self.login, plan.run_dir, plan.bundle
         progress(login.host, "submitting")
@@ -192,7 +192,7 @@ class SlurmBackend(Backend):
                   "rollouts": sorted(bundle.rollout_files), "submitted": time.time()}
         save(handle)
         progress(login.host, f"submitted (Slurm job {job})")
-        return handle
+        return handle, JobStatus("queued", f"Slurm job {job}: submitted", self._nodes(handle, {}))
 
     def poll(self, handle: dict) -> JobStatus:
         job, rd = shell.quote(handle["job"]), shell.path(handle["run_dir"])

@@ -99,7 +99,7 @@ class SshBackend(Backend):
     # -- start ----------------------------------------------------------------------------------------------------
 
     def start(self, plan: LaunchPlan, secrets: dict[str, str], progress: Progress,
-              save: Callable[[dict], None]) -> dict:
+              save: Callable[[dict], None]) -> tuple[dict, JobStatus]:
         handle = {"backend": self.name, "job": plan.job_id, "tag": os.urandom(6).hex(), "run_dir": plan.run_dir,
                   "nodes": [{"index": n.index, "role": n.role, "rank": n.rank, "script": n.script, "tried": False}
                             for n in plan.nodes]}
@@ -126,7 +126,7 @@ class SshBackend(Backend):
                 self._node(handle, trainer0.index)["tried"] = True  # the health probe carries its token
                 save(handle)
                 self._fail(self._wait_healthy(plan, handle, group, runners, trainer0, progress))
-        return handle
+        return handle, JobStatus("running", nodes=[self._status(handle, n, "running") for n in handle["nodes"]])
 
     @staticmethod
     def _fail(failed: list[tuple[PlannedNode, Exception]]) -> None:
@@ -208,9 +208,7 @@ class SshBackend(Backend):
         results = {n["index"]: res for n, res in parallel(lambda n: self._probe(handle, n), started)}
         nodes = []
         for n in handle["nodes"]:
-            status = NodeStatus(n["index"], n["role"], n["rank"], self.spec.cluster.nodes[n["index"]].host,
-                                "pending", log=f"{handle['run_dir']}/{_log(n)}", pid=n.get("pid"))
-            res = results.get(n["index"])
+            status, res = self._status(handle, n, "pending"), results.get(n["index"])
             if isinstance(res, Exception):
                 status.state = "unknown"  # unreachable now: the watcher names the host when it reads the log
             elif res:
@@ -220,6 +218,10 @@ class SshBackend(Backend):
         state = ("failed" if any(n.why for n in nodes) else
                  "succeeded" if trainers and all(n.state == "succeeded" for n in trainers) else "running")
         return JobStatus(state, nodes=nodes)
+
+    def _status(self, handle: dict, n: dict, state: str) -> NodeStatus:
+        return NodeStatus(n["index"], n["role"], n["rank"], self.spec.cluster.nodes[n["index"]].host, state,
+                          log=f"{handle['run_dir']}/{_log(n)}", pid=n.get("pid"))
 
     def _probe(self, handle: dict, n: dict) -> tuple[str, int | None, float | None, str | None]:
         """(node state, exit code, when it ended, why it failed or None) of a started node."""
