@@ -191,8 +191,8 @@ def wait_for(fn, timeout=30.0):
 @given(value=HOSTILE)
 def test_hostile_values_reach_every_remote_command_as_data(tmp_path_factory, value):
     """One hostile string (it is also a directory name) in the python env, run root, workdir, output dir, model,
-    dataset path, env values and the secret: launch, status, the watcher's pass, preflight and stop all run, swift
-    gets exactly the values, and no `touch pwned` anywhere ran."""
+    dataset path, env values and the secret: launch, status, the GPU sampler, the watcher's pass, preflight and stop
+    all run, swift gets exactly the values, and no `touch pwned` anywhere ran."""
     tmp = tmp_path_factory.mktemp("hostile")
     env_dir, run_root, workdir = tmp / f"env{value}", tmp / f"runs{value}", tmp / f"work{value}"
     (env_dir / "bin").mkdir(parents=True)
@@ -208,7 +208,7 @@ def test_hostile_values_reach_every_remote_command_as_data(tmp_path_factory, val
         "rollout": {"use_vllm": False, "vllm_mode": None}, "env": {"USER_VALUE": value, "REC": str(tmp / "rec")},
         "cluster": {"run_root": str(run_root), "workdir": str(workdir), "master_port": 20000 + os.getpid() % 9000,
                     "nodes": [{"host": "localhost", "python_env": str(env_dir), "env": {"NODE_VALUE": value}}]}})
-    jobs = Jobs(Store(tmp / "db.sqlite"))
+    jobs = Jobs(Store(tmp / "db.sqlite"), telemetry=True)  # its sampler runs in the node's python env
     job = jobs.launch(jobs.plan(spec, f"h-{uuid.uuid4().hex[:8]}"), secrets={"API_TOKEN": value})
     try:
         assert wait_for(lambda: jobs.refresh(job) == "succeeded")
