@@ -91,12 +91,6 @@ class Jobs:
     def handle(self, job_id: str) -> dict | None:
         return json.loads(self.store.meta(job_id, HANDLE) or "null")
 
-    def spec(self, job_id: str) -> JobSpec:
-        job = self.store.job(job_id)
-        if not job:
-            raise LaunchError(f"no job {job_id!r}")
-        return spec_from_yaml(job["spec_yaml"])
-
     def close(self) -> None:
         """Stop collecting telemetry and close the SSH connections."""
         if self.collector:
@@ -282,11 +276,13 @@ class Jobs:
 
     def stop(self, job_id: str, grace: float = 10.0) -> dict[str, str]:
         """Stop the job and verify nothing of it is left; returns node → outcome. Raises LaunchError otherwise."""
-        spec, job, handle = self.spec(job_id), self.store.job(job_id), self.handle(job_id)
+        job, handle = self.store.job(job_id), self.handle(job_id)
+        if not job:
+            raise LaunchError(f"no job {job_id!r}")
         if not handle:  # nothing was started
             return {}
         try:
-            outcome = self.backend(spec).stop(handle, grace)
+            outcome = self.backend(spec_from_yaml(job["spec_yaml"])).stop(handle, grace)
         except UserError as e:
             self.store.set_job(job_id, error=f"stop incomplete: {e}")
             raise LaunchError(f"could not verify that everything stopped: {e}") from None
