@@ -7,7 +7,7 @@ SWIFT3_VENV ?= $(HOME)/.cache/grpo-ui/swift3-venv
 ASSETS ?= $(HOME)/.cache/grpo-ui/tiny-assets
 APT_PACKAGES := openssh-server chromium shellcheck pdsh iproute2 curl procps slurmctld slurmd slurm-client munge
 
-.PHONY: run test deps test-deps system-deps swift-venv swift3-venv assets lint bench
+.PHONY: run test deps test-deps system-deps swift-venv swift3-venv assets lint bench screenshots
 
 $(VENV)/.deps: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,12 @@ assets: swift-venv
 
 test: system-deps test-deps swift-venv swift3-venv assets
 	GRPO_UI_SWIFT_VENV=$(SWIFT_VENV) GRPO_UI_SWIFT3_VENV=$(SWIFT3_VENV) GRPO_UI_ASSETS=$(ASSETS) $(VENV)/bin/pytest
+
+# The README's screenshots: the browser tests take them into build/screenshots/ (make test runs them); this copies
+# the latest ones into docs/screenshots/.
+screenshots:
+	@ls build/screenshots/*.png > /dev/null 2>&1 || { echo "no screenshots yet: run make test (or pytest tests/test_browser*.py)"; exit 1; }
+	mkdir -p docs/screenshots && cp build/screenshots/*.png docs/screenshots/
 
 lint: test-deps
 	$(VENV)/bin/ruff check .

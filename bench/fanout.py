@@ -1,9 +1,9 @@
-"""Launch fan-out: start a trivial job on 1 and on 16 network-namespace hosts with grpo-ui's launcher (connect,
-render, one remote shell per node that unpacks the script and starts it in its own session, a 0.3 s liveness poll,
-record), and start the same trivial command with pdsh over ssh in the same run. Also measures the floor of any SSH
-fan-out here: one no-op remote command on 1 and 16 open connections (sshd's session plus the login shell, which
-sources the user's ~/.bashrc). Targets: 16 hosts ≤ 1.5 × pdsh, and ≤ 2 × our 1-host time. Needs root (namespaces),
-like the test suite."""
+"""Launch fan-out: start a trivial job on 1 and on 16 network-namespace hosts through grpo-ui's jobs service and SSH
+backend (plan, connect, one remote shell per node that unpacks the script and starts it in its own session, a 0.3 s
+liveness poll, record), and start the same trivial command with pdsh over ssh in the same run. Also measures the
+floor of any SSH fan-out here: one no-op remote command on 1 and 16 open connections (sshd's session plus the login
+shell, which sources the user's ~/.bashrc). Targets: 16 hosts ≤ 1.5 × pdsh, and ≤ 2 × our 1-host
+time. Needs root (namespaces), like the test suite."""
 
 import os
 import subprocess
@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from grpo_ui.remote.launcher import Launcher  # noqa: E402
+from grpo_ui.jobs import Jobs  # noqa: E402
 from grpo_ui.remote.runner import parallel  # noqa: E402
 from grpo_ui.remote.ssh import Pool  # noqa: E402
 from grpo_ui.spec import validate_spec  # noqa: E402
@@ -35,12 +35,12 @@ def spec(hosts, env_dir, root):
 
 def ours(hosts, env_dir, root, job, pool=None):
     """Seconds for one launch; with ``pool`` its connections are reused (as after preflight in the app)."""
-    launcher = Launcher(Store(root / f"{job}.db"), pool or Pool())
+    jobs = Jobs(Store(root / f"{job}.db"), pool or Pool())
     start = time.perf_counter()
-    launcher.launch(spec(hosts, env_dir, root), job)
+    jobs.launch(jobs.plan(spec(hosts, env_dir, root), job))
     took = time.perf_counter() - start
     if pool is None:
-        launcher.pool.close()
+        jobs.pool.close()
     return took
 
 

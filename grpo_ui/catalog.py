@@ -341,7 +341,7 @@ def _vision_from_cfg(cfg: dict, text_hidden: int) -> Vision | None:
 
 
 def fetch_hf_config(runner, model_path: str, limit: int = 1 << 20) -> dict:
-    """config.json of a model directory on a node, read through a Runner (the launcher's or preflight's); ValueError
+    """config.json of a model directory on a node, read through a Runner (the launch plan's or preflight's); ValueError
     when it is not there or not JSON."""
     res = runner.run(f"head -c {limit} {shell.path(model_path.rstrip('/') + '/config.json')}", timeout=20)
     if res.rc != 0:

@@ -27,8 +27,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     created REAL NOT NULL, started REAL, ended REAL, error TEXT);
 CREATE TABLE IF NOT EXISTS nodes (
     job_id TEXT NOT NULL, node_index INTEGER NOT NULL, host TEXT NOT NULL, role TEXT NOT NULL, node_rank INTEGER,
-    script TEXT NOT NULL, pid INTEGER, pgid INTEGER, proc_start TEXT, run_dir TEXT, exit_code INTEGER,
-    state TEXT NOT NULL, PRIMARY KEY (job_id, node_index));
+    script TEXT NOT NULL, pid INTEGER, run_dir TEXT, exit_code INTEGER, state TEXT NOT NULL,
+    PRIMARY KEY (job_id, node_index));
 CREATE TABLE IF NOT EXISTS log_offsets (
     job_id TEXT NOT NULL, node_index INTEGER NOT NULL, path TEXT NOT NULL, offset INTEGER NOT NULL,
     PRIMARY KEY (job_id, node_index, path));
@@ -216,9 +216,13 @@ class Store:
         row = self.conn().execute("SELECT value FROM job_meta WHERE job_id = ? AND key = ?", (job_id, key)).fetchone()
         return row[0] if row else None
 
-    def set_meta(self, job_id: str, key: str, value: str) -> None:
+    def set_meta(self, job_id: str, key: str, value: str | None) -> None:
+        """Set a fact, or forget it (None)."""
         with self._write() as c:
-            c.execute("INSERT OR REPLACE INTO job_meta VALUES (?, ?, ?)", (job_id, key, value))
+            if value is None:
+                c.execute("DELETE FROM job_meta WHERE job_id = ? AND key = ?", (job_id, key))
+            else:
+                c.execute("INSERT OR REPLACE INTO job_meta VALUES (?, ?, ?)", (job_id, key, value))
 
     def add_log_lines(self, job_id: str, node_index: int, lines: list[str], keep: int = 5000) -> None:
         """Append lines to the node's window, keeping the last ``keep`` (the full log stays on the node)."""
@@ -283,6 +287,14 @@ class Store:
     def gpu_samples(self, job_id: str, since: float = 0.0) -> list[dict]:
         return [dict(r) for r in self.conn().execute(
             "SELECT * FROM gpu_samples WHERE job_id = ? AND ts >= ? ORDER BY ts", (job_id, since))]
+
+    def sampled_gpus(self, job_id: str) -> dict[str, list[int]]:
+        """host → the GPUs (indices, ascending) the job's samples came from."""
+        out: dict[str, list[int]] = {}
+        for host, gpu in self.conn().execute("SELECT DISTINCT host, gpu_index FROM gpu_samples WHERE job_id = ? "
+                                             "ORDER BY host, gpu_index", (job_id,)):
+            out.setdefault(host, []).append(gpu)
+        return out
 
     def set_gpu_processes(self, job_id: str | None, snapshot: dict) -> None:
         """The processes holding GPU memory on one host now (a snapshot from monitor.gpu), replacing the last."""

@@ -170,18 +170,17 @@ def hostnet(tmp_path_factory):
 def stop_active_jobs(db_path) -> None:
     """Teardown for tests that launch jobs: stop whatever a failed test left running (no orphans, ever), through
     each job's own backend."""
-    from grpo_ui.backends.jobs import launcher_of
-    from grpo_ui.remote.ssh import Pool
+    from grpo_ui.jobs import Jobs
     from grpo_ui.store import Store
     if not Path(db_path).exists():
         return
-    store, pool = Store(db_path), Pool()
-    for job in store.jobs(active_only=True):
+    jobs = Jobs(Store(db_path))
+    for job in jobs.store.jobs(active_only=True):
         try:
-            launcher_of(job["id"], store, pool).stop(job["id"], grace=3)
+            jobs.stop(job["id"], grace=3)
         except Exception as e:  # noqa: BLE001 - report, keep tearing down
             print(f"teardown: could not stop {job['id']}: {e}")
-    pool.close()
+    jobs.close()
 
 
 @pytest.fixture

@@ -96,6 +96,7 @@ def _config(d: Path, controller: str, hosts: list[TestHost]) -> str:
         f"SlurmctldPort={_free_port()}", f"SlurmdPort={_free_port()}",
         "AuthType=auth/munge", "CredType=cred/munge", f"AuthInfo=socket={d / 'munge/socket'}",
         "SlurmUser=root", "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core",  # memory is not allotted: jobs share a node's CPUs and GPUs as real ones do
         "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
         "MailProg=/bin/true", "ReturnToService=2", "KillWait=15", "GresTypes=gpu",
         "SlurmdParameters=config_overrides",  # CPUs=2 on any machine

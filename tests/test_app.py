@@ -222,7 +222,7 @@ def test_monitor_draws_the_extra_curves_and_the_ranks_stacks(tmp_path, monkeypat
     store.set_meta("job-b", STACKS, (Path(APP).parent / "tests/data/captured/reward_slowing.pyspy").read_text())
     store.set_meta("job-b", STACKS_AT, "100")
     import streamlit as st
-    st.cache_resource.clear()  # the page's Launcher is cached per process: open this test's store
+    st.cache_resource.clear()  # the app's jobs service is cached per process: open this test's store
     at = AppTest.from_file(str(Path(APP).parent / "views/monitor.py"), default_timeout=60).run()
     assert not at.exception, at.exception
     stacks = next(d.value for d in at.dataframe if "phase" in d.value.columns)

@@ -2,12 +2,12 @@
 
 Configure: fill the form, watch the estimate change, trigger and clear a validation error, download the YAML and
 scripts. Then launch the tiny real ms-swift job onto a namespace test host over SSH and watch its log lines,
-metric charts and memory (the estimate at launch next to measured peaks) arrive. Screenshots of every page go to artifacts/screenshots/ (and docs/screenshots/ for the README).
+metric charts and memory (the estimate at launch next to measured peaks) arrive. Screenshots of every page go to
+build/screenshots/ (`make screenshots` copies them to docs/screenshots/ for the README).
 """
 
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -23,7 +23,7 @@ from tests.tiny_job import ASSETS, tiny_spec_data
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).parent.parent
-SHOTS = ROOT / "artifacts" / "screenshots"
+SHOTS = ROOT / "build" / "screenshots"  # `make screenshots` copies them to docs/screenshots for the README
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run", "--disable-quic"]
@@ -185,10 +185,6 @@ def test_launch_and_watch_a_real_job_in_the_browser(app_url, page, tmp_path):
     page.get_by_role("button", name="Run preflight on every host").click()
     page.get_by_text("Preflight done").wait_for(timeout=60000)
     shot(page, "cluster")
-    docs = ROOT / "docs" / "screenshots"
-    docs.mkdir(parents=True, exist_ok=True)
-    for png in SHOTS.glob("*.png"):
-        shutil.copy(png, docs / png.name)
 
 
 PASSWORD = "pässwörd-密码-🔑"  # non-ASCII on purpose: compared as UTF-8 bytes

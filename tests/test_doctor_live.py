@@ -12,18 +12,18 @@ from pathlib import Path
 import pytest
 
 from grpo_ui.compat import conflicts, row_for, satisfies
+from grpo_ui.jobs import Jobs
 from grpo_ui.monitor import liveness
 from grpo_ui.monitor.doctor import diagnose
 from grpo_ui.monitor.snapshot import Snapshot
 from grpo_ui.monitor.stacks import disagreement, parse_dumps
 from grpo_ui.monitor.watch import STACKS, Watcher
-from grpo_ui.remote.launcher import Launcher
 from grpo_ui.remote.preflight import preflight
 from grpo_ui.remote.ssh import Pool
 from grpo_ui.spec import validate_spec
 from grpo_ui.store import Store
 from tests.hosts import stop_active_jobs
-from tests.test_launcher import job_pids, wait_for
+from tests.test_launcher import job_pids, launch, wait_for
 from tests.tiny_job import SWIFT_VENV
 
 ROOT = Path(__file__).parent.parent
@@ -54,17 +54,17 @@ def test_stacks_of_a_real_hung_job_show_each_ranks_phase_and_who_waits(ssh_env, 
     swift = (f"#!/bin/bash\nexec {SWIFT_VENV}/bin/python -m torch.distributed.run --nproc_per_node 2 "
              f"--master_port $MASTER_PORT {ROOT / 'tests/data/hang_job.py'}\n")
     spec = spec_for([h], node_env(tmp_path, swift), tmp_path)
-    launcher = Launcher(Store(tmp_path / "db.sqlite"))
+    jobs = Jobs(Store(tmp_path / "db.sqlite"))
     try:
-        job = launcher.launch(spec, "hang-1")
-        store = launcher.store
+        job = launch(jobs, spec, "hang-1")
+        store = jobs.store
 
         def both_ranks_waiting():
-            text = Watcher(launcher).dump_stacks(job, spec, store.nodes(job))
+            text = Watcher(jobs).dump_stacks(job, spec, store.nodes(job))
             found = parse_dumps(text)
             return len(found) == 2 and {s.phase for s in found} == {"reward", "generation"} and found
         stacks = wait_for(both_ranks_waiting, 120)
-        assert stacks, Watcher(launcher).dump_stacks(job, spec, store.nodes(job))
+        assert stacks, Watcher(jobs).dump_stacks(job, spec, store.nodes(job))
         by_rank = {s.label.split(" rank ")[1].split()[0]: s for s in stacks}
         assert by_rank["0"].summary.startswith("generation (waiting in all_gather")
         assert by_rank["1"].summary == "reward" and all(s.label.startswith(f"node 0 ({h.name}) rank ") for s in stacks)
@@ -75,10 +75,10 @@ def test_stacks_of_a_real_hung_job_show_each_ranks_phase_and_who_waits(ssh_env, 
         assert len(job_pids(job, store)) >= 3  # reading the stacks left the job as it was
         # the watcher dumps them by itself once the job is silent for too long (here: any silence is too long)
         monkeypatch.setattr(liveness, "allowed_silence", lambda gap: -1.0)
-        polled = next(a for a in Watcher(launcher).poll(job)["alerts"] if a["id"] == "HANG")
+        polled = next(a for a in Watcher(jobs).poll(job)["alerts"] if a["id"] == "HANG")
         assert "wait in a collective for" in polled["explanation"] and store.meta(job, STACKS).count("## node 0") == 2
     finally:
-        launcher.pool.close()
+        jobs.close()
         stop_active_jobs(tmp_path / "db.sqlite")
 
 

@@ -95,7 +95,7 @@ def memory_closed_loop(cli, h, tmp_path):
     pool, samples = Pool(), []
 
     def open_stream(cmd):
-        _, out, _ = pool.get(h.name).client.exec_command(f"PATH={standin.parent}:$PATH {cmd}", timeout=10)
+        _, out, _ = pool.get(h.name).client.exec_command(f"export PATH={standin.parent}:$PATH; {cmd}", timeout=10)
         return iter(out.readline, "")
     collect(SmiChannel(h.name, open_stream, lambda s: (samples.append(s), store.add_gpu_samples("e2e-one", [s]))),
             samples, 8, 30)

@@ -3,7 +3,7 @@ stream, the CLI killed in the middle of a launch, broken jobs next to healthy on
 that ended while nobody watched. Each fault stays with its job and host; afterwards no process of any job is left
 (found by the launch's GRPO_UI_RUN token, never by name) and no log line is lost or stored twice.
 
-The workload is a small real program put on the hosts' PATH as `swift` (tests/test_launcher.py)."""
+The workload is a small real program put on the hosts' PATH as `swift` (tests/test_jobs.py)."""
 
 import os
 import signal
@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from grpo_ui.jobs import Jobs, LaunchError
 from grpo_ui.monitor.watch import Watcher
-from grpo_ui.remote.launcher import Launcher, LaunchError
 from grpo_ui.remote.runner import SshRunner
 from grpo_ui.spec import spec_to_yaml, validate_spec
 from grpo_ui.store import Store
 from tests.hosts import stop_active_jobs
-from tests.test_launcher import env_dir, job_pids, launcher, wait_for, workload_spec  # noqa: F401 - fixtures
+from tests.test_launcher import env_dir, job_pids, jobs, launch, wait_for, workload_spec  # noqa: F401 - fixtures
 
 ROOT = Path(__file__).parent.parent
 CHATTY = """#!/bin/bash
@@ -48,7 +48,7 @@ def complete_lines(path: Path) -> list[str]:
     return data[: data.rfind(b"\n") + 1].decode().splitlines()
 
 
-def test_broken_jobs_each_fail_alone_and_status_shows_every_job(launcher, ssh_env, env_dir, tmp_path):  # noqa: F811
+def test_broken_jobs_each_fail_alone_and_status_shows_every_job(jobs, ssh_env, env_dir, tmp_path):  # noqa: F811
     """A full disk (an empty exit_code file), a run directory that cannot be read, an unreachable host, next to a
     healthy job: `status` lists all four, each problem named with its job and host; the full disk's log is stored
     line for line as far as it got; nothing is left running."""
@@ -60,16 +60,16 @@ def test_broken_jobs_each_fail_alone_and_status_shows_every_job(launcher, ssh_en
     try:
         ok, full, unreadable, gone = ssh_env.add(4)
         (env_dir / "bin" / "swift").write_text(CHATTY)
-        healthy = launcher.launch(workload_spec([ok], env_dir, tmp_path / "ok", seconds=120), "f-healthy")
-        full_job = launcher.launch(with_env(workload_spec([full], env_dir, tmp_path / "full", seconds=0),
+        healthy = launch(jobs, workload_spec([ok], env_dir, tmp_path / "ok", seconds=120), "f-healthy")
+        full_job = launch(jobs, with_env(workload_spec([full], env_dir, tmp_path / "full", seconds=0),
                                             LINES_OUT="100000", WAIT_FIRST="1"), "f-disk-full")
-        assert wait_for(lambda: (disk / full_job / "exit_code.0").exists() and not job_pids(full_job, launcher.store))
-        lost = launcher.launch(workload_spec([unreadable], env_dir, tmp_path / "unreadable", seconds=0.5), "f-lost")
+        assert wait_for(lambda: (disk / full_job / "exit_code.0").exists() and not job_pids(full_job, jobs.store))
+        lost = launch(jobs, workload_spec([unreadable], env_dir, tmp_path / "unreadable", seconds=0.5), "f-lost")
         assert wait_for(lambda: (tmp_path / "unreadable/runs" / lost / "exit_code.0").exists())
         moved = tmp_path / "unreadable/runs" / lost
         moved.rename(moved.with_name("elsewhere"))
         moved.write_text("not a directory any more")
-        far = launcher.launch(workload_spec([gone], env_dir, tmp_path / "gone", seconds=120), "f-unreachable")
+        far = launch(jobs, workload_spec([gone], env_dir, tmp_path / "gone", seconds=120), "f-unreachable")
         gone.kill_sshd()
         env = {**os.environ, "GRPO_UI_DB": str(tmp_path / "db.sqlite"), "GRPO_UI_HOME": str(tmp_path / "home"),
                "GRPO_UI_SSH_CONFIG": str(ssh_env.ssh_config), "GRPO_UI_KNOWN_HOSTS": str(ssh_env.known_hosts)}
@@ -89,7 +89,7 @@ def test_broken_jobs_each_fail_alone_and_status_shows_every_job(launcher, ssh_en
         gone.start_sshd()
     finally:
         subprocess.run(["umount", str(disk)], check=False)
-    assert launcher.stop(far, grace=3) == {gone.name: "stopped"} and not job_pids(far, launcher.store)
+    assert jobs.stop(far, grace=3) == {gone.name: "stopped"} and not job_pids(far, jobs.store)
 
 
 KILLS_SSH = """# activated by the node script before it reads its secrets: SSH on this host dies mid-launch
@@ -98,7 +98,7 @@ export PATH="$PY_ENV/bin:$PATH"
 """
 
 
-def test_ssh_killed_mid_launch_leaves_nothing_once_the_host_answers_again(launcher, ssh_env, env_dir, tmp_path):  # noqa: F811
+def test_ssh_killed_mid_launch_leaves_nothing_once_the_host_answers_again(jobs, ssh_env, env_dir, tmp_path):  # noqa: F811
     """h1's SSH (listener and connection) dies while its start command waits for the script to read its secrets:
     the launch fails naming h1, stops h0, and says h1 could not be checked; once h1 answers, stop leaves nothing,
     and no secrets file stayed behind."""
@@ -112,24 +112,24 @@ def test_ssh_killed_mid_launch_leaves_nothing_once_the_host_answers_again(launch
     nodes[1].update(python_env=str(killer_env), env={"KILL_SSHD": str(h1.pid())})
     spec = validate_spec({**spec.model_dump(), "cluster": {**spec.cluster.model_dump(), "nodes": nodes}})
     with pytest.raises(LaunchError) as e:
-        launcher.launch(spec, "f-ssh-dies", secrets={"API_TOKEN": "t0ken"})
+        launch(jobs, spec, "f-ssh-dies", secrets={"API_TOKEN": "t0ken"})
     assert f"{h1.name}: the connection dropped while a command ran" in str(e.value)
     assert f"could not verify that nothing is left on {h1.name}" in str(e.value)
-    assert launcher.store.job("f-ssh-dies")["state"] == "failed"
+    assert jobs.store.job("f-ssh-dies")["state"] == "failed"
     h1.start_sshd()
-    assert launcher.stop("f-ssh-dies", grace=3)[h1.name] in ("stopped", "killed")
-    assert not job_pids("f-ssh-dies", launcher.store)
+    assert jobs.stop("f-ssh-dies", grace=3)[h1.name] in ("stopped", "killed")
+    assert not job_pids("f-ssh-dies", jobs.store)
     assert not list((tmp_path / "runs" / "f-ssh-dies").glob("*secrets*"))
 
 
-def test_ssh_killed_mid_stream_loses_and_repeats_no_line_and_two_watchers_agree(launcher, ssh_env, env_dir,  # noqa: F811
+def test_ssh_killed_mid_stream_loses_and_repeats_no_line_and_two_watchers_agree(jobs, ssh_env, env_dir,  # noqa: F811
                                                                                   tmp_path, monkeypatch):
     """A 3 MiB log is read in 1 MiB pieces; the connection dies after the first piece: that pass reports the host,
     the next one reconnects and stores every line once. Then two watchers (two stores on one database, as two
     browsers or the app and the CLI) poll the growing log at once: still every line once."""
     (h,) = ssh_env.add(1)
     (env_dir / "bin" / "swift").write_text(CHATTY)
-    job = launcher.launch(with_env(workload_spec([h], env_dir, tmp_path, seconds=120), LINES_OUT="30000",
+    job = launch(jobs, with_env(workload_spec([h], env_dir, tmp_path, seconds=120), LINES_OUT="30000",
                                    LINE_PAD="100"), "f-stream")
     log = tmp_path / "runs" / job / "node_0.log"
     assert wait_for(lambda: log.exists() and log.read_bytes().count(b"\n") == 30000)
@@ -143,14 +143,14 @@ def test_ssh_killed_mid_stream_loses_and_repeats_no_line_and_two_watchers_agree(
             h.start_sshd()
         return data
     monkeypatch.setattr(SshRunner, "read", read_then_cut)
-    first = Watcher(launcher).poll(job)
+    first = Watcher(jobs).poll(job)
     assert first["errors"] and first["errors"][0].startswith(f"job {job}, node 0 ({h.name}): {h.name}: ")
     monkeypatch.setattr(SshRunner, "read", real_read)
-    assert Watcher(launcher).poll(job)["errors"] == []
-    assert stored_lines(launcher.store, job) == complete_lines(log)[-5000:]
-    assert launcher.store.log_lines(job, 0, 1)[0][0] == 30000  # line numbers: every line counted once
+    assert Watcher(jobs).poll(job)["errors"] == []
+    assert stored_lines(jobs.store, job) == complete_lines(log)[-5000:]
+    assert jobs.store.log_lines(job, 0, 1)[0][0] == 30000  # line numbers: every line counted once
 
-    others = [Launcher(Store(tmp_path / "db.sqlite")) for _ in range(2)]
+    others = [Jobs(Store(tmp_path / "db.sqlite")) for _ in range(2)]
     stop = threading.Event()
 
     def watch(lz):
@@ -168,11 +168,11 @@ def test_ssh_killed_mid_stream_loses_and_repeats_no_line_and_two_watchers_agree(
     stop.set()
     for t in threads:
         t.join()
-    Watcher(launcher).poll(job)
-    assert stored_lines(launcher.store, job) == complete_lines(log)[-5000:]
-    assert launcher.store.log_lines(job, 0, 1)[0][0] == 33000
+    Watcher(jobs).poll(job)
+    assert stored_lines(jobs.store, job) == complete_lines(log)[-5000:]
+    assert jobs.store.log_lines(job, 0, 1)[0][0] == 33000
     for lz in others:
-        lz.pool.close()
+        lz.close()
 
 
 def test_the_cli_killed_mid_launch_is_cleaned_up_on_reattach(ssh_env, env_dir, tmp_path):  # noqa: F811
@@ -201,25 +201,25 @@ def test_the_cli_killed_mid_launch_is_cleaned_up_on_reattach(ssh_env, env_dir, t
         cli.wait(10)
         store = Store(tmp_path / "db.sqlite")
         assert store.job("f-cli-killed")["state"] == "starting" and job_pids("f-cli-killed", store)
-        lz = Launcher(store)
+        lz = Jobs(store)
         assert lz.reattach() == {"f-cli-killed": "failed"}
         assert "interrupted during starting" in store.job("f-cli-killed")["error"]
         assert not job_pids("f-cli-killed", store)  # the server, and the health probe on the trainer's host
-        lz.pool.close()
+        lz.close()
     finally:
         cli.kill()
         stop_active_jobs(tmp_path / "db.sqlite")
 
 
-def test_a_job_that_ended_unwatched_is_fetched_once_after_a_restart(launcher, ssh_env, env_dir, tmp_path):  # noqa: F811
+def test_a_job_that_ended_unwatched_is_fetched_once_after_a_restart(jobs, ssh_env, env_dir, tmp_path):  # noqa: F811
     (h,) = ssh_env.add(1)
     (env_dir / "bin" / "swift").write_text(CHATTY)
-    job = launcher.launch(with_env(workload_spec([h], env_dir, tmp_path, seconds=0.5), LINES_OUT="200"), "f-unwatched")
+    job = launch(jobs, with_env(workload_spec([h], env_dir, tmp_path, seconds=0.5), LINES_OUT="200"), "f-unwatched")
     assert wait_for(lambda: (tmp_path / "runs" / job / "exit_code.0").exists())
-    launcher.pool.close()  # the app is gone; the job ends meanwhile
-    again = Launcher(Store(tmp_path / "db.sqlite"))
+    jobs.close()  # the app is gone; the job ends meanwhile
+    again = Jobs(Store(tmp_path / "db.sqlite"))
     assert Watcher(again).reattach() == {job: []}
     assert again.store.job(job)["state"] == "succeeded"
     assert stored_lines(again.store, job) == [f"line {i} " for i in range(200)]
     assert Watcher(again).reattach() == {}  # fetched once: nothing left to do for it
-    again.pool.close()
+    again.close()

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from grpo_ui.jobs import Jobs
 from grpo_ui.monitor.watch import Watcher
-from grpo_ui.remote.launcher import Launcher
 from grpo_ui.remote.preflight import preflight
 from grpo_ui.rules import validate
 from grpo_ui.spec import SpecError, spec_from_yaml, spec_to_yaml, validate_spec
@@ -192,8 +192,8 @@ def wait_for(fn, timeout=30.0):
 @given(value=HOSTILE)
 def test_hostile_values_reach_every_remote_command_as_data(tmp_path_factory, value):
     """One hostile string (it is also a directory name) in the python env, run root, workdir, output dir, model,
-    dataset path, env values and the secret: launch, status, the watcher's pass, preflight and stop all run, swift
-    gets exactly the values, and no `touch pwned` anywhere ran."""
+    dataset path, env values and the secret: launch, status, the GPU sampler, the watcher's pass, preflight and stop
+    all run, swift gets exactly the values, and no `touch pwned` anywhere ran."""
     tmp = tmp_path_factory.mktemp("hostile")
     env_dir, run_root, workdir = tmp / f"env{value}", tmp / f"runs{value}", tmp / f"work{value}"
     (env_dir / "bin").mkdir(parents=True)
@@ -209,10 +209,10 @@ def test_hostile_values_reach_every_remote_command_as_data(tmp_path_factory, val
         "rollout": {"use_vllm": False, "vllm_mode": None}, "env": {"USER_VALUE": value, "REC": str(tmp / "rec")},
         "cluster": {"run_root": str(run_root), "workdir": str(workdir), "master_port": 20000 + os.getpid() % 9000,
                     "nodes": [{"host": "localhost", "python_env": str(env_dir), "env": {"NODE_VALUE": value}}]}})
-    launcher = Launcher(Store(tmp / "db.sqlite"))
-    job = launcher.launch(spec, f"h-{uuid.uuid4().hex[:8]}", secrets={"API_TOKEN": value})
+    jobs = Jobs(Store(tmp / "db.sqlite"), telemetry=True)  # its sampler runs in the node's python env
+    job = jobs.launch(jobs.plan(spec, f"h-{uuid.uuid4().hex[:8]}"), secrets={"API_TOKEN": value})
     try:
-        assert wait_for(lambda: launcher.refresh(job) == "succeeded")
+        assert wait_for(lambda: jobs.refresh(job) == "succeeded")
         argv = (tmp / "rec" / "argv").read_bytes().split(b"\0")[:-1]
         env = dict(e.split(b"=", 1) for e in (tmp / "rec" / "env").read_bytes().split(b"\0")[:-1])
         assert [a.decode() for a in argv] == train_command(spec).argv
@@ -220,10 +220,10 @@ def test_hostile_values_reach_every_remote_command_as_data(tmp_path_factory, val
             ("USER_VALUE", "NODE_VALUE", "API_TOKEN"), value)
         assert (run_root / job / "exit_code.0").read_text().strip() == "0"
         assert not list((run_root / job).glob("*secrets*"))
-        assert Watcher(launcher).poll(job)["errors"] == []
-        facts, _ = preflight(spec, launcher.pool)
+        assert Watcher(jobs).poll(job)["errors"] == []
+        facts, _ = preflight(spec, jobs.pool)
         assert facts[0].error is None and facts[0].paths == {"./" + value: True}
-        assert launcher.stop(job, grace=2) == {"localhost": "gone"}
+        assert jobs.stop(job, grace=2) == {"localhost": "gone"}
     finally:
-        launcher.stop(job, grace=2)
+        jobs.stop(job, grace=2)
     assert not [*tmp.rglob("pwned"), *Path.home().glob("pwned"), *Path.cwd().glob("pwned")]

@@ -1,9 +1,10 @@
-"""Launch, follow, stop and re-attach a job on real sshd test hosts.
+"""Launch, follow, stop and re-attach a job on real sshd test hosts, through the jobs service and the SSH backend.
 
 The workload is a small real Python program put on the hosts' PATH as `swift` (the real ms-swift runs in the
 end-to-end tests); it prints its rank, runs for WORK_SECONDS and exits with WORK_EXIT.
 """
 
+import json
 import os
 import shutil
 import stat
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_ui.remote.launcher import Launcher, LaunchError, launch_tag
+from grpo_ui.jobs import HANDLE, Jobs, LaunchError
 from grpo_ui.remote.ssh import Connection
 from grpo_ui.spec import validate_spec
 from grpo_ui.store import Store
@@ -30,11 +31,22 @@ sys.exit(int(os.environ.get("WORK_EXIT", "0")))' "$@"
 """
 
 
+def launch(jobs: Jobs, spec, job_id: str, **kwargs) -> str:
+    """Plan the job once and launch that plan, as the Launch page and the CLI do."""
+    return jobs.launch(jobs.plan(spec, job_id), **kwargs)
+
+
+def handle_of(store: Store, job_id: str) -> dict | None:
+    return json.loads(store.meta(job_id, HANDLE) or "null")
+
+
 def job_pids(job_id: str, store: Store) -> list[int]:
     """Processes on this machine (all test hosts share its process table) that belong to this launch of the job;
     other test sessions on the machine may run jobs of the same id at the same time."""
-    job = store.job(job_id)
-    prefix, suffix = f"GRPO_UI_RUN={job_id}/".encode(), f"@{launch_tag(job)}".encode()
+    handle = handle_of(store, job_id)
+    if not handle:  # nothing was started
+        return []
+    prefix, suffix = f"GRPO_UI_RUN={job_id}/".encode(), f"@{handle['tag']}".encode()
     found = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
@@ -77,14 +89,14 @@ def workload_spec(hosts, env_dir, tmp_path, seconds=1.0, exit_code=0, **extra):
 
 
 @pytest.fixture
-def launcher(ssh_env, tmp_path):
-    launcher = Launcher(Store(tmp_path / "db.sqlite"))
-    yield launcher
-    launcher.pool.close()
+def jobs(ssh_env, tmp_path):
+    jobs = Jobs(Store(tmp_path / "db.sqlite"))
+    yield jobs
+    jobs.close()
     stop_active_jobs(tmp_path / "db.sqlite")
 
 
-def test_two_hosts_run_to_success_with_secrets_kept_out_of_scripts(launcher, ssh_env, env_dir, tmp_path, monkeypatch):
+def test_two_hosts_run_to_success_with_secrets_kept_out_of_scripts(jobs, ssh_env, env_dir, tmp_path, monkeypatch):
     """The secret reaches both jobs through a 0600 file that is gone once they run: no command line, no file of the
     run directory, no log and no byte of the job database holds it."""
     hosts = ssh_env.add(2)
@@ -94,7 +106,7 @@ def test_two_hosts_run_to_success_with_secrets_kept_out_of_scripts(launcher, ssh
     spec = workload_spec(hosts, env_dir, tmp_path, seconds=1, secret_env=["API_TOKEN"])
     spec = validate_spec({**spec.model_dump(), "env": {**spec.env, "SEEN_AT": str(tmp_path / "seen")}})
     with pytest.raises(LaunchError, match="API_TOKEN"):
-        launcher.launch(spec, "wl-secret-missing")
+        launch(jobs, spec, "wl-secret-missing")
     progress, modes = [], []
     secret = "s3cr'et $(touch /tmp/grpo-ui-pwned) `id`"
     rd = tmp_path / "runs" / "wl-ok"
@@ -102,63 +114,64 @@ def test_two_hosts_run_to_success_with_secrets_kept_out_of_scripts(launcher, ssh
     def watch(host, msg):  # the secrets files while they exist (before the scripts have read them)
         progress.append((host, msg))
         modes.extend(stat.S_IMODE(p.stat().st_mode) for p in rd.glob("*.secrets.env") if p.exists())
-    job = launcher.launch(spec, "wl-ok", secrets={"API_TOKEN": secret}, progress=watch)
+    job = launch(jobs, spec, "wl-ok", secrets={"API_TOKEN": secret}, progress=watch)
     assert not list(rd.glob("*secrets*")), "a secrets file stayed on a node after the start"
-    nodes = launcher.store.nodes(job)
-    assert [n["state"] for n in nodes] == ["running", "running"] and all(n["pid"] == n["pgid"] for n in nodes)
+    nodes = jobs.store.nodes(job)
+    assert [n["state"] for n in nodes] == ["running", "running"]
+    assert all(n["pid"] == n["pgid"] for n in handle_of(jobs.store, job)["nodes"])  # each its own session
     assert {h for h, m in progress if m.startswith("running")} == {h.name for h in hosts}
-    assert wait_for(lambda: launcher.refresh(job) == "succeeded")
+    assert wait_for(lambda: jobs.refresh(job) == "succeeded")
     assert [(tmp_path / f"seen{r}").read_text() for r in (0, 1)] == [secret, secret]  # the jobs got the value
     assert set(modes) <= {0o600} and not os.path.exists("/tmp/grpo-ui-pwned")
     assert all("s3cr" not in p.read_text() for p in rd.iterdir())  # scripts, logs, pid and exit files
     assert commands and not any("s3cr" in c for c in commands)  # it travelled in the SSH session's input
     assert not any(b"s3cr" in p.read_bytes() for p in tmp_path.glob("db.sqlite*"))
     assert "rank 1 of 2 master " + hosts[0].addr in (rd / "node_1.log").read_text()
-    assert [n["exit_code"] for n in launcher.store.nodes(job)] == [0, 0]
-    assert not job_pids(job, launcher.store)
+    assert [n["exit_code"] for n in jobs.store.nodes(job)] == [0, 0]
+    assert not job_pids(job, jobs.store)
 
 
-def test_stop_mid_run_leaves_nothing(launcher, ssh_env, env_dir, tmp_path):
+def test_stop_mid_run_leaves_nothing(jobs, ssh_env, env_dir, tmp_path):
     hosts = ssh_env.add(2)
-    job = launcher.launch(workload_spec(hosts, env_dir, tmp_path, seconds=120), "wl-stop")
-    assert wait_for(lambda: len(job_pids(job, launcher.store)) >= 4)  # bash + python per node
-    outcome = launcher.stop(job, grace=5)
+    job = launch(jobs, workload_spec(hosts, env_dir, tmp_path, seconds=120), "wl-stop")
+    assert wait_for(lambda: len(job_pids(job, jobs.store)) >= 4)  # bash + python per node
+    outcome = jobs.stop(job, grace=5)
     assert set(outcome) == {h.name for h in hosts} and all(o in ("stopped", "killed") for o in outcome.values())
-    assert not job_pids(job, launcher.store)
-    assert launcher.store.job(job)["state"] == "stopped"
+    assert not job_pids(job, jobs.store)
+    assert jobs.store.job(job)["state"] == "stopped"
 
 
-def test_partial_launch_failure_stops_what_started_and_names_the_host(launcher, ssh_env, env_dir, tmp_path):
+def test_partial_launch_failure_stops_what_started_and_names_the_host(jobs, ssh_env, env_dir, tmp_path):
     hosts = ssh_env.add(2)
     spec = workload_spec(hosts, env_dir, tmp_path, seconds=120)
     nodes = [n.model_dump() for n in spec.cluster.nodes]
     nodes[1]["python_env"] = "/nonexistent/env"  # swift is not found there: that node exits at once
     spec = validate_spec({**spec.model_dump(), "cluster": {**spec.cluster.model_dump(), "nodes": nodes}})
     with pytest.raises(LaunchError) as e:
-        launcher.launch(spec, "wl-partial")
+        launch(jobs, spec, "wl-partial")
     assert f"{hosts[1].name}: node_1.sh did not start" in str(e.value) and "swift: command not found" in str(e.value)
-    assert launcher.store.job("wl-partial")["state"] == "failed"
-    assert wait_for(lambda: not job_pids("wl-partial", launcher.store), 10)
+    assert jobs.store.job("wl-partial")["state"] == "failed"
+    assert wait_for(lambda: not job_pids("wl-partial", jobs.store), 10)
 
 
-def test_unreachable_host_fails_before_anything_starts(launcher, ssh_env, env_dir, tmp_path):
+def test_unreachable_host_fails_before_anything_starts(jobs, ssh_env, env_dir, tmp_path):
     hosts = ssh_env.add(1)
     spec = workload_spec(hosts, env_dir, tmp_path)
     nodes = [n.model_dump() for n in spec.cluster.nodes] + [{"host": f"10.{ssh_env.subnet}.0.251", "user": "root",
                                                              "gpus": [0], "python_env": str(env_dir)}]
     spec = validate_spec({**spec.model_dump(), "cluster": {**spec.cluster.model_dump(), "nodes": nodes}})
     with pytest.raises(LaunchError, match=f"10.{ssh_env.subnet}.0.251"):
-        launcher.launch(spec, "wl-unreachable")
-    assert not job_pids("wl-unreachable", launcher.store)
+        launch(jobs, spec, "wl-unreachable")
+    assert not job_pids("wl-unreachable", jobs.store)
 
 
 def test_restart_reattaches_and_a_node_killed_from_outside_fails_the_job(ssh_env, env_dir, tmp_path):
     hosts = ssh_env.add(2)
-    first = Launcher(Store(tmp_path / "db.sqlite"))
-    job = first.launch(workload_spec(hosts, env_dir, tmp_path, seconds=120), "wl-reattach")
-    first.pool.close()
+    first = Jobs(Store(tmp_path / "db.sqlite"))
+    job = launch(first, workload_spec(hosts, env_dir, tmp_path, seconds=120), "wl-reattach")
+    first.close()
     del first  # the app goes away; the job does not
-    again = Launcher(Store(tmp_path / "db.sqlite"))
+    again = Jobs(Store(tmp_path / "db.sqlite"))
     assert again.reattach() == {job: "running"}
     node1 = next(n for n in again.store.nodes(job) if n["node_rank"] == 1)
     workload = [p for p in job_pids(job, again.store) if b"python3" in Path(f"/proc/{p}/cmdline").read_bytes()
@@ -168,23 +181,23 @@ def test_restart_reattaches_and_a_node_killed_from_outside_fails_the_job(ssh_env
     error = again.store.job(job)["error"]
     assert error.startswith(f"node {node1['node_index']} ({hosts[1].name}, rank 1) failed first: exit code 137")
     assert wait_for(lambda: not job_pids(job, again.store), 15)
-    again.pool.close()
+    again.close()
 
 
-def test_local_node_runs_through_the_same_launcher_without_ssh(env_dir, tmp_path):
+def test_local_node_runs_through_the_same_backend_without_ssh(env_dir, tmp_path):
     """The dashboard's own machine ('localhost'): subprocess instead of SSH, same run dir, pid and exit-code files."""
-    launcher = Launcher(Store(tmp_path / "db.sqlite"))
+    jobs = Jobs(Store(tmp_path / "db.sqlite"))
     spec = validate_spec({**workload_spec([], env_dir, tmp_path).model_dump(), "cluster": {
         "run_root": str(tmp_path / "runs"), "nodes": [{"host": "localhost", "gpus": [0], "python_env": str(env_dir)}]}})
-    job = launcher.launch(spec, "local-ok")
-    assert wait_for(lambda: launcher.refresh(job) == "succeeded")
+    job = launch(jobs, spec, "local-ok")
+    assert wait_for(lambda: jobs.refresh(job) == "succeeded")
     assert (tmp_path / "runs/local-ok/exit_code.0").read_text().strip() == "0"
     assert (tmp_path / "runs/local-ok/node_0.pid").exists()
     spec_long = validate_spec({**spec.model_dump(), "env": {"WORK_SECONDS": "120", "WORK_EXIT": "0"}})
-    job = launcher.launch(spec_long, "local-stop")
-    assert wait_for(lambda: len(job_pids(job, launcher.store)) >= 2)
-    assert launcher.stop(job, grace=5) == {"localhost": "stopped"}
-    assert not job_pids(job, launcher.store)
+    job = launch(jobs, spec_long, "local-stop")
+    assert wait_for(lambda: len(job_pids(job, jobs.store)) >= 2)
+    assert jobs.stop(job, grace=5) == {"localhost": "stopped"}
+    assert not job_pids(job, jobs.store)
 
 
 SERVER_WORKLOAD = """#!/bin/bash
@@ -212,19 +225,19 @@ def server_spec(trainer, roll, env_dir, tmp_path, broken=False, timeout=20):
                           "cluster": {**base.cluster.model_dump(), "nodes": nodes}})
 
 
-def test_rollout_servers_start_first_and_must_be_healthy(launcher, ssh_env, env_dir, tmp_path):
+def test_rollout_servers_start_first_and_must_be_healthy(jobs, ssh_env, env_dir, tmp_path):
     trainer, roll = ssh_env.add(2)
     (env_dir / "bin" / "swift").write_text(SERVER_WORKLOAD)
     progress = []
-    job = launcher.launch(server_spec(trainer, roll, env_dir, tmp_path), "srv-ok",
+    job = launch(jobs, server_spec(trainer, roll, env_dir, tmp_path), "srv-ok",
                           progress=lambda host, msg: progress.append((host, msg)))
     assert (roll.name, "healthy") in progress
     assert progress.index((roll.name, "healthy")) < progress.index((trainer.name, "starting"))
-    assert wait_for(lambda: launcher.refresh(job) == "succeeded")  # the trainer finished; the server is stopped
-    assert not job_pids(job, launcher.store)
+    assert wait_for(lambda: jobs.refresh(job) == "succeeded")  # the trainer finished; the server is stopped
+    assert not job_pids(job, jobs.store)
     with pytest.raises(LaunchError, match=f"{roll.name}: .*did not start|did not answer /health/"):
-        launcher.launch(server_spec(trainer, roll, env_dir, tmp_path, broken=True, timeout=4), "srv-broken")
-    assert launcher.store.job("srv-broken")["state"] == "failed" and not job_pids("srv-broken", launcher.store)
+        launch(jobs, server_spec(trainer, roll, env_dir, tmp_path, broken=True, timeout=4), "srv-broken")
+    assert jobs.store.job("srv-broken")["state"] == "failed" and not job_pids("srv-broken", jobs.store)
 
 
 ENV_I_WORKLOAD = """#!/bin/bash
@@ -240,33 +253,35 @@ def alive(pid: int) -> bool:
         return False
 
 
-def test_stop_reaches_a_child_that_cleared_its_environment_through_the_process_group(launcher, ssh_env, env_dir,
+def test_stop_reaches_a_child_that_cleared_its_environment_through_the_process_group(jobs, ssh_env, env_dir,
                                                                                       tmp_path):
     (h,) = ssh_env.add(1)
     (env_dir / "bin" / "swift").write_text(ENV_I_WORKLOAD)
     pidfile = tmp_path / "child.pid"
     spec = workload_spec([h], env_dir, tmp_path)
     spec = validate_spec({**spec.model_dump(), "env": {"CHILD_PIDFILE": str(pidfile)}})
-    job = launcher.launch(spec, "wl-env-i")
+    job = launch(jobs, spec, "wl-env-i")
     assert wait_for(lambda: pidfile.exists() and pidfile.read_text().strip())
     child = int(pidfile.read_text())
-    node = launcher.store.nodes(job)[0]
+    node = handle_of(jobs.store, job)["nodes"][0]
     assert b"GRPO_UI_RUN" not in Path(f"/proc/{child}/environ").read_bytes()  # invisible to the token search
     assert os.getpgid(child) == node["pgid"]
-    assert launcher.stop(job, grace=5) == {h.name: "stopped"}
+    assert jobs.stop(job, grace=5) == {h.name: "stopped"}
     assert wait_for(lambda: not alive(child), 5), "the env -i child survived the stop"
-    assert not job_pids(job, launcher.store)
+    assert not job_pids(job, jobs.store)
 
 
-def test_a_recycled_process_group_is_never_signalled(launcher, ssh_env, env_dir, tmp_path):
+def test_a_recycled_process_group_is_never_signalled(jobs, ssh_env, env_dir, tmp_path):
     """A stored pgid whose leader now has another start time (the pid was reused) is left alone."""
     (h,) = ssh_env.add(1)
-    job = launcher.launch(workload_spec([h], env_dir, tmp_path, seconds=120), "wl-recycled")
+    job = launch(jobs, workload_spec([h], env_dir, tmp_path, seconds=120), "wl-recycled")
     stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)  # its own group, pgid == pid
     try:
-        launcher.store.set_node(job, 0, pgid=stranger.pid, proc_start="1")
-        assert launcher.stop(job, grace=5) == {h.name: "stopped"}  # the job's own processes, by their token
-        assert not job_pids(job, launcher.store)
+        handle = handle_of(jobs.store, job)
+        handle["nodes"][0].update(pgid=stranger.pid, start="1")
+        jobs.store.set_meta(job, HANDLE, json.dumps(handle))
+        assert jobs.stop(job, grace=5) == {h.name: "stopped"}  # the job's own processes, by their token
+        assert not job_pids(job, jobs.store)
         assert stranger.poll() is None, "a process group that is not the job's was signalled"
     finally:
         stranger.kill()
@@ -286,7 +301,7 @@ def swift_env(tmp_path):
     return d.parent
 
 
-def test_preflight_is_the_first_state_and_its_errors_start_nothing(launcher, ssh_env, swift_env, tmp_path):
+def test_preflight_is_the_first_state_and_its_errors_start_nothing(jobs, ssh_env, swift_env, tmp_path):
     (h,) = ssh_env.add(1)
     base = workload_spec([h], swift_env, tmp_path).model_dump()
     data = tmp_path / "data.jsonl"
@@ -294,21 +309,21 @@ def test_preflight_is_the_first_state_and_its_errors_start_nothing(launcher, ssh
     states = []
 
     def progress(host, msg, job="wl-preflight-bad"):
-        states.append((msg, launcher.store.job(job)["state"]))
+        states.append((msg, jobs.store.job(job)["state"]))
     with pytest.raises(LaunchError, match=f"PREFLIGHT-PATH-MISSING.*\\n.*{h.name}: {data} does not exist"):
-        launcher.launch(spec, "wl-preflight-bad", progress=progress, preflight=True)
+        launch(jobs, spec, "wl-preflight-bad", progress=progress, preflight=True)
     assert ("checked", "preflight") in states and not any(m == "starting" for m, _ in states)
-    job = launcher.store.job("wl-preflight-bad")
+    job = jobs.store.job("wl-preflight-bad")
     assert job["state"] == "failed" and "PREFLIGHT-PATH-MISSING" in job["error"]
-    assert not (tmp_path / "runs" / "wl-preflight-bad").exists() and not launcher.store.nodes(job["id"])[0]["pid"]
+    assert not (tmp_path / "runs" / "wl-preflight-bad").exists() and not jobs.store.nodes(job["id"])[0]["pid"]
     data.write_text("{}\n")
     states.clear()
     start = time.time()
-    job = launcher.launch(spec, "wl-preflight-ok", progress=lambda host, msg: progress(host, msg, "wl-preflight-ok"),
+    job = launch(jobs, spec, "wl-preflight-ok", progress=lambda host, msg: progress(host, msg, "wl-preflight-ok"),
                           preflight=True)
     print(f"launch with preflight on one host: {time.time() - start:.2f} s")
     assert ("checked", "preflight") in states and ("starting", "starting") in states
-    assert wait_for(lambda: launcher.refresh(job) == "succeeded")
+    assert wait_for(lambda: jobs.refresh(job) == "succeeded")
 
 
 def test_a_launch_abandoned_during_preflight_fails_on_reattach(tmp_path):
@@ -317,22 +332,42 @@ def test_a_launch_abandoned_during_preflight_fails_on_reattach(tmp_path):
     store.create_job("left-in-preflight", "n", "name: n\n", "preflight")
     store.create_job("just-started-preflight", "n", "name: n\n", "preflight")
     store.set_job("left-in-preflight", created=time.time() - 3600)
-    assert Launcher(store).reattach() == {"left-in-preflight": "failed", "just-started-preflight": "preflight"}
+    assert Jobs(store).reattach() == {"left-in-preflight": "failed", "just-started-preflight": "preflight"}
     assert "stopped during preflight" in store.job("left-in-preflight")["error"]
 
 
 def test_stopping_a_job_leaves_a_job_of_the_same_id_from_another_dashboard_alone(ssh_env, env_dir, tmp_path):
     (h,) = ssh_env.add(1)
-    mine, theirs = (Launcher(Store(tmp_path / f"{who}.sqlite")) for who in ("mine", "theirs"))
+    mine, theirs = (Jobs(Store(tmp_path / f"{who}.sqlite")) for who in ("mine", "theirs"))
     try:
-        for launcher, who in ((mine, "mine"), (theirs, "theirs")):
-            launcher.launch(workload_spec([h], env_dir, tmp_path / who, seconds=120), "same-id")
+        for jobs, who in ((mine, "mine"), (theirs, "theirs")):
+            launch(jobs, workload_spec([h], env_dir, tmp_path / who, seconds=120), "same-id")
         assert wait_for(lambda: len(job_pids("same-id", theirs.store)) >= 2)
         assert mine.stop("same-id", grace=5) == {h.name: "stopped"}
         assert not job_pids("same-id", mine.store)
         assert len(job_pids("same-id", theirs.store)) >= 2 and theirs.refresh("same-id") == "running"
         assert theirs.stop("same-id", grace=5) == {h.name: "stopped"}
     finally:
-        for who, launcher in (("mine", mine), ("theirs", theirs)):
-            launcher.pool.close()
+        for who, jobs in (("mine", mine), ("theirs", theirs)):
+            jobs.close()
             stop_active_jobs(tmp_path / f"{who}.sqlite")
+
+
+def test_a_launch_starts_its_plan_as_it_was_resolved(env_dir, tmp_path, monkeypatch):
+    """The plan is resolved once: launching it validates, estimates, fits and renders nothing again; the estimate
+    kept with the job and the script each node runs are the plan's."""
+    jobs = Jobs(Store(tmp_path / "db.sqlite"))
+    spec = validate_spec({**workload_spec([], env_dir, tmp_path).model_dump(), "cluster": {
+        "run_root": str(tmp_path / "runs"), "nodes": [{"host": "localhost", "gpus": [0], "python_env": str(env_dir)}]}})
+    plan = jobs.plan(spec, "planned")
+
+    def again(*args, **kwargs):
+        raise AssertionError("the launch resolved the job again")
+    for module, name in (("grpo_ui.plan", "check"), ("grpo_ui.plan", "render"), ("grpo_ui.plan", "estimate_at_launch"),
+                         ("grpo_ui.check", "estimate_spec"), ("grpo_ui.check", "suggest"), ("grpo_ui.render", "render"),
+                         ("grpo_ui.rules", "validate")):
+        monkeypatch.setattr(f"{module}.{name}", again)
+    job = jobs.launch(plan)
+    assert wait_for(lambda: jobs.refresh(job) == "succeeded")
+    assert jobs.store.memory_estimate(job) == plan.estimate and plan.estimate["roles"][0]["peak_gib"] > 0
+    assert (tmp_path / "runs/planned/node_0.sh").read_text() == plan.bundle.files["node_0.sh"]

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from grpo_ui.calibration import evaluate, held_out, problems
+from grpo_ui.catalog import fetch_hf_config
 from grpo_ui.memory import estimate_spec
 from grpo_ui.monitor.gpu import parse_smi_line
 from grpo_ui.monitor.memory_loop import comparison, estimate_at_launch, export_rows, gpu_roles, record_peaks
@@ -85,8 +86,9 @@ def test_a_model_the_catalogue_lacks_is_estimated_from_its_config_json_on_the_no
     model.mkdir()
     (model / "config.json").write_text(json.dumps(QWEN25_7B_CONFIG))
     spec = job_spec(model=str(model))
-    assert estimate_at_launch(spec, LocalRunner())["roles"][0]["peak_gib"] > 0
-    missing = estimate_at_launch(job_spec(model="/nowhere/model"), LocalRunner())
+    on_node = lambda path: fetch_hf_config(LocalRunner(), path)  # noqa: E731
+    assert estimate_at_launch(spec, read_config=on_node)["roles"][0]["peak_gib"] > 0
+    missing = estimate_at_launch(job_spec(model="/nowhere/model"), read_config=on_node)
     assert "unknown architecture" in missing["error"] and "On node 0" in missing["error"]
 
 

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from grpo_ui.jobs import Jobs
 from grpo_ui.monitor.doctor import Snapshot, diagnose
-from grpo_ui.monitor.gpu import APPS, TICK, AppsReader, SmiChannel, parse_smi_line
+from grpo_ui.monitor.gpu import PROCESSES, TICK, AppsReader, SmiChannel, parse_smi_line
 from grpo_ui.monitor.logs import LogTail, LogWindow, fold_cr
 from grpo_ui.monitor.metrics import (
     completions_file,
@@ -25,7 +26,6 @@ from grpo_ui.monitor.metrics import (
     parse_stdout_line,
 )
 from grpo_ui.monitor.watch import Watcher
-from grpo_ui.remote.launcher import Launcher
 from grpo_ui.remote.runner import LocalRunner, SshRunner
 from grpo_ui.remote.ssh import Pool
 from grpo_ui.spec import validate_spec
@@ -331,13 +331,14 @@ def test_smi_channel_over_ssh_restarts_after_a_drop(ssh_env, tmp_path):
     (h,) = ssh_env.add(1)
     standin = tmp_path / "bin" / "nvidia-smi"
     standin.parent.mkdir()
-    # prints one documented-format tick of 8 GPUs, then exits as a dropped channel would
-    standin.write_text(f"#!/bin/bash\nhead -n 8 {DATA / 'nvidia-smi/busy.csv'}\n")
+    # the UUID map, or one documented-format tick of 8 GPUs, then exits as a dropped channel would
+    standin.write_text(f"#!/bin/bash\ncase \"$*\" in *index,uuid*) cat {DATA / 'nvidia-smi/gpu_uuid.csv'} ;;\n"
+                       f"  *) head -n 8 {DATA / 'nvidia-smi/busy.csv'} ;;\nesac\n")
     standin.chmod(0o755)
     pool = Pool()
 
     def open_stream(cmd):
-        _, out, _ = pool.get(h.name).client.exec_command(f"PATH={standin.parent}:$PATH {cmd}", timeout=10)
+        _, out, _ = pool.get(h.name).client.exec_command(f"export PATH={standin.parent}:$PATH; {cmd}", timeout=10)
         return iter(out.readline, "")
 
     samples = []
@@ -383,7 +384,7 @@ esac
 
     snaps = []
     channel = collect(SmiChannel(h.name, open_stream, lambda s: (snaps.append(s), store.set_gpu_processes("j", s)),
-                                 interval_ms=100, query=APPS), snaps, 3, 20)
+                                 interval_ms=100, query=PROCESSES), snaps, 3, 20)
     pool.close()
     assert len(snaps) >= 3 and channel.restarts >= 1
     rows = store.gpu_processes("j")
@@ -421,10 +422,10 @@ def sleeper_job(ssh_env, tmp_path, request):
         "rollout": {"use_vllm": False, "vllm_mode": None},
         "cluster": {"nodes": [{"host": h.name, "address": h.addr, "gpus": [0], "python_env": str(env)}],
                     "run_root": str(tmp_path / "runs")}})
-    launcher = Launcher(Store(tmp_path / "db.sqlite"))
-    job = launcher.launch(spec, "watch-1")
-    yield launcher, job, tmp_path / "runs" / job
-    launcher.pool.close()
+    jobs = Jobs(Store(tmp_path / "db.sqlite"))
+    job = jobs.launch(jobs.plan(spec, "watch-1"))
+    yield jobs, job, tmp_path / "runs" / job
+    jobs.close()
     stop_active_jobs(tmp_path / "db.sqlite")
 
 
@@ -447,86 +448,86 @@ def at_step(line: str, step: int) -> str:
 
 
 def test_metrics_continue_after_the_logging_path_leaves_the_window(sleeper_job):
-    launcher, job, rd = sleeper_job
+    jobs, job, rd = sleeper_job
     run = rd / "out/v0-20261122-114336"
     swift_prints(rd, [line.replace("/tmp/tinyruns/out", str(rd / "out")) for line in STDOUT_LINES])
     swift_logs(run, JSONL[:3])
-    watcher = Watcher(launcher)
+    watcher = Watcher(jobs)
     assert watcher.poll(job)["new_steps"] == 3
     swift_prints(rd, [f"[INFO:swift] rollout {k}" for k in range(5200)])
     assert watcher.poll(job)["new_steps"] == 0
-    assert not launcher.store.log_lines(job, 0, 1, contains="The logging file will be saved in")  # scrolled out
+    assert not jobs.store.log_lines(job, 0, 1, contains="The logging file will be saved in")  # scrolled out
     swift_logs(run, [at_step(JSONL[2], 4)])
     assert watcher.poll(job)["new_steps"] == 1
-    assert [s for s, _ in launcher.store.metrics(job)["reward"]] == [1, 2, 3, 4]
+    assert [s for s, _ in jobs.store.metrics(job)["reward"]] == [1, 2, 3, 4]
 
 
 def test_without_log_anchors_the_newest_run_dir_since_launch_is_found(sleeper_job):
     """LOG_LEVEL=WARNING hides ms-swift's INFO lines (output_dir, logging file): the run dir is then listed."""
-    launcher, job, rd = sleeper_job
+    jobs, job, rd = sleeper_job
     old = rd / "out/v0-20261121-090000"
     swift_logs(old, [at_step(JSONL[0], 7)])
     os.utime(old / "logging.jsonl", (time.time() - 86400, time.time() - 86400))  # an earlier run, same output_dir
     swift_prints(rd, [line for line in STDOUT_LINES if "[INFO:swift]" not in line and "{'" not in line])
-    watcher = Watcher(launcher)
+    watcher = Watcher(jobs)
     assert watcher.poll(job)["new_steps"] == 0
     swift_logs(rd / "out/v1-20261122-114336", JSONL[:2])
     assert watcher.poll(job)["new_steps"] == 2
-    assert launcher.store.meta(job, "logging_jsonl") == str(rd / "out/v1-20261122-114336/logging.jsonl")
-    assert sorted({s for rows in launcher.store.metrics(job).values() for s, _ in rows}) == [1, 2]
+    assert jobs.store.meta(job, "logging_jsonl") == str(rd / "out/v1-20261122-114336/logging.jsonl")
+    assert sorted({s for rows in jobs.store.metrics(job).values() for s, _ in rows}) == [1, 2]
 
 
 @pytest.mark.parametrize("sleeper_job", [{}], indirect=True)
 def test_without_output_dir_the_run_dir_is_listed_where_ms_swift_puts_it(sleeper_job):
     """No --output_dir: ms-swift writes output/<model name>/vN-…/ under the working directory."""
-    launcher, job, rd = sleeper_job
+    jobs, job, rd = sleeper_job
     swift_prints(rd, [line for line in STDOUT_LINES if "[INFO:swift]" not in line and "{'" not in line])
     swift_logs(rd / "output/Qwen2.5-0.5B/v0-20261122-114336", JSONL[:2])
-    assert Watcher(launcher).poll(job)["new_steps"] == 2
+    assert Watcher(jobs).poll(job)["new_steps"] == 2
 
 
 def test_stdout_dicts_stand_in_until_logging_jsonl_appears_without_double_counting(sleeper_job):
-    launcher, job, rd = sleeper_job
+    jobs, job, rd = sleeper_job
     lines = [line.replace("/tmp/tinyruns/out", str(rd / "out")) for line in STDOUT_LINES]
     second_step = [k for k, line in enumerate(lines) if "{'loss'" in line][1]
     swift_prints(rd, lines[:second_step + 1])  # steps 1 and 2 printed; no logging.jsonl to read yet
-    watcher = Watcher(launcher)
+    watcher = Watcher(jobs)
     assert watcher.poll(job)["new_steps"] == 2
-    assert launcher.store.metrics(job)["seconds_per_step"][0] == (1, 0.1622)  # stdout's 4 significant digits
+    assert jobs.store.metrics(job)["seconds_per_step"][0] == (1, 0.1622)  # stdout's 4 significant digits
     swift_logs(rd / "out/v0-20261122-114336", JSONL[:3])
     swift_prints(rd, lines[second_step + 1:])
     assert watcher.poll(job)["new_steps"] == 1  # step 3; steps 1 and 2 are overwritten, not added
-    m = launcher.store.metrics(job)
+    m = jobs.store.metrics(job)
     assert [s for s, _ in m["reward"]] == [1, 2, 3]
     assert m["seconds_per_step"][0] == (1, 0.162195)  # logging.jsonl's value replaced stdout's
 
 
 def test_watcher_alerts_on_stored_gpu_samples_with_the_jobs_settings(sleeper_job):
-    launcher, job, _ = sleeper_job
-    launcher.store.add_gpu_samples(job, gpu_series(lambda t, g: (t // 20) % 2 == 0, time.time()))
-    alert = next(a for a in Watcher(launcher).poll(job)["alerts"] if a["id"] == "GPU-UNDERUSED")
+    jobs, job, _ = sleeper_job
+    jobs.store.add_gpu_samples(job, gpu_series(lambda t, g: (t // 20) % 2 == 0, time.time()))
+    alert = next(a for a in Watcher(jobs).poll(job)["alerts"] if a["id"] == "GPU-UNDERUSED")
     assert "sleep_level 0, offload_model False" in alert["fix"] and "(now 0.9)" in alert["fix"]
-    assert launcher.store.alerts(job)[0]["evidence"] == alert["evidence"]
+    assert jobs.store.alerts(job)[0]["evidence"] == alert["evidence"]
 
 
 def test_a_moving_tqdm_bar_without_a_new_line_counts_as_progress(sleeper_job):
     """Between metric lines (logging_steps > 1) rank 0 only redraws its Train bar with \\r: no new line arrives, the
     run is alive all the same; a redraw that only moves the bar's clock is not progress."""
-    launcher, job, rd = sleeper_job
-    watcher = Watcher(launcher)
+    jobs, job, rd = sleeper_job
+    watcher = Watcher(jobs)
     swift_prints(rd, ["[INFO:swift] The logging file will be saved in: /x/logging.jsonl"])
     bar = "\rTrain:  10%|█         | 1/10 [00:{:02d}<00:09,  1.00s/it]"
     with open(rd / "node_0.log", "a") as f:
         f.write(bar.format(1))
     watcher.poll(job)
-    first = launcher.store.meta(job, "progress_at:0")
-    assert first and launcher.store.meta(job, "pending:0") == "Train:  10%|█         | 1/10"
+    first = jobs.store.meta(job, "progress_at:0")
+    assert first and jobs.store.meta(job, "pending:0") == "Train:  10%|█         | 1/10"
     with open(rd / "node_0.log", "a") as f:
         f.write(bar.format(9))  # tqdm's monitor redrawing the same step
     watcher.poll(job)
-    assert launcher.store.meta(job, "progress_at:0") == first
+    assert jobs.store.meta(job, "progress_at:0") == first
     with open(rd / "node_0.log", "a") as f:
         f.write(bar.replace("10%|█  ", "20%|██ ").replace("1/10", "2/10").format(11))
     time.sleep(0.01)
     watcher.poll(job)
-    assert float(launcher.store.meta(job, "progress_at:0")) > float(first)
+    assert float(jobs.store.meta(job, "progress_at:0")) > float(first)

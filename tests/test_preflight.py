@@ -233,6 +233,6 @@ def test_local_node_falls_back_cleanly_from_nvml_to_nvidia_smi(gpu_env, tmp_path
     spec = validate_spec({**spec_for([], [], tmp_path).model_dump(), "cluster": {
         "run_root": str(tmp_path / "runs"), "nodes": [{"host": "localhost", "gpus": [0], "python_env": str(gpu_env)}]}})
     facts, findings = preflight(spec, Pool())
-    assert facts[0].gpu_source == "nvidia-smi" and [g["uuid"] for g in facts[0].gpus] == [GPU0, GPU1]
+    assert facts[0].gpu_source == "nvidia-smi" and [g["gpu_uuid"] for g in facts[0].gpus] == [GPU0, GPU1]
     assert facts[0].driver_cuda == "12.4" and facts[0].torch_cuda is None  # the real CPU build of torch
     assert not [f for f in findings if f.severity == "error"], findings

@@ -14,24 +14,31 @@ from pathlib import Path
 
 import pytest
 
-from grpo_ui.backends.jobs import STATUS, BackendJobs
 from grpo_ui.backends.slurm import SlurmBackend
 from grpo_ui.backends.slurm_text import gres_gpus
 from grpo_ui.check import check
+from grpo_ui.jobs import ENDED, STATUS, Jobs
+from grpo_ui.monitor.memory_loop import comparison
+from grpo_ui.monitor.watch import Watcher
+from grpo_ui.plan import make_plan
 from grpo_ui.render import render
 from grpo_ui.spec import SpecError, spec_to_yaml, validate_spec
 from grpo_ui.store import Store
 from tests.hosts import stop_active_jobs
 from tests.slurm import describe
 from tests.test_launcher import SERVER_WORKLOAD, wait_for
+from tests.test_telemetry import nvidia_smi_standin
 from tests.tiny_job import ASSETS, SWIFT_VENV, tiny_spec_data
 
 ROOT = Path(__file__).parent.parent
+CAPTURED_JSONL = ROOT / "tests/data/captured/swift46_tiny_grpo_logging.jsonl"  # a real ms-swift 4.6 run's
 # The recording `swift`: as `swift rollout` test_launcher's real HTTP server with /health/; as `swift rlhf` it writes
-# what its node saw and exits 7 on FAIL_RANK, or kills its own task's shell on KILL_RANK.
+# what its node saw, the logging.jsonl METRICS_FROM into the run dir METRICS_TO, and exits 7 on FAIL_RANK, or kills
+# its own task's shell on KILL_RANK.
 RECORDER = SERVER_WORKLOAD.removesuffix("exec sleep 1\n") + """
 echo "rank=$NODE_RANK of=$NNODES master=$MASTER_ADDR:$MASTER_PORT host=$(hostname) gpus=${CUDA_VISIBLE_DEVICES:-}\
  secret=${API_TOKEN:-} cwd=$PWD argv=$*" > "$RUN_DIR/seen.$NODE_RANK"
+[ -n "${METRICS_FROM:-}" ] && mkdir -p "$METRICS_TO" && cp "$METRICS_FROM" "$METRICS_TO/logging.jsonl"
 [ "$NODE_RANK" = "${KILL_RANK:-}" ] && { kill -9 "$PPID"; exit 0; }
 sleep "${WORK_SECONDS:-0}"
 exit $(( NODE_RANK == ${FAIL_RANK:--1} ? 7 : 0 ))
@@ -101,18 +108,25 @@ def recorder_spec(tmp_path, env_dir, nodes=2, partition="multi", env=None, rollo
     return validate_spec(data)
 
 
-def until_ended(backend, handle, timeout=60):
-    status = wait_for(lambda: (s := backend.poll(handle)).state not in ("queued", "running") and s, timeout)
-    assert status, backend.poll(handle)
-    return status
+@pytest.fixture
+def jobs(tmp_path):
+    jobs = Jobs(Store(tmp_path / "db.sqlite"))
+    yield jobs
+    jobs.close()
+    stop_active_jobs(tmp_path / "db.sqlite")
 
 
-def test_two_nodes_get_rank_master_gpus_and_secrets_and_the_failed_rank_is_named(slurm_env, env_dir, tmp_path):
+def run_to_end(jobs, spec, job_id, secrets=None, timeout=60):
+    """Launch the job's plan and follow it until it ends; its node rows (host, state, exit code) and handle."""
+    jobs.launch(jobs.plan(spec, job_id), secrets)
+    assert wait_for(lambda: jobs.refresh(job_id) in ENDED, timeout), jobs.store.job(job_id)
+    return [(n["host"], n["state"], n["exit_code"]) for n in jobs.store.nodes(job_id)], jobs.handle(job_id)
+
+
+def test_two_nodes_get_rank_master_gpus_and_secrets_and_the_failed_rank_is_named(slurm_env, env_dir, tmp_path,
+                                                                                 jobs):
     spec = recorder_spec(tmp_path, env_dir, env={"FAIL_RANK": "1"}, secret_env=["API_TOKEN"])
-    bundle = render(spec, "rec-two")
-    backend = SlurmBackend(spec)
-    handle = backend.start(bundle, {"API_TOKEN": "s3cr'et"})
-    status = until_ended(backend, handle)
+    nodes, handle = run_to_end(jobs, spec, "rec-two", {"API_TOKEN": "s3cr'et"})
     rd = tmp_path / "runs/rec-two"
     n1 = slurm_env.hosts[0].addr
     seen = [(rd / f"seen.{r}").read_text() for r in (0, 1)]
@@ -120,56 +134,48 @@ def test_two_nodes_get_rank_master_gpus_and_secrets_and_the_failed_rank_is_named
         assert f"rank={rank} of=2 master={n1}:29500 host=n{rank + 1} gpus=0 secret=s3cr'et cwd={rd}" in text
     assert "s3cr" not in (rd / "job.sbatch").read_text()
     assert not (rd / "job.secrets.env").exists()  # written 0600, read once by the batch script, then deleted
-    assert status.state == "failed" and (status.nodes[1].host, status.nodes[1].state, status.nodes[1].exit_code) == (
-        "n2", "failed", 7)
+    error = jobs.store.job("rec-two")["error"]
+    assert jobs.store.job("rec-two")["state"] == "failed" and nodes[1] == ("n2", "failed", 7)
     # rank 0 finished, or srun --kill-on-bad-exit ended it first, before it wrote its exit code
-    assert (status.nodes[0].host, status.nodes[0].state, status.nodes[0].exit_code) in (
-        ("n1", "succeeded", 0), ("n1", "failed", None))
-    assert status.error.startswith("node 1 (n2, rank 1) failed first: exit code 7; Slurm job ")
-    assert "FAILED" in status.error and "exit code 7" in status.error
+    assert nodes[0] in (("n1", "succeeded", 0), ("n1", "failed", None))
+    assert error.startswith("node 1 (n2, rank 1) failed first: exit code 7; Slurm job ")
+    assert "FAILED" in error and "exit code 7" in error
     assert not slurm_env.job_pids(handle["job"])
 
 
 def test_a_task_killed_before_writing_its_exit_code_is_named_from_srun_and_ends_the_others(slurm_env, env_dir,
-                                                                                          tmp_path):
+                                                                                          tmp_path, jobs):
     spec = recorder_spec(tmp_path, env_dir, env={"KILL_RANK": "1", "WORK_SECONDS": "120"})
-    backend = SlurmBackend(spec)
-    handle = backend.start(render(spec, "rec-killed"), {})
-    status = until_ended(backend, handle, 300)
+    nodes, handle = run_to_end(jobs, spec, "rec-killed", timeout=300)
     # rank 0 was ended by srun --kill-on-bad-exit: had it slept its 120 s, it would have written exit code 0
-    assert [(n.host, n.state, n.exit_code) for n in status.nodes] == [("n1", "failed", None), ("n2", "failed", None)]
-    assert status.error.startswith("node 1 (n2, rank 1) failed first: srun: task 1: Killed; Slurm job ")
+    assert nodes == [("n1", "failed", None), ("n2", "failed", None)]
+    error = jobs.store.job("rec-killed")["error"]
+    assert error.startswith("node 1 (n2, rank 1) failed first: srun: task 1: Killed; Slurm job "), error
     assert not slurm_env.job_pids(handle["job"])
 
 
 def test_rollout_servers_are_a_heterogeneous_component_the_trainer_finds_and_waits_for(slurm_env, env_dir,
-                                                                                        tmp_path):
+                                                                                        tmp_path, jobs):
     spec = recorder_spec(tmp_path, env_dir, nodes=1, rollout_gpus=2, server={"port": 18111},
                          rollout={"use_vllm": True, "vllm_mode": "server", "vllm_server_timeout": 30})
-    backend = SlurmBackend(spec)
-    handle = backend.start(render(spec, "rec-het"), {})
-    status = until_ended(backend, handle, 90)
+    (trainer, roll), handle = run_to_end(jobs, spec, "rec-het", timeout=90)
     rd = tmp_path / "runs/rec-het"
-    assert status.state == "succeeded", (status, (rd / f"slurm-{handle['job']}.out").read_text())
-    trainer, roll = status.nodes
-    assert (trainer.role, trainer.state, roll.role, roll.state) == ("trainer", "succeeded", "rollout", "stopped")
-    assert {trainer.host, roll.host} == {"n1", "n2"}
-    addr = slurm_env.hosts[int(roll.host[1:]) - 1].addr  # n1 runs on hosts[0], n2 on hosts[1]
+    assert jobs.store.job("rec-het")["state"] == "succeeded", (rd / f"slurm-{handle['job']}.out").read_text()
+    assert (trainer[1], roll[1]) == ("succeeded", "stopped") and {trainer[0], roll[0]} == {"n1", "n2"}
+    addr = slurm_env.hosts[int(roll[0][1:]) - 1].addr  # n1 runs on hosts[0], n2 on hosts[1]
     assert f"--vllm_server_host {addr} --vllm_server_port 18111" in (rd / "seen.0").read_text()
     assert not slurm_env.job_pids(handle["job"])
 
 
-def test_queued_jobs_show_reason_and_position_and_stop_while_queued(slurm_env, env_dir, tmp_path):
+def test_queued_jobs_show_reason_and_position_and_stop_while_queued(slurm_env, env_dir, tmp_path, jobs):
     """Held jobs (#SBATCH --hold from the extra lines) wait in the queue until they are cancelled."""
-    jobs = BackendJobs(Store(tmp_path / "db.sqlite"))
     spec = recorder_spec(tmp_path, env_dir, nodes=1, partition="single", slurm={"extra_sbatch": ["--hold"]})
-    first, second = (jobs.launch(spec, f"held-{k}") for k in (1, 2))
+    first, second = (jobs.launch(jobs.plan(spec, f"held-{k}")) for k in (1, 2))
     assert [jobs.refresh(j) for j in (first, second)] == ["starting", "starting"]
     words = [json.loads(jobs.store.meta(j, STATUS)) for j in (first, second)]
     assert [(w["reason"], w["queue_position"]) for w in words] == [("JobHeldUser", 1), ("JobHeldUser", 2)]
     assert "PENDING (JobHeldUser)" in words[0]["detail"]
-    assert jobs.stop(first) == {f"Slurm job {json.loads(jobs.store.meta(first, 'backend_handle'))['job']}":
-                                "stopped"}
+    assert jobs.stop(first) == {f"Slurm job {jobs.handle(first)['job']}": "stopped"}
     assert jobs.store.job(first)["state"] == "stopped"
     assert json.loads(jobs.store.meta(second, STATUS))["queue_position"] == 2
     jobs.refresh(second)
@@ -184,7 +190,7 @@ def test_preflight_names_partition_capacity_and_refused_requests_over_the_ssh_lo
 
     def findings(**changes):
         spec = recorder_spec(tmp_path, env_dir, cluster=login, **changes)
-        return {f.id: f for f in SlurmBackend(spec).prepare(render(spec, "pre"))}
+        return {f.id: f for f in SlurmBackend(spec).prepare(make_plan(spec, "pre"), lambda host, msg: None)[1]}
 
     assert findings() == {}  # two nodes wrote into run_root from their allocation, the login node saw it
     assert "single" in findings(slurm={"partition": "nope"})["SLURM-PARTITION"].message
@@ -192,6 +198,41 @@ def test_preflight_names_partition_capacity_and_refused_requests_over_the_ssh_lo
     assert "0 usable node(s) with ≥ 4 GPU(s)" in capacity and "2 trainer node(s)" in capacity
     refused = findings(slurm={"extra_sbatch": ["--mem=99999999"]})["SLURM-REQUEST"].message
     assert "Requested node configuration is not available" in refused
+
+
+def test_gpu_samples_are_the_allocations_and_metrics_are_found_in_output_dir_without_log_anchors(slurm_env, env_dir,
+                                                                                                tmp_path):
+    """Another job holds GPU 0 of s0, so Slurm gives this one GPU 1: its samples, taken in a step beside the job's
+    (srun --overlap, which gets the job's GPUs), are GPU 1's only, and the step ends with the job's stop. Its swift
+    prints no log anchors and writes logging.jsonl into a new versioned run dir of output_dir, next to an older one:
+    the watcher lists output_dir for the run dir newer than the job's job.sbatch."""
+    holder = slurm_env.run("sbatch", "--parsable", "--partition=single", "--gres=gpu:1", "--output=/dev/null",
+                           "--wrap=sleep 300").stdout.strip()
+    try:
+        assert wait_for(lambda: "JobState=RUNNING" in slurm_env.run("scontrol", "show", "job", holder).stdout)
+        nvidia_smi_standin(env_dir / "bin", gpus=2)
+        out = tmp_path / "out"
+        (out / "v0-20261121-090000").mkdir(parents=True)
+        (out / "v0-20261121-090000/logging.jsonl").write_text('{"reward": 9.0, "global_step/max_steps": "7/9"}\n')
+        os.utime(out / "v0-20261121-090000/logging.jsonl", (time.time() - 86400, time.time() - 86400))
+        spec = recorder_spec(tmp_path, env_dir, nodes=1, partition="single", train={"output_dir": str(out)},
+                             env={"WORK_SECONDS": "120", "METRICS_FROM": str(CAPTURED_JSONL),
+                                  "METRICS_TO": str(out / "v1-20261124-120000")})
+        jobs = Jobs(Store(tmp_path / "db.sqlite"), telemetry=True)
+        watcher = Watcher(jobs)
+        job = jobs.launch(jobs.plan(spec, "slurm-gpus"))
+        assert wait_for(lambda: watcher.poll(job)["state"] == "running" and jobs.store.metrics(job)
+                        and len(jobs.store.gpu_samples(job)) >= 3, 60), jobs.store.meta(job, STATUS)
+        assert {(s["host"], s["gpu_index"]) for s in jobs.store.gpu_samples(job)} == {("s0", 1)}
+        (row,) = comparison(jobs.store, job, spec)  # the estimate at launch next to the GPU Slurm gave rank 0
+        assert (row["host"], row["GPU"], row["rank"], row["nvidia-smi peak GiB"]) == ("s0", 1, 0, round(61234 / 1024, 2))
+        assert jobs.store.meta(job, "logging_jsonl") == str(out / "v1-20261124-120000/logging.jsonl")
+        steps = jobs.handle(job)["job"]
+        assert jobs.stop(job, grace=3) == {"s0": "stopped"}
+        jobs.close()
+        assert wait_for(lambda: not slurm_env.job_pids(steps), 30), describe(slurm_env.job_pids(steps))
+    finally:
+        slurm_env.run("scancel", holder, check=False)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from grpo_ui.jobs import Jobs, LaunchError
 from grpo_ui.private import PrivateFileError
-from grpo_ui.remote.launcher import Launcher, LaunchError
 from grpo_ui.render import render
 from grpo_ui.spec import SpecError, validate_spec
 from grpo_ui.store import DuplicateJob, Store, StoreError
@@ -94,7 +94,7 @@ def test_one_validator_for_names_that_become_paths(tmp_path):
         with pytest.raises(SpecError, match="not usable as a job id"):
             render(spec, bad)
         with pytest.raises(SpecError, match="not usable as a job id"):
-            Launcher(store).launch(spec, bad or "..")  # an empty id means "make one up"
+            Jobs(store).plan(spec, bad or "..")  # an empty id means "make one up"
     with pytest.raises(SpecError, match="name: .*not usable as a job name"):
         validate_spec({"name": "../up"})
     out = cli(tmp_path, "render", str(tmp_path / "none.yaml"), "--out", str(tmp_path / "o"), "--job-id", "../x")
@@ -108,7 +108,8 @@ def test_a_duplicate_job_id_is_a_clear_error(tmp_path):
     with pytest.raises(DuplicateJob, match="a job with id 'same' already exists"):
         store.create_job("same", "n", "name: n\n")
     with pytest.raises(LaunchError, match="already exists: pick another job id"):
-        Launcher(store).launch(local_spec(tmp_path), "same")
+        jobs = Jobs(store)
+        jobs.launch(jobs.plan(local_spec(tmp_path), "same"))
     assert not (tmp_path / "runs").exists()
 
 

@@ -1,4 +1,5 @@
-"""Cluster: the job's hosts, SSH connection tests with explicit host-key trust, and preflight with GPU inventory."""
+"""Cluster: the job's hosts, SSH connection tests with explicit host-key trust, and the backend's preflight (on SSH
+hosts with their GPU inventory; on Slurm the partition, the request and the shared run directory)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import streamlit as st
 
 from grpo_ui import form, ui_state
 from grpo_ui.findings import SEVERITY_ICON, sort_findings
-from grpo_ui.remote.preflight import preflight
+from grpo_ui.jobs import backend_for
+from grpo_ui.plan import make_plan
 from grpo_ui.remote.ssh import Pool, SshError, UnknownHostKey, ssh_config_path, trust_host_key
 from grpo_ui.spec import with_changes
 
@@ -75,7 +77,8 @@ st.subheader("Preflight")
 if st.button("Run preflight on every host", type="primary"):
     with st.status("Preflight…", expanded=True) as box:
         steps: list[str] = []  # progress arrives from one thread per host: collect it, show it here
-        facts, findings = preflight(spec, pool(), lambda host, msg: steps.append(f"{host}: {msg}"))
+        facts, findings = backend_for(spec, pool()).prepare(make_plan(spec, "preflight"),
+                                                            lambda host, msg: steps.append(f"{host}: {msg}"))
         for line in steps:
             box.write(line)
         box.update(label="Preflight done", state="error" if any(f.severity == "error" for f in findings)
@@ -86,8 +89,8 @@ if "preflight" in st.session_state:
     st.dataframe([{"host": f.host, "python": f.python, "ms-swift": f.versions.get("ms-swift"),
                    "torch": f.versions.get("torch"), "vllm": f.versions.get("vllm"), "driver": f.driver,
                    "CUDA driver / torch": f"{f.driver_cuda or '—'} / {f.torch_cuda or 'CPU build'}" if f.python else None,
-                   "GPUs": ", ".join(f"{g['index']}: {g['name']} ({g['memory_used_mib']:.0f}/"
-                                     f"{g['memory_total_mib']:.0f} MiB)" for g in f.gpus) or "none",
+                   "GPUs": ", ".join(f"{g['gpu_index']}: {g['name']} ({g['mem_used']:.0f}/{g['mem_total']:.0f} MiB)"
+                                     for g in f.gpus) or "none",
                    "disk free GiB": None if f.disk_free_gib is None else round(f.disk_free_gib),
                    "error": f.error or ""} for f in facts], hide_index=True, width="stretch")
     for f in sort_findings(findings):

@@ -1,5 +1,5 @@
-"""Launch: the rendered scripts per node with a diff against node 0, the zip, secrets, launch with per-node
-progress, and stop."""
+"""Launch: the job's plan (resolved once: findings, the memory estimate, the rendered scripts per node with a diff
+against node 0, the zip), secrets, and the launch of exactly that plan with per-node progress."""
 
 from __future__ import annotations
 
@@ -9,45 +9,55 @@ import time
 import streamlit as st
 
 from grpo_ui import ui_state
-from grpo_ui.backends.jobs import launcher_for
-from grpo_ui.check import check
-from grpo_ui.findings import SEVERITY_ICON, has_errors, sort_findings
-from grpo_ui.remote.launcher import LaunchError
-from grpo_ui.remote.ssh import Pool
-from grpo_ui.render import render
-from grpo_ui.spec import SpecError
-from grpo_ui.store import Store
+from grpo_ui.findings import SEVERITY_ICON, sort_findings
+from grpo_ui.jobs import LaunchError
+from grpo_ui.plan import LaunchPlan
+from grpo_ui.spec import JobSpec, SpecError, spec_to_yaml
+from views.service import jobs
 
 
-@st.cache_resource
-def store_and_pool() -> tuple[Store, Pool]:
-    return Store(), Pool()
+def plan_for(spec: JobSpec, job_id: str) -> LaunchPlan:
+    """The plan of this spec and job id, made once per change of either (it may read the model's config.json on
+    node 0) and kept for the session, so what is shown is what is launched."""
+    key = (spec_to_yaml(spec), job_id)
+    kept = st.session_state.get("launch_plan")
+    if not kept or kept[0] != key:
+        kept = st.session_state["launch_plan"] = (key, jobs().plan(spec, job_id))
+    return kept[1]
 
 
 st.title("Launch")
 spec, notice = ui_state.open_draft()
 if notice:
     st.warning(notice)
-findings = sort_findings(check(spec))
-errors = [f for f in findings if f.severity == "error"]
 job_id = st.text_input("Job id (the run directory on every node)",
                        value=st.session_state.get("launch_id") or f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}",
                        key="launch_id")
 try:
-    bundle = render(spec, job_id)
+    plan = plan_for(spec, job_id)
 except SpecError as e:
     st.error(str(e))
     st.stop()
+bundle = plan.bundle
 
-for f in errors:
+for f in plan.errors:
     st.error(f"{f.id}: {f.message} — {f.fix}")
-if errors:
+if plan.errors:
     st.warning("Fix the errors on the Configure page before launching.")
+where = (f"Slurm (sbatch on {spec.cluster.login})" if spec.cluster.backend == "slurm"
+         else ", ".join(n.host for n in plan.nodes))
+st.caption(f"{len(plan.role('trainer'))} trainer node(s), {len(plan.role('rollout'))} rollout server(s) on {where}; "
+           f"run directory {plan.run_dir}")
+for role in plan.estimate.get("roles", []):
+    st.caption(f"Memory estimate kept with the job, {role['role']} GPU: peak {role['peak_gib']} GiB in the "
+               f"{role['peak_phase']} phase ({role['verdict']})")
+if "error" in plan.estimate:
+    st.caption(f"No memory estimate: {plan.estimate['error']}")
 
 names = sorted(bundle.files)
 c1, c2 = st.columns([3, 1])
 chosen = c1.selectbox("File", names, index=names.index("node_0.sh") if "node_0.sh" in names else 0)
-c2.download_button("Download all (zip)", bundle.zip_bytes(), file_name=f"{job_id}.zip", disabled=has_errors(findings),
+c2.download_button("Download all (zip)", bundle.zip_bytes(), file_name=f"{job_id}.zip", disabled=bool(plan.errors),
                    width="stretch")
 text = bundle.files[chosen]
 if chosen.startswith("node_") and chosen != "node_0.sh":
@@ -59,22 +69,24 @@ if chosen.startswith("node_") and chosen != "node_0.sh":
 st.code(text, language="yaml" if chosen.endswith(".yaml") else "bash")
 for flags, why in bundle.added:
     st.caption(f"{SEVERITY_ICON['info']} grpo-ui adds `{flags}`: {why}")
-for f in (f for f in bundle.findings if f.severity != "error"):
+notes = [f for f in plan.findings if f.severity != "error"]
+for f in sort_findings(notes + [f for f in bundle.findings if f.severity != "error" and f not in notes]):
     st.caption(f"{SEVERITY_ICON[f.severity]} {f.id}: {f.message}")
 
 secrets = {name: st.text_input(f"{name} (secret: sent in a 0600 file, never stored)", type="password",
                                key=f"secret:{name}") for name in spec.secret_env}
 check_first = st.checkbox("Run preflight on every node first (its errors stop the launch before anything starts)",
                           value=True, key="launch_preflight")
-if st.button("Launch", type="primary", disabled=bool(errors)):
+if st.button("Launch", type="primary", disabled=bool(plan.errors)):
     failure, steps = None, []  # progress arrives from one thread per host: collect it, show it here
     with st.status(f"Launching {job_id}…", expanded=True) as box:
         try:
-            launched = launcher_for(spec, *store_and_pool()).launch(
-                spec, job_id, secrets, lambda host, msg: steps.append(f"**{host}**: {msg}"), preflight=check_first)
+            launched = jobs().launch(plan, secrets, lambda host, msg: steps.append(f"**{host}**: {msg}"),
+                                     preflight=check_first)
             for line in steps:
                 box.write(line)
-            box.update(label=f"{launched} is running", state="complete")
+            state = jobs().store.job(launched)["state"]
+            box.update(label=f"{launched} is {'queued' if state == 'starting' else state}", state="complete")
             st.session_state["monitor_job"] = launched
         except LaunchError as e:
             box.update(label="Launch failed — nothing was left running", state="error")

@@ -1,27 +1,27 @@
-"""Monitor: a job's state, progress and ETA, doctor alerts, metric charts, GPU charts on the same time axis, and
-each node's log (follow, search, first error). The live part refreshes itself without rerunning the page."""
+"""Monitor: a job's state (and its place in the queue), progress and ETA, doctor alerts, metric charts, the job's
+GPUs on the same time axis, and each node's log (follow, search, first error). The live part refreshes itself
+without rerunning the page; following the job and sampling its GPUs is the jobs service's work, this page draws."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
-from grpo_ui.backends.jobs import launcher_of
+from grpo_ui.errors import UserError
 from grpo_ui.findings import SEVERITY_ICON
+from grpo_ui.jobs import STATUS
 from grpo_ui.monitor.curves import extra_curves
-from grpo_ui.monitor.gpu import APPS, SmiChannel, nvml_processes, nvml_samples
 from grpo_ui.monitor.memory_loop import comparison, record_peaks
 from grpo_ui.monitor.rootcause import first_error_index
 from grpo_ui.monitor.stacks import parse_dumps
 from grpo_ui.monitor.watch import STACKS, STACKS_AT, Watcher
-from grpo_ui.remote.launcher import Launcher, LaunchError
-from grpo_ui.remote.ssh import SshError
 from grpo_ui.spec import spec_from_yaml
-from grpo_ui.store import Store
 from views.boundary import guarded
+from views.service import jobs
 
 CHARTS = [("reward", ["reward"], "rewards/"), ("reward spread", ["reward_std", "frac_reward_zero_std"], None),
           ("KL", ["kl"], None), ("loss", ["loss"], None), ("grad norm", ["grad_norm"], None),
@@ -33,40 +33,12 @@ CHARTS = [("reward", ["reward"], "rewards/"), ("reward spread", ["reward_std", "
 MEMORY_WINDOW_S = 7200  # memory per rank over the steps of the last two hours
 
 
-@st.cache_resource
-def launcher() -> Launcher:
-    return Launcher(Store())
-
-
-@st.cache_resource
-def gpu_channels(job_id: str) -> list[SmiChannel]:
-    """Two nvidia-smi channels per remote node of the job, GPU samples and the processes holding GPU memory, writing
-    to SQLite (hosts without GPUs just retry with back-off)."""
-    lz = launcher()
-    spec = spec_from_yaml(lz.store.job(job_id)["spec_yaml"])
-    channels = []
-    for i, node in enumerate(spec.cluster.nodes):
-        if node.is_local:
-            continue
-
-        def open_stream(cmd, i=i):
-            conn = lz.pool.get(spec.cluster.nodes[i].host, spec.cluster.nodes[i].user, spec.cluster.nodes[i].port)
-            _, out, _ = conn.client.exec_command(cmd, timeout=30)
-            return iter(out.readline, "")
-
-        channels.append(SmiChannel(node.host, open_stream,
-                                   lambda sample: lz.store.add_gpu_samples(job_id, [sample])).start())
-        channels.append(SmiChannel(node.host, open_stream, lambda snap: lz.store.set_gpu_processes(job_id, snap),
-                                   interval_ms=5000, query=APPS).start())
-    return channels
-
-
 def process_rows(job_id: str) -> list[dict]:
     """Which process of which node holds how much memory on each GPU (the latest listing per host)."""
-    label = {n["host"]: f"node {n['node_index']} · {n['host']}" for n in lz.store.nodes(job_id)}
+    label = {n["host"]: f"node {n['node_index']} · {n['host']}" for n in service.store.nodes(job_id)}
     return [{"node": label.get(r["host"], r["host"]), "GPU": r["gpu_index"], "pid": r["pid"],
              "GPU memory (MiB)": r["used_mib"], "listed": time.strftime("%H:%M:%S", time.localtime(r["ts"]))}
-            for r in lz.store.gpu_processes(job_id)]
+            for r in service.store.gpu_processes(job_id)]
 
 
 def metric_figure(metrics: dict) -> go.Figure:
@@ -113,45 +85,43 @@ def gpu_figure(samples: list[dict], step_times: list[float]) -> go.Figure:
 def memory_table(job: dict) -> None:
     """The estimate the job was launched with next to each GPU's measured peak."""
     spec = spec_from_yaml(job["spec_yaml"])
-    record_peaks(lz.store, job["id"], spec)
+    record_peaks(service.store, job["id"], spec)
     st.caption("Memory per GPU: the estimate at launch vs the measured peak")
-    error = (lz.store.memory_estimate(job["id"]) or {}).get("error")
+    error = (service.store.memory_estimate(job["id"]) or {}).get("error")
     if error:
         st.caption(f"No estimate at launch: {error}")
-    st.table(comparison(lz.store, job["id"], spec))
+    st.table(comparison(service.store, job["id"], spec))
 
 
 st.title("Monitor")
-lz = launcher()
-jobs = lz.store.jobs()
-if not jobs:
+service = jobs()
+listed = service.store.jobs()
+if not listed:
     st.info("No jobs yet: launch one from the Launch page (or `python -m grpo_ui launch job.yaml`).")
     st.stop()
-ids = [j["id"] for j in jobs]
+ids = [j["id"] for j in listed]
 default = ids.index(st.session_state["monitor_job"]) if st.session_state.get("monitor_job") in ids else 0
-job_id = st.selectbox("Job", ids, index=default, format_func=lambda i: f"{i} — {lz.store.job(i)['state']}")
+job_id = st.selectbox("Job", ids, index=default, format_func=lambda i: f"{i} — {service.store.job(i)['state']}")
 st.session_state["monitor_job"] = job_id
-shown_state = lz.store.job(job_id)["state"]  # as the picker's label says it
-# GPU telemetry is sampled on the hosts the spec names: SSH jobs only (a Slurm job's nodes are Slurm's choice)
-sampled = spec_from_yaml(lz.store.job(job_id)["spec_yaml"]).cluster.backend == "ssh"
+shown_state = service.store.job(job_id)["state"]  # as the picker's label says it
 
 
 @st.fragment(run_every=3)
 @guarded
 def live():
-    job, watcher = lz.store.job(job_id), Watcher(launcher_of(job_id, lz.store, lz.pool))
+    job, watcher = service.store.job(job_id), Watcher(service)
     result = watcher.poll(job_id) if watcher.needs_poll(job) else None  # an ended job: once, for its last lines
-    job = lz.store.job(job_id)
+    job = service.store.job(job_id)
     if job["state"] != shown_state:
         st.rerun()  # the whole page, so the job picker's label shows the new state too
-    if job["state"] in ("starting", "running") and sampled:
-        gpu_channels(job_id)
-        lz.store.add_gpu_samples(job_id, nvml_samples())
-        if (snap := nvml_processes()) is not None:
-            lz.store.set_gpu_processes(job_id, snap)
-    metrics = lz.store.metrics(job_id)
+    stop_button(job)
+    metrics = service.store.metrics(job_id)
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("State", job["state"])
+    backend = json.loads(service.store.meta(job_id, STATUS) or "null")
+    if backend and job["state"] in ("starting", "running"):
+        position = backend["queue_position"]
+        st.caption(backend["detail"] + (f" — queue position {position}" if position else ""))
     steps = metrics.get("max_steps", [])
     if steps:
         step, total = steps[-1][0], steps[-1][1]
@@ -165,7 +135,7 @@ def live():
         st.warning("Unreachable now: " + "; ".join(result["errors"]))
     if job["error"]:
         st.error(job["error"])
-    alerts = lz.store.alerts(job_id)
+    alerts = service.store.alerts(job_id)
     st.subheader(f"Alerts ({len(alerts)})")
     for a in alerts:
         with st.expander(f"{SEVERITY_ICON.get(a['severity'], '')} {a['alert_id']} — {a['message'].split(':')[0]}",
@@ -174,27 +144,28 @@ def live():
             st.code(a["evidence"] or "")
             st.caption(f"Fix: {a['fix']}")
     st.subheader("Training metrics")
-    step_marks = [tuple(r) for r in lz.store.conn().execute(
+    step_marks = [tuple(r) for r in service.store.conn().execute(
         "SELECT step, MIN(ts) FROM metrics WHERE job_id = ? GROUP BY step ORDER BY step", (job_id,))]
     if metrics:
         st.plotly_chart(metric_figure(metrics), width="stretch", key="metrics_chart")
-        charts = extra_curves(metrics, lz.store.gpu_samples(job_id, time.time() - MEMORY_WINDOW_S), step_marks)
+        charts = extra_curves(metrics, service.store.gpu_samples(job_id, time.time() - MEMORY_WINDOW_S), step_marks)
         if any(charts.values()):
             st.plotly_chart(curves_figure(charts), width="stretch", key="curves_chart")
     else:
         st.caption("No step logged yet.")
     stacks_panel(job)
-    completions = lz.store.completions(job_id, 10)
+    completions = service.store.completions(job_id, 10)
     if completions:
         with st.expander(f"Latest sampled completions ({len(completions)})"):
             st.dataframe([{k: (v if isinstance(v, (int, float)) else str(v)[:300]) for k, v in row.items()}
                           for row in completions], hide_index=True, width="stretch")
-    samples = lz.store.gpu_samples(job_id, time.time() - 1800)
+    samples = service.store.gpu_samples(job_id, time.time() - 1800)
     st.subheader("GPUs")
     if samples:
         st.plotly_chart(gpu_figure(samples, [t for _, t in step_marks]), width="stretch", key="gpu_chart")
     else:
-        st.caption("No GPU samples (no NVIDIA GPU reported by the nodes).")
+        st.caption("No GPU samples yet: they come from nvidia-smi on each node while the job runs, for the GPUs "
+                   "the job owns there.")
     memory_table(job)
     procs = process_rows(job_id)
     if procs:
@@ -202,22 +173,36 @@ def live():
         st.dataframe(procs, hide_index=True, width="stretch", key="gpu_processes")
 
 
+def stop_button(job: dict) -> None:
+    """Stop the job on every node; the outcome stays shown (the page reruns once the job's state changes). Drawn in
+    the live part, which a click reruns at once."""
+    if job["state"] in ("starting", "running") and st.button("Stop this job on every node", type="primary"):
+        try:
+            outcome = service.stop(job_id)
+            st.session_state["stopped"] = (job_id, "Stopped: " + ", ".join(f"{h}: {o}" for h, o in outcome.items()))
+        except UserError as e:
+            st.session_state["stopped"] = (job_id, str(e))
+    stopped = st.session_state.get("stopped")
+    if stopped and stopped[0] == job_id:
+        (st.success if stopped[1].startswith("Stopped: ") else st.error)(stopped[1])
+
+
 def stacks_panel(job: dict) -> None:
     """Where each rank is (py-spy): dumped by the watcher on a suspected hang, or now on request."""
     with st.expander("Where each rank is (py-spy stacks)"):
         if job["state"] in ("starting", "running") and st.button("Dump every rank's stack now", key="dump_stacks"):
             try:
-                w = Watcher(lz)
-                lz.store.set_meta(job_id, STACKS, w.dump_stacks(job_id, spec_from_yaml(job["spec_yaml"]),
-                                                              lz.store.nodes(job_id)))
-                lz.store.set_meta(job_id, STACKS_AT, str(time.time()))
-            except (SshError, LaunchError) as e:
+                w = Watcher(service)
+                service.store.set_meta(job_id, STACKS, w.dump_stacks(job_id, spec_from_yaml(job["spec_yaml"]),
+                                                              service.store.nodes(job_id)))
+                service.store.set_meta(job_id, STACKS_AT, str(time.time()))
+            except UserError as e:
                 st.error(str(e))
-        text = lz.store.meta(job_id, STACKS)
+        text = service.store.meta(job_id, STACKS)
         if not text:
             st.caption("No stacks yet: they are dumped when the job looks hung.")
             return
-        taken = time.strftime("%H:%M:%S", time.localtime(float(lz.store.meta(job_id, STACKS_AT) or 0)))
+        taken = time.strftime("%H:%M:%S", time.localtime(float(service.store.meta(job_id, STACKS_AT) or 0)))
         st.caption(f"Dumped at {taken}")
         st.dataframe([{"rank": s.label, "phase": s.summary, "innermost": " ← ".join(f for f, _ in s.frames[:4])}
                       for s in parse_dumps(text)], hide_index=True, width="stretch")
@@ -229,7 +214,7 @@ live()
 @guarded
 def logs():
     st.subheader("Logs")
-    nodes = lz.store.nodes(job_id)
+    nodes = service.store.nodes(job_id)
     if not nodes:
         return
     labels = [f"node {n['node_index']} · {n['host']} · {n['role']}" + (f" rank {n['node_rank']}"
@@ -239,7 +224,7 @@ def logs():
     pick = c1.selectbox("Node", range(len(nodes)), format_func=lambda k: labels[k], key="log_node")
     query = c2.text_input("Search this node's log window", key="log_query")
     node = nodes[pick]
-    window = lz.store.log_lines(job_id, node["node_index"], 5000)
+    window = service.store.log_lines(job_id, node["node_index"], 5000)
     at = first_error_index([r[1] for r in window])  # never a line of ms-swift's argument dump
     first_error = window[at] if at is not None else None
     if first_error:
@@ -251,10 +236,3 @@ def logs():
 
 logs()
 
-job = lz.store.job(job_id)
-if job["state"] in ("starting", "running") and st.button("Stop this job on every node", type="primary"):
-    try:
-        outcome = launcher_of(job_id, lz.store, lz.pool).stop(job_id)
-        st.success("Stopped: " + ", ".join(f"{h}: {o}" for h, o in outcome.items()))
-    except (LaunchError, SshError) as e:
-        st.error(str(e))

@@ -1,10 +1,11 @@
 """The execution-backend interface: what grpo-ui asks of any place that runs a job (SSH hosts, Slurm, later
 Kubernetes or Ray).
 
-A backend instance is one job spec bound to a way of running it. It does backend work only: it receives the
-rendered bundle, starts it and returns a handle, a JSON-able dict the caller stores with the job and hands back
-later, so a restarted app can poll and stop the job again. It never touches the store; job rows, log offsets,
-metrics and alerts are the caller's.
+A backend instance is one job spec bound to a way of running it. It does backend work only: it receives the launch
+plan (grpo_ui.plan: validated, estimated and rendered once), starts it and returns a handle, a JSON-able dict the
+jobs service (grpo_ui.jobs) stores with the job and hands back later, so a restarted app can poll and stop the job
+again. It never touches the store: job rows, the state machine, root causes, log offsets, metrics and alerts are the
+service's.
 
 Nodes are numbered by their index in ``spec.cluster.nodes`` (trainer rank r is the r-th trainer entry).
 """
@@ -12,21 +13,33 @@ Nodes are numbered by their index in ``spec.cluster.nodes`` (trainer rank r is t
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
+from grpo_ui.errors import UserError
 from grpo_ui.findings import Finding
+from grpo_ui.remote.preflight import HostFacts
 from grpo_ui.remote.runner import Runner
 from grpo_ui.remote.ssh import Pool
-from grpo_ui.render import Bundle
 from grpo_ui.spec import JobSpec
 
+if TYPE_CHECKING:  # grpo_ui.plan → check → the Slurm backend's spec checks → this module
+    from grpo_ui.plan import LaunchPlan
+
 JobState = Literal["queued", "running", "succeeded", "failed", "stopped"]
-NodeState = Literal["pending", "running", "succeeded", "failed", "stopped"]
+# unknown: the node could not be asked this time (its last known state stands)
+NodeState = Literal["pending", "running", "succeeded", "failed", "lost", "stopped", "unknown"]
+Progress = Callable[[str, str], None]  # (host, what happens now)
 
 
-class BackendError(Exception):
-    """A backend could not do what was asked; the message names the host or job and what to do."""
+class BackendError(UserError):
+    """A backend could not do what was asked; the message names the host or job and what to do. ``nodes``: the
+    nodes (indices) a failed start could not start."""
+
+    def __init__(self, message: str, nodes: tuple[int, ...] = ()):
+        super().__init__(message)
+        self.nodes = nodes
 
 
 @dataclass
@@ -37,50 +50,66 @@ class NodeStatus:
     host: str | None        # the machine it runs on, once known
     state: NodeState
     exit_code: int | None = None
-    log: str = ""           # its log file, readable with Backend.read
+    log: str = ""           # its log file, readable through Backend.runner(index)
+    pid: int | None = None  # its root process, where the backend knows it
+    why: str | None = None  # why it failed: "exit code 7", "process gone without an exit code (killed?)", …
+    ended: float | None = None  # when it ended (its exit code's time), to tell which node failed first
 
 
 @dataclass
 class JobStatus:
     state: JobState
-    detail: str = ""                   # the backend's own words, e.g. "PENDING (Priority)" or "TIMEOUT"
+    detail: str = ""                   # the backend's own words, e.g. "Slurm job 12: PENDING (Priority)"
     nodes: list[NodeStatus] = field(default_factory=list)
     reason: str | None = None          # why it waits, while queued
     queue_position: int | None = None  # 1 = next to start in its queue, while queued
-    error: str | None = None           # when failed: which node failed first, its exit code and log tail
+    error: str | None = None           # a failure no node accounts for, in the backend's words (and output)
 
 
 class Backend(ABC):
-    """One way of running a job. Implementations: ``grpo_ui.backends.slurm.SlurmBackend`` (the SSH launcher,
-    ``grpo_ui.remote.launcher``, is to follow)."""
+    """One way of running a job: ``grpo_ui.backends.ssh.SshBackend``, ``grpo_ui.backends.slurm.SlurmBackend``."""
 
     name: str
+    places_nodes: bool = False  # the backend, not the spec, chooses each node's machine (known once it runs)
 
     def __init__(self, spec: JobSpec, pool: Pool | None = None):
         self.spec = spec
         self.pool = pool or Pool()  # SSH connections, shared with the caller's other work
 
     @abstractmethod
-    def prepare(self, bundle: Bundle) -> list[Finding]:
-        """Preflight: what would make the job fail or wait, as findings (errors block the start)."""
+    def prepare(self, plan: LaunchPlan, progress: Progress) -> tuple[list[HostFacts], list[Finding]]:
+        """Preflight: facts about the machines, and what would make the job fail or wait as findings (errors block
+        the start)."""
 
     @abstractmethod
-    def start(self, bundle: Bundle, secrets: dict[str, str]) -> dict:
-        """Start the job; returns its handle. Raises BackendError with the reason, leaving nothing running."""
+    def start(self, plan: LaunchPlan, secrets: dict[str, str], progress: Progress,
+              save: Callable[[dict], None]) -> tuple[dict, JobStatus]:
+        """Start the job; returns its handle and its status once started. ``save(handle)`` is called whenever there
+        is more to stop, so the service can stop a start that failed half-way or whose process died. Raises
+        BackendError (or SshError)."""
 
     @abstractmethod
     def poll(self, handle: dict) -> JobStatus:
-        """The job's state now, per node; the root cause once it failed."""
+        """The job's state now, per node. A node that failed says why and when."""
 
     @abstractmethod
     def stop(self, handle: dict, grace: float = 10.0) -> dict[str, str]:
-        """Stop the job and verify nothing of it is left; returns what happened per node (or job component).
-        Raises BackendError when it cannot verify that."""
+        """Stop whatever of the job runs and verify nothing of it is left; returns what happened per node (or job
+        component). Raises BackendError when it cannot verify that."""
 
     @abstractmethod
     def runner(self, node: int) -> Runner:
         """A Runner that sees the node's files: the node itself, or a machine sharing its file system."""
 
-    def read(self, handle: dict, node: int, path: str, offset: int, limit: int) -> bytes:
-        """Bytes of one of the node's files (logs, logging.jsonl) from ``offset``; b'' when it does not exist."""
-        return self.runner(node).read(path, offset, limit)
+    @abstractmethod
+    def node_shell(self, handle: dict, node: int, host: str) -> Runner:
+        """A shell on the machine ``host`` that runs the node, with the job's environment there: the
+        CUDA_VISIBLE_DEVICES its processes got. GPU telemetry and stack dumps run in it."""
+
+    @abstractmethod
+    def process_marker(self, handle: dict, node: int) -> str:
+        """An environment entry (NAME=value) every process of the node carries, and no other process."""
+
+    @abstractmethod
+    def launched_file(self, handle: dict, node: int) -> str:
+        """A file the start wrote where the node's files are: output newer than it belongs to this launch."""

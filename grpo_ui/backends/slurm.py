@@ -11,9 +11,11 @@ MinJobAge, 300 s by default), then from ``sacct`` where accounting is set up, th
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from grpo_ui import shell
-from grpo_ui.backends.base import Backend, BackendError, JobStatus, NodeStatus
+from grpo_ui.backends.base import Backend, BackendError, JobStatus, NodeStatus, Progress
 from grpo_ui.backends.slurm_text import (
     QUEUED,
     RUNNING,
@@ -24,9 +26,12 @@ from grpo_ui.backends.slurm_text import (
     srun_task_error,
 )
 from grpo_ui.findings import Finding, finding
-from grpo_ui.remote.runner import Runner, runner_for
-from grpo_ui.render import Bundle, run_dir, secrets_file, slurm_gpus
+from grpo_ui.remote.runner import Runner, Wrapped, runner_for
+from grpo_ui.render import Bundle, secrets_file, slurm_gpus
 from grpo_ui.spec import JobSpec, Node
+
+if TYPE_CHECKING:  # grpo_ui.plan validates with check, which imports spec_findings from here
+    from grpo_ui.plan import LaunchPlan
 
 PROBE_WAIT = 20  # seconds the preflight's srun waits for an allocation (--immediate) before giving up
 STOP_WAIT = 60   # seconds, on top of the grace, a cancelled job may stay COMPLETING while Slurm kills its tasks
@@ -62,6 +67,7 @@ class SlurmBackend(Backend):
     """One job spec run as one Slurm job; see the module docstring."""
 
     name = "slurm"
+    places_nodes = True
 
     @property
     def login(self) -> Runner:
@@ -70,12 +76,30 @@ class SlurmBackend(Backend):
     def runner(self, node: int) -> Runner:
         return self.login  # every node's files are in the shared run directory
 
+    def node_shell(self, handle: dict, node: int, host: str) -> Runner:
+        """A job step beside the running one on that node (srun --overlap): it gets the job's GPUs there, as
+        Slurm sets CUDA_VISIBLE_DEVICES for any step, and it ends with the job."""
+        component = [f"--het-group={int(node in handle['rollouts'])}"] if handle["rollouts"] else []
+        srun = ["srun", f"--jobid={handle['job']}", *component, "--overlap", "--nodes=1", "--ntasks=1",
+                f"--nodelist={host}", "--quiet"]
+        return Wrapped(self.login, lambda command: shell.join([*srun, "bash", "--norc", "-c", command]))
+
+    def process_marker(self, handle: dict, node: int) -> str:
+        return f"SLURM_JOB_ID={handle['job']}"
+
+    def launched_file(self, handle: dict, node: int) -> str:
+        return f"{handle['run_dir']}/job.sbatch"
+
     # -- preflight ------------------------------------------------------------------------------------------------
 
-    def prepare(self, bundle: Bundle) -> list[Finding]:
+    def prepare(self, plan: LaunchPlan, progress: Progress) -> tuple[list, list[Finding]]:
         """sinfo: the partition exists and has enough usable nodes with the GPUs asked for; sbatch --test-only:
         Slurm accepts the request (account, QoS, limits); srun: every allocated node can write into run_root and
-        the login node sees what they wrote."""
+        the login node sees what they wrote. No facts about the machines: Slurm has not chosen them yet."""
+        progress(self.spec.cluster.login, "preflight (sinfo, sbatch --test-only, srun)")
+        return [], self._findings(plan.bundle)
+
+    def _findings(self, bundle: Bundle) -> list[Finding]:
         login = self.login
         res = login.run("sinfo -h -N -o '%N|%P|%G|%t'", timeout=30)
         if res.rc:
@@ -148,9 +172,11 @@ class SlurmBackend(Backend):
 
     # -- the job --------------------------------------------------------------------------------------------------
 
-    def start(self, bundle: Bundle, secrets: dict[str, str]) -> dict:
+    def start(self, plan: LaunchPlan, secrets: dict[str, str], progress: Progress,
+              save: Callable[[dict], None]) -> tuple[dict, JobStatus]:
         """Write job.sbatch (and the 0600 secrets file) into the run directory and submit it from there."""
-        login, rd = self.login, run_dir(self.spec, bundle.job_id)
+        login, rd, bundle = self.login, plan.run_dir, plan.bundle
+        progress(login.host, "submitting")
         res = login.run(f"mkdir -p {shell.path(rd)} && cd {shell.path(rd)} && rm -f exit_code.* hosts rollout_hosts",
                         timeout=30)
         if res.rc:
@@ -162,9 +188,11 @@ class SlurmBackend(Backend):
         job = res.out.strip().split(";")[0]
         if res.rc or not job.isdigit():
             raise BackendError(f"sbatch on {login.host} refused the job: {(res.err or res.out).strip()}")
-        return {"backend": self.name, "job": job, "run_dir": rd,
-                "trainers": sorted(bundle.node_files), "rollouts": sorted(bundle.rollout_files),
-                "submitted": time.time()}
+        handle = {"backend": self.name, "job": job, "run_dir": rd, "trainers": sorted(bundle.node_files),
+                  "rollouts": sorted(bundle.rollout_files), "submitted": time.time()}
+        save(handle)
+        progress(login.host, f"submitted (Slurm job {job})")
+        return handle, JobStatus("queued", f"Slurm job {job}: submitted", self._nodes(handle, {}))
 
     def poll(self, handle: dict) -> JobStatus:
         job, rd = shell.quote(handle["job"]), shell.path(handle["run_dir"])
@@ -188,41 +216,42 @@ class SlurmBackend(Backend):
             slurm, reason = slurm.split(" ")[0], "None"
         nodes = self._nodes(handle, files)
         state = job_state(slurm) if slurm else (
-            "succeeded" if all(n.exit_code == 0 for n, _ in nodes if n.role == "trainer") else "failed")
-        status = JobStatus(state, f"Slurm job {handle['job']}: {slurm or 'no longer known to Slurm'}")
+            "succeeded" if all(n.exit_code == 0 for n in nodes if n.role == "trainer") else "failed")
+        status = JobStatus(state, f"Slurm job {handle['job']}: {slurm or 'no longer known to Slurm'}", nodes)
         if reason != "None":
             status.detail += f" ({reason})"
             status.reason = reason
-        for n, _ in nodes:
+        for n in nodes:
             if n.exit_code is None and state in ("succeeded", "failed", "stopped"):
                 # ended without an exit code: killed (rollout servers are, when the training ends)
                 n.state = "stopped" if state == "stopped" or n.role == "rollout" else "failed"
-        status.nodes = [n for n, _ in nodes]
         if state == "queued":
             status.queue_position = self._queue_position(handle["job"], lead)
             if lead.get("StartTime") not in (None, "Unknown", "None"):
                 status.detail += f", expected start {lead['StartTime']}"
         elif state == "failed":
-            status.error = self._root_cause(handle, status.detail, code, nodes)
+            status.detail += f", exit code {exit_code(code)[0]}" if code else ""
+            self._explain(handle, status)
         return status
 
     @staticmethod
-    def _nodes(handle: dict, files: dict) -> list[tuple[NodeStatus, float]]:
-        """Each node's status from the run directory (its host once allocated, its exit code once it ended), with
-        the time its exit code was written."""
+    def _nodes(handle: dict, files: dict) -> list[NodeStatus]:
+        """Each node's status from the run directory: its host once allocated, its exit code (and when it was
+        written) once it ended."""
         out = []
         for role, key, hosts, exit_name, log in (("trainer", "trainers", "hosts", "exit_code.{}", "node_{}.log"),
                                                  ("rollout", "rollouts", "rollout_hosts", "exit_code.rollout{}",
                                                   "rollout_{}.log")):
             names = files.get(hosts, (0, []))[1]
             for k, index in enumerate(handle[key]):
-                written, words = files.get(exit_name.format(k), (0.0, ["?"]))
+                written, words = files.get(exit_name.format(k), (None, ["?"]))
                 code = int(words[0]) if words and words[0].lstrip("-").isdigit() else None
                 state = ("succeeded" if code == 0 else "failed") if code is not None else (
                     "running" if names else "pending")
-                out.append((NodeStatus(index, role, k if role == "trainer" else None,
-                                       names[k] if k < len(names) else None, state, code,
-                                       f"{handle['run_dir']}/{log.format(k)}"), written))
+                out.append(NodeStatus(index, role, k if role == "trainer" else None,
+                                      names[k] if k < len(names) else None, state, code,
+                                      f"{handle['run_dir']}/{log.format(k)}",
+                                      why=f"exit code {code}" if code not in (None, 0) else None, ended=written))
         return out
 
     def _queue_position(self, job: str, lead: dict) -> int | None:
@@ -241,26 +270,19 @@ class SlurmBackend(Backend):
             ahead += (-int(prio), int(base)) < mine
         return ahead + 1
 
-    def _root_cause(self, handle: dict, detail: str, code: str, nodes: list[tuple[NodeStatus, float]]) -> str:
-        """The node that failed first, what happened to it and its log tail: the earliest non-zero exit code in the
-        run directory, else the first task srun reported (a task killed before it could write one); without
-        either, what Slurm says and the batch script's own output."""
-        ended = f"{detail}, exit code {exit_code(code)[0]}" if code else detail
-        failed = sorted(((t, n) for n, t in nodes if n.exit_code not in (None, 0)), key=lambda x: x[0])
-        if failed:
-            first, why = failed[0][1], f"exit code {failed[0][1].exit_code}"
+    def _explain(self, handle: dict, status: JobStatus) -> None:
+        """A failed job whose nodes wrote no failing exit code: the task srun reported failed (one killed before it
+        could write one), else what Slurm says and the batch script's own output."""
+        if any(n.why for n in status.nodes):
+            return
+        out = shell.path(f"{handle['run_dir']}/slurm-{handle['job']}.out")
+        batch = self.login.run(f"tail -n 200 {out} 2>&1", timeout=20).out
+        reported = srun_task_error(batch)
+        trainers = {n.rank: n for n in status.nodes if n.role == "trainer"}
+        if reported and reported[0] in trainers:
+            trainers[reported[0]].why = f"srun: task {reported[0]}: {reported[1]}"
         else:
-            batch = self._tail(f"{handle['run_dir']}/slurm-{handle['job']}.out", 200)
-            reported = srun_task_error(batch)
-            trainers = {n.rank: n for n, _ in nodes if n.role == "trainer"}
-            if not reported or reported[0] not in trainers:
-                return f"{ended}\n{batch[-4000:]}"
-            first, why = trainers[reported[0]], f"srun: task {reported[0]}: {reported[1]}"
-        label = f"rank {first.rank}" if first.role == "trainer" else "rollout server"
-        return f"node {first.index} ({first.host}, {label}) failed first: {why}; {ended}\n{self._tail(first.log)}"
-
-    def _tail(self, path: str, lines: int = 50) -> str:
-        return self.login.run(f"tail -n {lines} {shell.path(path)} 2>&1", timeout=20).out
+            status.error = f"{status.detail}\n{batch[-4000:]}"
 
     def stop(self, handle: dict, grace: float = 10.0) -> dict[str, str]:
         """scancel, then wait until no component is pending, running or completing (Slurm has then killed every

@@ -1,14 +1,15 @@
-"""`launch job.yaml [--job-id ID] [--wait] [--no-preflight]`: preflight, then start the job on every node (secrets from
-the environment)."""
+"""`launch job.yaml [--job-id ID] [--wait] [--no-preflight]`: plan the job once (findings, estimate, scripts), show
+the plan, then preflight and start exactly it (secrets from the environment)."""
 
 from __future__ import annotations
 
 import os
 import time
 
-from grpo_ui.backends.jobs import launcher_for
 from grpo_ui.commands import job_id
-from grpo_ui.remote.launcher import LaunchError
+from grpo_ui.findings import format_findings
+from grpo_ui.jobs import Jobs, LaunchError
+from grpo_ui.plan import LaunchPlan
 from grpo_ui.spec import load_spec
 from grpo_ui.store import Store
 
@@ -24,21 +25,42 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
+def describe_plan(plan: LaunchPlan) -> str:
+    """What will be launched, in a few lines: where, the estimate it is launched with, what validation said."""
+    spec, trainers, rollouts = plan.spec, plan.role("trainer"), plan.role("rollout")
+    where = (f"Slurm via {spec.cluster.login}" if spec.cluster.backend == "slurm"
+             else ", ".join(n.host for n in plan.nodes))
+    gpus = len(spec.cluster.nodes[trainers[0].index].gpus) if trainers else 0
+    lines = [f"plan {plan.job_id}: {len(trainers)} trainer node(s) × {gpus} GPU(s)"
+             + (f", {len(rollouts)} rollout server(s)" if rollouts else "") + f" on {where}; run dir {plan.run_dir}"]
+    roles = plan.estimate.get("roles", [])
+    lines += [f"  estimate at launch, {r['role']} GPU: peak {r['peak_gib']} GiB ({r['verdict']})" for r in roles] or [
+        f"  no memory estimate: {plan.estimate.get('error')}"]
+    notes = [f for f in plan.findings if f.severity != "error"]
+    return "\n".join(lines + ([format_findings(notes)] if notes else []))
+
+
 def run(args) -> int:
     spec = load_spec(args.spec)
-    launcher = launcher_for(spec, Store())
+    jobs = Jobs(Store(), telemetry=args.wait)
     secrets = {name: os.environ.get(name, "") for name in spec.secret_env}
     try:
-        job = launcher.launch(spec, args.job_id, secrets, lambda host, msg: print(f"{host}: {msg}"),
-                              preflight=not args.no_preflight)
+        plan = jobs.plan(spec, args.job_id)
+        print(describe_plan(plan))
+        job = jobs.launch(plan, secrets, lambda host, msg: print(f"{host}: {msg}"), preflight=not args.no_preflight)
+        print(f"launched {job}")
+        return follow(jobs, job) if args.wait else 0
     except LaunchError as e:
         print(e)
         return 1
-    print(f"launched {job}")
-    if not args.wait:
-        return 0
+    finally:
+        jobs.close()
+
+
+def follow(jobs: Jobs, job: str) -> int:
+    """Watch the job until it ends (its GPUs sampled meanwhile); 0 when it succeeded."""
     from grpo_ui.monitor.watch import Watcher
-    watcher, state = Watcher(launcher), "running"
+    watcher, state = Watcher(jobs), jobs.store.job(job)["state"]
     while state in ("starting", "running"):
         time.sleep(3)
         result = watcher.poll(job)

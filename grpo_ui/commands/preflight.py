@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from grpo_ui.backends.slurm import SlurmBackend
 from grpo_ui.findings import format_findings, has_errors
-from grpo_ui.remote.preflight import preflight
+from grpo_ui.jobs import backend_for
+from grpo_ui.plan import make_plan
 from grpo_ui.remote.ssh import Pool, UnknownHostKey, trust_host_key
-from grpo_ui.render import render
 from grpo_ui.spec import Node, load_spec
 
 
@@ -26,9 +25,8 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     spec = load_spec(args.spec)
     pool = Pool()
-    slurm = spec.cluster.backend == "slurm"
     if args.trust:
-        for node in [Node(host=spec.cluster.login)] if slurm else spec.cluster.nodes:
+        for node in [Node(host=spec.cluster.login)] if spec.cluster.backend == "slurm" else spec.cluster.nodes:
             if node.is_local:
                 continue
             try:
@@ -38,17 +36,15 @@ def run(args) -> int:
                 trust_host_key(e.hostname, e.port, e.key)
             except Exception:  # noqa: BLE001 - preflight below reports it properly
                 pass
-    if slurm:
-        facts, findings = [], SlurmBackend(spec, pool).prepare(render(spec, "preflight"))
-    else:
-        facts, findings = preflight(spec, pool, lambda host, msg: None if args.json else print(f"{host}: {msg}"))
+    facts, findings = backend_for(spec, pool).prepare(make_plan(spec, "preflight"),
+                                                      lambda host, msg: None if args.json else print(f"{host}: {msg}"))
     pool.close()
     if args.json:
         print(json.dumps({"hosts": [asdict(f) for f in facts], "findings": [f.to_dict() for f in findings]},
                          indent=2))
     else:
         for f in facts:
-            gpus = ", ".join(f"{g['index']}:{g['name']}" for g in f.gpus) or "no GPU"
+            gpus = ", ".join(f"{g['gpu_index']}:{g['name']}" for g in f.gpus) or "no GPU"
             swift = f.versions.get("ms-swift") if f.versions else None
             cuda = f"CUDA {f.torch_cuda or 'none (CPU build)'}, driver CUDA {f.driver_cuda or 'unknown'}"
             print(f"{f.host}: python {f.python}, ms-swift {swift}, torch {f.versions.get('torch')} ({cuda}), {gpus}"

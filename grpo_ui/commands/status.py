@@ -1,12 +1,11 @@
-"""`status [JOB]`: jobs and their nodes, after re-checking every unfinished one on its hosts."""
+"""`status [JOB]`: jobs and their nodes, after re-checking every unfinished one through its backend."""
 
 from __future__ import annotations
 
 import json
 
-from grpo_ui.backends.jobs import STATUS, launcher_of
+from grpo_ui.jobs import STATUS, Jobs
 from grpo_ui.monitor.watch import Watcher
-from grpo_ui.remote.launcher import Launcher, LaunchError
 from grpo_ui.store import Store
 
 
@@ -18,29 +17,29 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     store = Store()
+    watcher = Watcher(Jobs(store))
     if not args.job:
-        errors = Watcher(Launcher(store)).reattach()  # each job alone may fail: its lines say why
+        errors = watcher.reattach()  # each job alone may fail: its lines say why
         for j in store.jobs():
             print(f"{j['id']:<40} {j['state']:<10} {j['name']}")
             for e in errors.get(j["id"], []):
                 print(f"  unreachable or unreadable: {e}")
         return 0
-    try:
-        launcher = launcher_of(args.job, store)
-    except LaunchError as e:
-        print(e)
+    job = store.job(args.job)
+    if not job:
+        print(f"no job {args.job!r}")
         return 1
-    result = Watcher(launcher).poll(args.job)
+    result = watcher.poll(args.job)
     job = store.job(args.job)
     print(f"{job['id']}: {result['state']}")
     backend = json.loads(store.meta(args.job, STATUS) or "null")
     if backend:
         position = backend["queue_position"]
         print(f"  {backend['detail']}" + (f", queue position {position}" if position else ""))
-    for n in launcher.store.nodes(args.job):
+    for n in store.nodes(args.job):
         print(f"  node {n['node_index']} {n['host']:<20} {n['role']:<8} rank {n['node_rank']} pid {n['pid']} "
               f"{n['state']} exit {n['exit_code']}")
-    metrics = launcher.store.metrics(args.job)
+    metrics = store.metrics(args.job)
     if metrics:
         step = max(s for series in metrics.values() for s, _ in series)
         latest = {k: v[-1][1] for k, v in metrics.items() if v[-1][0] == step}

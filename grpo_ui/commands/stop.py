@@ -3,8 +3,7 @@ nothing is left."""
 
 from __future__ import annotations
 
-from grpo_ui.backends.jobs import launcher_of
-from grpo_ui.remote.launcher import LaunchError
+from grpo_ui.jobs import Jobs, LaunchError
 from grpo_ui.store import Store
 
 
@@ -17,7 +16,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     try:
-        outcome = launcher_of(args.job, Store()).stop(args.job, args.grace)
+        outcome = Jobs(Store()).stop(args.job, args.grace)
     except LaunchError as e:
         print(e)
         return 1

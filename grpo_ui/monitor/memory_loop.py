@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import time
 
-from grpo_ui.catalog import fetch_hf_config, from_hf_config
+from grpo_ui.catalog import from_hf_config
+from grpo_ui.errors import UserError
 from grpo_ui.memory import UnknownModel, estimate_spec
-from grpo_ui.remote.ssh import SshError
 from grpo_ui.resolve import resolve
 from grpo_ui.spec import JobSpec, spec_from_yaml
 from grpo_ui.store import Store
@@ -16,42 +16,53 @@ from grpo_ui.store import Store
 EXPORTED = "grpo-ui export"  # the calibration rows' 'added' value
 
 
-def estimate_at_launch(spec: JobSpec, runner=None) -> dict:
-    """The estimate to store with a launch (MemoryReport.to_dict()). A model the catalogue does not know is read
-    from config.json in its directory on node 0 through ``runner``; what still fails is stored as {"error": …}."""
+def estimate_at_launch(spec: JobSpec, arch=None, read_config=None) -> dict:
+    """The estimate to store with a launch (MemoryReport.to_dict()), for ``arch`` when the user supplied the model's
+    architecture. A model the catalogue does not know is read from its config.json through ``read_config(model
+    path)`` (on node 0, where the job runs); what still fails is stored as {"error": …}."""
     try:
-        return estimate_spec(spec).to_dict()
+        return estimate_spec(spec, arch=arch).to_dict()
     except UnknownModel as e:
-        if runner is None:
+        if read_config is None:
             return {"error": str(e)}
         try:
-            arch = from_hf_config(fetch_hf_config(runner, spec.train.model), spec.train.model.rstrip("/").split("/")[-1])
+            arch = from_hf_config(read_config(spec.train.model), spec.train.model.rstrip("/").split("/")[-1])
             return estimate_spec(spec, arch=arch).to_dict()
-        except (ValueError, SshError) as node_error:
+        except (ValueError, UserError) as node_error:  # not there, not JSON, or node 0 unreachable
             return {"error": f"{e} On node 0: {node_error}"}
     except ValueError as e:  # an unknown GPU, an unreadable DeepSpeed/FSDP config
         return {"error": str(e)}
 
 
-def gpu_roles(spec: JobSpec) -> dict[tuple[str, int], tuple[str, int | None]]:
+def placement(store: Store, job_id: str, spec: JobSpec) -> dict[int, tuple[str, list[int]]]:
+    """Nodes whose machine the backend chose (Slurm) and whose GPUs were sampled there: node index → (host, the GPUs
+    sampled there in index order, i.e. the allocation's). Nodes on the spec's own hosts are not listed."""
+    sampled = store.sampled_gpus(job_id)
+    return {n["node_index"]: (n["host"], sampled[n["host"]]) for n in store.nodes(job_id)
+            if n["host"] != spec.cluster.nodes[n["node_index"]].host and n["host"] in sampled}
+
+
+def gpu_roles(spec: JobSpec, placed: dict[int, tuple[str, list[int]]] | None = None
+              ) -> dict[tuple[str, int], tuple[str, int | None]]:
     """(host, GPU index) → (role, global rank) for every GPU the job uses: trainer GPUs in torchrun's rank order
     (node rank × processes per node + local rank); vLLM's own GPUs (rollout nodes, ms-swift 3.2–3.4's spare GPUs)
-    have no rank."""
+    have no rank. ``placed``: where the backend put nodes (``placement``)."""
     out: dict[tuple[str, int], tuple[str, int | None]] = {}
-    nproc = resolve(spec).nproc_per_node
-    for node_rank, node in enumerate(spec.trainer_nodes()):
-        for local, gpu in enumerate(node.gpus):
-            out[(node.host, gpu)] = ("trainer", node_rank * nproc + local) if local < nproc else ("rollout", None)
-    for node in spec.rollout_nodes():
-        for gpu in node.gpus:
-            out[(node.host, gpu)] = ("rollout", None)
+    nproc, node_rank = resolve(spec).nproc_per_node, 0
+    for i, node in enumerate(spec.cluster.nodes):
+        host, gpus = (placed or {}).get(i, (node.host, node.gpus))
+        for local, gpu in enumerate(gpus):
+            trainer = node.role == "trainer" and local < nproc
+            out[(host, gpu)] = ("trainer", node_rank * nproc + local) if trainer else ("rollout", None)
+        node_rank += node.role == "trainer"
     return out
 
 
 def record_peaks(store: Store, job_id: str, spec: JobSpec) -> None:
     """Raise the job's stored peaks to its latest samples (ms-swift logs memory(GiB) on global rank 0: node 0's first
     GPU)."""
-    rank0 = next(((host, gpu) for (host, gpu), (_, rank) in gpu_roles(spec).items() if rank == 0), None)
+    roles = gpu_roles(spec, placement(store, job_id, spec))
+    rank0 = next(((host, gpu) for (host, gpu), (_, rank) in roles.items() if rank == 0), None)
     store.update_memory_peaks(job_id, rank0)
 
 
@@ -62,7 +73,7 @@ def comparison(store: Store, job_id: str, spec: JobSpec) -> list[dict]:
     roles = {r["role"]: r for r in est.get("roles", [])}
     peaks = {(p["host"], p["gpu_index"], p["source"]): p["peak_gib"] for p in store.memory_peaks(job_id)}
     rows = []
-    for (host, gpu), (role, rank) in gpu_roles(spec).items():
+    for (host, gpu), (role, rank) in gpu_roles(spec, placement(store, job_id, spec)).items():
         r = roles.get(role, {})
         rows.append({"host": host, "GPU": gpu, "role": role, "rank": rank, "estimated peak GiB": r.get("peak_gib"),
                      "expected on nvidia-smi GiB": r.get("expected_gib"),
@@ -99,7 +110,7 @@ def export_rows(store: Store, job_ids: list[str]) -> list[dict]:
         record_peaks(store, job_id, spec)
         est = store.memory_estimate(job_id) or {}
         trainer = next((r for r in est.get("roles", []) if r["role"] == "trainer"), {})
-        ranks = {key for key, (role, _) in gpu_roles(spec).items() if role == "trainer"}
+        ranks = {key for key, (role, _) in gpu_roles(spec, placement(store, job_id, spec)).items() if role == "trainer"}
         peaks = [p for p in store.memory_peaks(job_id) if (p["host"], p["gpu_index"]) in ranks]
         launched = time.strftime("%Y-%m-%d", time.localtime(job["started"] or job["created"]))
         node0 = spec.trainer_nodes()[0]

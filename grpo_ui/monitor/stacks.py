@@ -1,9 +1,10 @@
 """Python stacks of every rank (``py-spy dump``) turned into a phase per rank, and which ranks disagree.
 
-On a suspected hang the watcher dumps every training process of the job on every node — found by the launcher's
-GRPO_UI_RUN token, a rank being a process with RANK in its environment — and the doctor shows where each rank is:
-generation, reward, weight sync, forward, backward, optimizer, save or data loading, and whether it waits in a
-collective. Ranks in different phases, or some waiting while others are not, point at the rank that holds the others.
+On a suspected hang the watcher dumps every training process of the job on every node — found by the environment
+entry its backend marks the node's processes with (SSH: the launch's GRPO_UI_RUN token; Slurm: SLURM_JOB_ID), a
+rank being a process with RANK in its environment — and the doctor shows where each rank is: generation, reward,
+weight sync, forward, backward, optimizer, save or data loading, and whether it waits in a collective. Ranks in
+different phases, or some waiting while others are not, point at the rank that holds the others.
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ def find_py_spy(candidates: list[str]) -> str:
 
 
 def dump_command(token: str, candidates: list[str]) -> str:
-    """Shell command for one node: a ``py-spy dump`` of every process carrying ``token`` (the GRPO_UI_RUN entry)
+    """Shell command for one node: a ``py-spy dump`` of every process carrying ``token`` (the backend's marker)
     that has RANK in its environment, each after a ``## rank R local_rank L pid P`` line. ``--nonblocking`` reads
     the stacks without pausing the process (a stopped or busy rank is read as it is, training is not slowed)."""
     return (find_py_spy(candidates) + '[ -n "$spy" ] || { echo "## py-spy not found (preflight installs it)"; '

@@ -13,8 +13,8 @@ import posixpath
 import time
 
 from grpo_ui import shell
-from grpo_ui.backends.jobs import launcher_of
 from grpo_ui.errors import describe
+from grpo_ui.jobs import Jobs
 from grpo_ui.monitor import curves, liveness, stacks
 from grpo_ui.monitor.doctor import DUTY_WINDOW_S, Snapshot, diagnose
 from grpo_ui.monitor.logs import LogTail
@@ -27,7 +27,6 @@ from grpo_ui.monitor.metrics import (
     parse_stdout_line,
 )
 from grpo_ui.monitor.snapshot import overdue
-from grpo_ui.remote.launcher import Launcher, _run_of, run_token
 from grpo_ui.remote.ssh import SshError
 from grpo_ui.spec import JobSpec, spec_from_yaml
 from grpo_ui.store import ACTIVE
@@ -48,9 +47,9 @@ def _settings(spec: JobSpec) -> dict:
 
 
 class Watcher:
-    def __init__(self, launcher: Launcher):
-        self.launcher = launcher
-        self.store = launcher.store
+    def __init__(self, jobs: Jobs):
+        self.jobs = jobs
+        self.store = jobs.store
 
     def needs_poll(self, job: dict) -> bool:
         """Active, or ended without its last lines and metrics fetched yet."""
@@ -62,9 +61,8 @@ class Watcher:
         out = {}
         for job in self.store.jobs():
             if self.needs_poll(job):
-                try:  # each job through its own backend's launcher
-                    watcher = Watcher(launcher_of(job["id"], self.store, self.launcher.pool))
-                    out[job["id"]] = watcher.poll(job["id"])["errors"]
+                try:
+                    out[job["id"]] = self.poll(job["id"])["errors"]
                 except Exception as e:  # noqa: BLE001 - this job alone fails; the message names it
                     out[job["id"]] = [f"job {job['id']}: {describe(e)}"]
         return out
@@ -80,7 +78,7 @@ class Watcher:
         try:
             spec = spec_from_yaml(job["spec_yaml"])
             if state in ACTIVE:
-                state = self.launcher.refresh(job_id)
+                state = self.jobs.refresh(job_id)
         except Exception as e:  # noqa: BLE001 - this job alone fails; the message names it
             return {"state": state, "new_lines": 0, "new_steps": 0, "alerts": [],
                     "errors": [f"job {job_id}: {describe(e)}"]}
@@ -89,7 +87,7 @@ class Watcher:
         nodes = self.store.nodes(job_id)
         for n in nodes:
             try:
-                runner = self.launcher.runner(spec, n["node_index"])
+                runner = self.jobs.runner(spec, n["node_index"])
                 lines = self._tail(job_id, n, runner)
                 new_lines += len(lines)
                 if n["node_rank"] == 0:
@@ -153,20 +151,23 @@ class Watcher:
         workdir = spec.cluster.nodes[n["node_index"]].workdir or spec.cluster.workdir or n["run_dir"]
         if found and not found.startswith(("/", "~/")):
             found = f"{workdir}/{found}"
-        found = found or self._newest_run_dir(spec, n, runner, workdir)
+        handle = self.jobs.handle(job_id)
+        if not found and handle:
+            since = self.jobs.backend(spec).launched_file(handle, n["node_index"])
+            found = self._newest_run_dir(spec, runner, workdir, since)
         if found:
             self.store.set_meta(job_id, LOGGING_PATH, found)
         return found
 
     @staticmethod
-    def _newest_run_dir(spec: JobSpec, n: dict, runner, workdir: str) -> str | None:
+    def _newest_run_dir(spec: JobSpec, runner, workdir: str, since: str) -> str | None:
         """``<output_dir>/vN-YYYYMMDD-HHMMSS/logging.jsonl`` (or ``<output_dir>/logging.jsonl`` without versions)
-        modified after the node script was written, the newest one: a listing on the node, by its own clock."""
+        modified after the file ``since`` (the backend wrote it at the start), the newest one: a listing where the
+        node's files are, by that machine's clock."""
         out = effective_output_dir(spec)
         out = out if out.startswith("/") else "./" + out  # swift's own argument: relative to the workdir
-        script = f"{n['run_dir']}/{n['script']}"
         res = runner.run(f"cd {shell.path(workdir)} && find {shell.quote(out)} -maxdepth 2 -name logging.jsonl "
-                         f"-newer {shell.path(script)} -printf '%T@ %p\\n' 2>/dev/null", timeout=20)
+                         f"-newer {shell.path(since)} -printf '%T@ %p\\n' 2>/dev/null", timeout=20)
         stamped = [line.split(" ", 1) for line in res.out.splitlines() if " " in line]
         if not stamped:
             return None
@@ -221,15 +222,15 @@ class Watcher:
     def dump_stacks(self, job_id: str, spec: JobSpec, nodes: list[dict]) -> str:
         """``py-spy dump`` of every rank of the job on every trainer node (the py-spy preflight installed, else the
         node's python_env's, else PATH's), each dump under a '## node … rank …' line."""
-        job = self.store.job(job_id)
+        backend, handle = self.jobs.backend(spec), self.jobs.handle(job_id)
         out = []
         for n in nodes:
-            if n["role"] != "trainer":
+            if n["role"] != "trainer" or not handle:
                 continue
             spy = stacks.py_spy_candidates(spec.cluster.run_root, spec.cluster.nodes[n["node_index"]].python_env)
             try:
-                res = self.launcher.runner(spec, n["node_index"]).run(
-                    stacks.dump_command(run_token(job, _run_of(n)), spy), timeout=120)
+                res = backend.node_shell(handle, n["node_index"], n["host"]).run(
+                    stacks.dump_command(backend.process_marker(handle, n["node_index"]), spy), timeout=120)
             except SshError as e:
                 out.append(f"## node {n['node_index']} ({n['host']}): unreachable ({e})")
                 continue

@@ -1,2 +1,2 @@
 """Reaching the nodes: SSH (ssh.py), one runner interface for remote and local nodes (runner.py), checks before a
-launch (preflight.py), and starting, stopping and re-attaching jobs (launcher.py)."""
+launch (preflight.py). Starting and following jobs over SSH is a backend (grpo_ui/backends/ssh.py)."""

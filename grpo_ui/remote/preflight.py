@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from grpo_ui import shell
 from grpo_ui.compat import conflicts
 from grpo_ui.findings import Finding, finding
+from grpo_ui.monitor.gpu import APPS, INVENTORY, nvml_inventory, parse_row, query
 from grpo_ui.monitor.stacks import find_py_spy, py_spy_candidates
 from grpo_ui.remote.runner import Runner, parallel, runner_for
 from grpo_ui.remote.ssh import Pool, SshError, UnknownHostKey
@@ -46,12 +47,10 @@ print(json.dumps({"python": sys.version.split()[0], "versions": v, "paths": path
                   "disk_free_gib": shutil.disk_usage(root).free / 2**30,
                   "proxy": [k for k in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY") if os.environ.get(k)]}))
 """
-GPU_QUERY = ("nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used,driver_version "
-             "--format=csv,noheader,nounits")
-APPS_QUERY = "nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits"
 # One remote command: the GPUs, the compute processes (by GPU UUID), and the header's "CUDA Version" (the newest
 # CUDA the driver supports).
-GPU_COMMAND = f"{GPU_QUERY} && echo '#apps' && {APPS_QUERY} && echo '#header' && nvidia-smi | head -n 8"
+GPU_COMMAND = (f"{query(INVENTORY)} && echo '#apps' && {query(APPS, 'compute-apps')} && echo '#header' && "
+               "nvidia-smi | head -n 8")
 LISTEN = ("import socket, sys, time\nsocks = []\nfor p in sys.argv[1:]:\n    s = socket.socket()\n"
           "    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n    s.bind(('0.0.0.0', int(p)))\n"
           "    s.listen(16)\n    socks.append(s)\ntime.sleep(15)")
@@ -63,7 +62,8 @@ class HostFacts:
     reachable: bool = False
     python: str | None = None
     versions: dict[str, str | None] = field(default_factory=dict)
-    gpus: list[dict] = field(default_factory=list)  # index, uuid, name, memory_*_mib, processes [{pid, used_mib}]
+    gpus: list[dict] = field(default_factory=list)  # gpu_index, gpu_uuid, name, mem_total, mem_used (MiB),
+    #                                                 processes [{pid, used_mib}]
     gpu_source: str | None = None  # "nvml" (local node) or "nvidia-smi"
     driver: str | None = None
     driver_cuda: str | None = None
@@ -126,49 +126,24 @@ def _parse_nvidia_smi(out: str, facts: HostFacts) -> None:
     """GPUs, their compute processes matched by UUID, and the driver's CUDA version from GPU_COMMAND's output."""
     gpus, _, rest = out.partition("#apps\n")
     apps, _, header = rest.partition("#header\n")
-    by_uuid = {}
-    for line in gpus.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 6 and parts[0].isdigit():
-            gpu = {"index": int(parts[0]), "uuid": parts[1], "name": parts[2], "memory_total_mib": float(parts[3]),
-                   "memory_used_mib": float(parts[4]), "processes": []}
-            facts.gpus.append(gpu)
-            by_uuid[gpu["uuid"]] = gpu
-            facts.driver = parts[5]
-    for line in apps.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 3 and parts[0] in by_uuid:
-            by_uuid[parts[0]]["processes"].append({"pid": int(parts[1]), "used_mib": float(parts[2])})
+    rows = [r for r in (parse_row(line, INVENTORY) for line in gpus.splitlines()) if r]
+    by_uuid = {r["gpu_uuid"]: {**r, "processes": []} for r in rows}
+    facts.gpus = list(by_uuid.values())
+    facts.driver = rows[-1]["driver"] if rows else None
+    for row in (parse_row(line, APPS) for line in apps.splitlines()):
+        if row and row["gpu_uuid"] in by_uuid:
+            by_uuid[row["gpu_uuid"]]["processes"].append({"pid": row["pid"], "used_mib": row["used_mib"]})
     found = re.search(r"CUDA Version:\s*([0-9.]+)", header)
     facts.driver_cuda = found.group(1) if found else None
     facts.gpu_source = "nvidia-smi" if facts.gpus else None
 
 
 def _nvml_facts(facts: HostFacts) -> bool:
-    """GPU facts of this machine from NVML (nvidia-ml-py); False (nothing changed) when NVML is missing or fails."""
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - no nvidia-ml-py, no driver, no GPU: nvidia-smi is tried instead
-        return False
-    try:
-        gpus = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-            procs = [{"pid": p.pid, "used_mib": (p.usedGpuMemory or 0) / 2**20}
-                     for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)]
-            gpus.append({"index": i, "uuid": pynvml.nvmlDeviceGetUUID(h), "name": pynvml.nvmlDeviceGetName(h),
-                         "memory_total_mib": mem.total / 2**20, "memory_used_mib": mem.used / 2**20,
-                         "processes": procs})
-        cuda = pynvml.nvmlSystemGetCudaDriverVersion()  # e.g. 12040
-        facts.gpus, facts.driver = gpus, pynvml.nvmlSystemGetDriverVersion()
-        facts.driver_cuda, facts.gpu_source = f"{cuda // 1000}.{cuda % 1000 // 10}", "nvml"
-        return True
-    except pynvml.NVMLError:
-        return False
-    finally:
-        pynvml.nvmlShutdown()
+    """GPU facts of this machine from NVML; False (nothing changed) when NVML is missing or fails."""
+    found = nvml_inventory()
+    if found:
+        (facts.gpus, facts.driver, facts.driver_cuda), facts.gpu_source = found, "nvml"
+    return found is not None
 
 
 def _taken(runner: Runner, ports: list[int]) -> list[int]:
@@ -178,7 +153,7 @@ def _taken(runner: Runner, ports: list[int]) -> list[int]:
 
 
 def _unreachable(runner: Runner, endpoints: list[tuple[str, int]]) -> list[tuple[str, int]]:
-    """The (host, port)s this node cannot open a TCP connection to within 5 s (--norc: see launcher._start)."""
+    """The (host, port)s this node cannot open a TCP connection to within 5 s (--norc: see backends.ssh)."""
     hps = shell.join(f"{h}:{p}" for h, p in endpoints)
     cmd = (f'for hp in {hps}; do timeout 5 bash --norc -c "exec 3<>/dev/tcp/${{hp%:*}}/${{hp##*:}}" 2>/dev/null '
            '|| echo "$hp"; done')
@@ -368,16 +343,15 @@ def _host_findings(spec: JobSpec, i: int, f: HostFacts) -> list[Finding]:
                                else "train.dataset", f"{node.host}: {p.rsplit('#', 1)[0]} does not exist.",
                                "Copy it to every node (same path) or use a shared file system."))
     if f.gpus:
-        have = {g["index"]: g for g in f.gpus}
+        have = {g["gpu_index"]: g for g in f.gpus}
         missing = [g for g in node.gpus if g not in have]
         if missing:
             out.append(finding("PREFLIGHT-GPU-MISSING", "error", f"{path}.gpus",
                                f"{node.host} has GPUs {sorted(have)}; {missing} do not exist.",
                                f"Use ids from {sorted(have)}."))
-        busy = {g: have[g] for g in node.gpus if g in have and (have[g]["processes"] or
-                                                                 have[g]["memory_used_mib"] > 1024)}
+        busy = {g: have[g] for g in node.gpus if g in have and (have[g]["processes"] or have[g]["mem_used"] > 1024)}
         if busy:
-            detail = "; ".join(f"GPU {g}: {gpu['memory_used_mib']:.0f} MiB used, " + (", ".join(
+            detail = "; ".join(f"GPU {g}: {gpu['mem_used']:.0f} MiB used, " + (", ".join(
                 f"pid {p['pid']} ({p['used_mib']:.0f} MiB)" for p in gpu["processes"]) or "no compute process")
                 for g, gpu in busy.items())
             out.append(finding("PREFLIGHT-GPU-BUSY", "warning", f"{path}.gpus",

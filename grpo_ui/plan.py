@@ -1,0 +1,78 @@
+"""The launch plan: a job resolved once before anything starts. Validation findings, the memory estimate kept for
+the closed loop, the rendered bundle and each node's part in it are computed here, once; the Launch page and the CLI
+show the plan and launch exactly it, and the backend receives it and does only backend work (no re-validation, no
+re-estimate, no make-it-fit search).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from grpo_ui.check import check
+from grpo_ui.findings import Finding
+from grpo_ui.monitor.memory_loop import estimate_at_launch
+from grpo_ui.render import Bundle, render, run_dir, secrets_file
+from grpo_ui.spec import JobSpec, check_name
+
+
+@dataclass(frozen=True)
+class PlannedNode:
+    """One entry of cluster.nodes and its script in the bundle."""
+
+    index: int                              # in spec.cluster.nodes
+    role: Literal["trainer", "rollout"]
+    rank: int | None                        # NODE_RANK of a trainer
+    host: str                               # as the spec names it (on Slurm the scheduler picks the machine)
+    script: str                             # node_<rank>.sh or rollout_<k>.sh
+
+    @property
+    def log(self) -> str:
+        return self.script.removesuffix(".sh") + ".log"
+
+    @property
+    def exit_file(self) -> str:
+        k = self.script.removeprefix("rollout_").removesuffix(".sh")
+        return f"exit_code.{self.rank}" if self.role == "trainer" else f"exit_code.rollout{k}"
+
+    @property
+    def secrets(self) -> str:
+        return secrets_file(self.script)
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    job_id: str
+    spec: JobSpec
+    bundle: Bundle
+    findings: list[Finding]      # validation (ms-swift's rules, render, memory, the backend's spec checks)
+    estimate: dict               # MemoryReport.to_dict(), or {"error": why there is none}
+    nodes: list[PlannedNode]     # trainers and rollout servers, in cluster.nodes order
+    run_dir: str                 # the job's run directory on every node
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    def role(self, role: str) -> list[PlannedNode]:
+        return [n for n in self.nodes if n.role == role]
+
+
+def make_plan(spec: JobSpec, job_id: str | None = None, arch=None,
+              read_config: Callable[[str], dict] | None = None) -> LaunchPlan:
+    """Resolve the job once. ``job_id`` defaults to <name>-<timestamp> (SpecError when it cannot name a directory);
+    ``arch`` is a model architecture the user supplied; ``read_config`` reads the model's config.json where the job
+    runs, for a model the catalogue lacks."""
+    job_id = check_name(job_id or f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    bundle = render(spec, job_id)
+    nodes, rank = [], 0
+    for i, node in enumerate(spec.cluster.nodes):
+        if i in bundle.node_files:
+            nodes.append(PlannedNode(i, "trainer", rank, node.host, bundle.node_files[i]))
+            rank += 1
+        elif i in bundle.rollout_files:
+            nodes.append(PlannedNode(i, "rollout", None, node.host, bundle.rollout_files[i]))
+    return LaunchPlan(job_id, spec, bundle, check(spec, arch), estimate_at_launch(spec, arch, read_config), nodes,
+                      run_dir(spec, job_id))
