@@ -15,6 +15,7 @@ from grpo_ui.check import check
 from grpo_ui.findings import Finding
 from grpo_ui.monitor.memory_loop import estimate_at_launch
 from grpo_ui.render import Bundle, render, run_dir, secrets_file
+from grpo_ui.resolve import Resolved, resolve
 from grpo_ui.spec import JobSpec, check_name
 
 
@@ -46,6 +47,7 @@ class PlannedNode:
 class LaunchPlan:
     job_id: str
     spec: JobSpec
+    resolved: Resolved           # the job's effective values, computed once for all of the below
     bundle: Bundle
     findings: list[Finding]      # validation (ms-swift's rules, render, memory, the backend's spec checks)
     estimate: dict               # MemoryReport.to_dict(), or {"error": why there is none}
@@ -66,7 +68,8 @@ def make_plan(spec: JobSpec, job_id: str | None = None, arch=None,
     ``arch`` is a model architecture the user supplied; ``read_config`` reads the model's config.json where the job
     runs, for a model the catalogue lacks."""
     job_id = check_name(job_id or f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-    bundle = render(spec, job_id)
+    eff = resolve(spec, arch)
+    bundle = render(eff, job_id)
     nodes, rank = [], 0
     for i, node in enumerate(spec.cluster.nodes):
         if i in bundle.node_files:
@@ -74,5 +77,5 @@ def make_plan(spec: JobSpec, job_id: str | None = None, arch=None,
             rank += 1
         elif i in bundle.rollout_files:
             nodes.append(PlannedNode(i, "rollout", None, node.host, bundle.rollout_files[i]))
-    return LaunchPlan(job_id, spec, bundle, check(spec, arch), estimate_at_launch(spec, arch, read_config), nodes,
+    return LaunchPlan(job_id, spec, eff, bundle, check(eff), estimate_at_launch(eff, read_config), nodes,
                       run_dir(spec, job_id))

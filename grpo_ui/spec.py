@@ -624,20 +624,6 @@ class JobSpec(BaseModel):
     def rollout_nodes(self) -> list[Node]:
         return [n for n in self.cluster.nodes if n.role == "rollout"]
 
-    # The job's effective values live in grpo_ui.resolve. These three answer callers that only hold a spec
-    # (grpo_ui/remote, monitor/watch.py) until they read a Resolved.
-    def master_addr(self) -> str:
-        from grpo_ui.resolve import resolve
-        return resolve(self).master_addr
-
-    def server_endpoints(self) -> list[tuple[str, int]]:
-        from grpo_ui.resolve import resolve
-        return list(resolve(self).server_endpoints)
-
-    def world_size(self) -> int:
-        from grpo_ui.resolve import resolve
-        return resolve(self).world_size
-
 
 # ---------------------------------------------------------------------------------------------------------------
 # The field registry: what the form, the CLI renderer, the importer and the docs iterate over.

@@ -17,11 +17,7 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from grpo_ui.findings import Finding, finding
-from grpo_ui.resolve import (
-    Resolved,
-    effective_output_dir,  # noqa: F401 - monitor/watch.py reads it from here
-    resolve,
-)
+from grpo_ui.resolve import Resolved, resolve
 from grpo_ui.spec import ARGS, ArgDecl, JobSpec, parse_version
 
 LAUNCH_ENV = ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NPROC_PER_NODE", "CUDA_VISIBLE_DEVICES")

@@ -68,11 +68,12 @@ def test_a_slurm_job_configured_queued_watched_and_stopped_in_the_browser(slurm_
         page.goto(slurm_app)
         page.get_by_text("GPU memory per device").wait_for(timeout=90000)
         partition = page.get_by_label("partition", exact=True)  # shown once the backend is slurm
-        for _ in range(3):  # the combobox: open it, type the option, Enter (again, should a rerun have closed it)
+        for _ in range(4):  # the combobox: open it, pick the option (again, should a rerun have closed it)
             page.get_by_label("backend", exact=True).click(force=True)
-            page.keyboard.type("slurm")
-            page.keyboard.press("Enter")
-            if wait_for(partition.is_visible, 15):
+            option = page.get_by_role("option", name="slurm", exact=True)
+            if wait_for(option.is_visible, 15):
+                option.click()
+            if wait_for(partition.is_visible, 30):
                 break
         partition.fill("single")
         partition.press("Enter")

@@ -10,6 +10,7 @@ from grpo_ui.findings import has_errors
 from grpo_ui.importer import import_scripts, import_uploads
 from grpo_ui.importer.bash import parse
 from grpo_ui.render import render
+from grpo_ui.resolve import resolve
 from grpo_ui.spec import SpecError, spec_to_yaml
 from grpo_ui.swift_cli import train_command
 
@@ -209,7 +210,7 @@ def node(rank: int, nproc: int = 4, gpus: str = "0,1,2,3", extra: str = "", mast
 def test_node_scripts_build_the_cluster_in_rank_order():
     spec, findings = import_scripts([("n1.sh", node(1)), ("n0.sh", node(0, master="127.0.0.1"))])
     assert [n.host for n in spec.cluster.nodes] == ["10.1.1.1", "node1"] and spec.cluster.master_addr == "10.1.1.1"
-    assert spec.world_size() == 8 and spec.cluster.nodes[0].env == {}  # launch variables are grpo-ui's to set
+    assert resolve(spec).world_size == 8 and spec.cluster.nodes[0].env == {}  # launch variables are grpo-ui's to set
     assert not has_errors(findings) and "IMPORT-LAUNCH-ENV" not in ids(findings)  # node 0's 127.0.0.1: same master
 
 

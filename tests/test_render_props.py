@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from grpo_ui.render import render
+from grpo_ui.resolve import resolve
 from grpo_ui.spec import ARGS, JobSpec, SpecError, check_host, with_changes
 from grpo_ui.swift_cli import train_command
 
@@ -71,6 +72,6 @@ def test_any_string_reaches_swift_exactly(tmp_path_factory, model, dataset, syst
     argv, env = record(tmp, render(spec, "job-1").files["node_0.sh"])
     assert argv == train_command(spec).argv
     assert env["USER_VALUE"] == env_value and env["NODE_VALUE"] == env_value
-    assert env["MASTER_ADDR"] == spec.master_addr() and env["NODE_RANK"] == "0"
+    assert env["MASTER_ADDR"] == resolve(spec).master_addr and env["NODE_RANK"] == "0"
     assert os.path.isfile(os.path.join(tmp, run_root, "job-1", "exit_code.0"))  # the run dir is where it says
     assert not os.path.exists("/tmp/grpo-ui-pwned")

@@ -2,6 +2,7 @@
 
 import pytest
 
+from grpo_ui.resolve import resolve
 from grpo_ui.spec import (
     ARGS,
     ARGS_BY_PATH,
@@ -97,6 +98,7 @@ def test_paths_read_and_write_nested_fields():
 
 def test_cluster_helpers():
     spec = full_spec()
-    assert spec.world_size() == 8 and spec.master_addr() == "gpu-a"  # the resolved values, for remote/ (resolve.py)
-    assert spec.server_endpoints() == [("roll-a", 8000)]
+    eff = resolve(spec)
+    assert eff.world_size == 8 and eff.master_addr == "gpu-a"
+    assert eff.server_endpoints == (("roll-a", 8000),)
     assert Node(host="localhost").is_local and not Node(host="gpu-a").is_local

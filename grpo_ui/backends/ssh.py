@@ -176,7 +176,7 @@ class SshBackend(Backend):
         vllm_server_timeout passes; [(node, error)] for the servers that did not come up. The probe carries trainer
         rank 0's run token, so stopping the job (an interrupted launch included) stops it too."""
         timeout = self.spec.rollout.vllm_server_timeout
-        endpoints = dict(zip((n.index for n in rollouts), self.spec.server_endpoints(), strict=False))
+        endpoints = dict(zip((n.index for n in rollouts), plan.resolved.server_endpoints, strict=False))
         checks = shell.join(f"{h}:{p}" for h, p in endpoints.values())
         loop = (f"end=$((SECONDS + {int(timeout)})); for hp in {checks}; do h=${{hp%:*}}; p=${{hp##*:}}; "
                 "until (exec 3<>/dev/tcp/$h/$p && printf 'GET /health/ HTTP/1.0\r\n\r\n' >&3 && "

@@ -9,25 +9,27 @@ import time
 from grpo_ui.catalog import from_hf_config
 from grpo_ui.errors import UserError
 from grpo_ui.memory import UnknownModel, estimate_spec
-from grpo_ui.resolve import resolve
+from grpo_ui.resolve import Resolved, resolve
 from grpo_ui.spec import JobSpec, spec_from_yaml
 from grpo_ui.store import Store
 
 EXPORTED = "grpo-ui export"  # the calibration rows' 'added' value
 
 
-def estimate_at_launch(spec: JobSpec, arch=None, read_config=None) -> dict:
-    """The estimate to store with a launch (MemoryReport.to_dict()), for ``arch`` when the user supplied the model's
-    architecture. A model the catalogue does not know is read from its config.json through ``read_config(model
-    path)`` (on node 0, where the job runs); what still fails is stored as {"error": …}."""
+def estimate_at_launch(job: JobSpec | Resolved, read_config=None) -> dict:
+    """The estimate to store with a launch (MemoryReport.to_dict()). A model neither the catalogue nor the caller
+    (``resolve(spec, arch)``) knows is read from its config.json through ``read_config(model path)`` (on node 0,
+    where the job runs); what still fails is stored as {"error": …}."""
+    eff = resolve(job)
     try:
-        return estimate_spec(spec, arch=arch).to_dict()
+        return estimate_spec(eff).to_dict()
     except UnknownModel as e:
         if read_config is None:
             return {"error": str(e)}
+        model = eff.spec.train.model
         try:
-            arch = from_hf_config(read_config(spec.train.model), spec.train.model.rstrip("/").split("/")[-1])
-            return estimate_spec(spec, arch=arch).to_dict()
+            arch = from_hf_config(read_config(model), model.rstrip("/").split("/")[-1])
+            return estimate_spec(resolve(eff, arch)).to_dict()
         except (ValueError, UserError) as node_error:  # not there, not JSON, or node 0 unreachable
             return {"error": f"{e} On node 0: {node_error}"}
     except ValueError as e:  # an unknown GPU, an unreadable DeepSpeed/FSDP config

@@ -26,11 +26,11 @@ from grpo_ui.monitor.metrics import (
     parse_jsonl_line,
     parse_stdout_line,
 )
-from grpo_ui.monitor.snapshot import overdue
+from grpo_ui.monitor.snapshot import job_settings, overdue
 from grpo_ui.remote.ssh import SshError
+from grpo_ui.resolve import resolve
 from grpo_ui.spec import JobSpec, spec_from_yaml
 from grpo_ui.store import ACTIVE
-from grpo_ui.swift_cli import effective_output_dir
 
 LOGGING_PATH = "logging_jsonl"  # job_meta key: where rank 0 writes logging.jsonl, once known
 STACKS, STACKS_AT = "stacks", "stacks_at"  # job_meta keys: the last py-spy dumps of every rank, and when
@@ -164,7 +164,7 @@ class Watcher:
         """``<output_dir>/vN-YYYYMMDD-HHMMSS/logging.jsonl`` (or ``<output_dir>/logging.jsonl`` without versions)
         modified after the file ``since`` (the backend wrote it at the start), the newest one: a listing where the
         node's files are, by that machine's clock."""
-        out = effective_output_dir(spec)
+        out = resolve(spec).output_dir
         out = out if out.startswith("/") else "./" + out  # swift's own argument: relative to the workdir
         res = runner.run(f"cd {shell.path(workdir)} && find {shell.quote(out)} -maxdepth 2 -name logging.jsonl "
                          f"-newer {shell.path(since)} -printf '%T@ %p\\n' 2>/dev/null", timeout=20)
@@ -190,15 +190,12 @@ class Watcher:
         step_times = [tuple(r) for r in self.store.conn().execute(
             "SELECT step, MIN(ts) FROM metrics WHERE job_id = ? GROUP BY step ORDER BY step", (job_id,))]
         first, last = (step_times[0][1], step_times[-1][1]) if step_times else (None, None)
-        t = spec.train
-        snap = Snapshot(metrics=metrics, logs=logs, beta=0.04 if t.beta is None else t.beta,
-                        now=now, last_step_at=last, first_step_at=first, last_output_at=last_out,
-                        started_at=job["started"], gpu=self.store.gpu_samples(job_id, now - DUTY_WINDOW_S),
-                        job_state=job["state"],
-                        job_error=job["error"], server_mode=spec.rollout.vllm_mode == "server",
-                        settings={**_settings(spec), "world_size": spec.world_size()},
-                        logging_steps=t.logging_steps or 1, steps_per_generation=t.steps_per_generation or 1,
-                        group_ports=tuple(spec.rollout.vllm_server_group_port or (51216,)),
+        eff = resolve(spec)
+        snap = Snapshot(metrics=metrics, logs=logs, now=now, last_step_at=last, first_step_at=first,
+                        last_output_at=last_out, started_at=job["started"],
+                        gpu=self.store.gpu_samples(job_id, now - DUTY_WINDOW_S), job_state=job["state"],
+                        job_error=job["error"], settings={**_settings(spec), "world_size": eff.world_size},
+                        **job_settings(eff),
                         gpu_by_step=curves.memory_per_gpu(  # the last steps are enough to see memory climb
                             self.store.gpu_samples(job_id, step_times[-8][1] if len(step_times) > 8 else 0),
                             step_times))

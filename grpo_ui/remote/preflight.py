@@ -17,6 +17,7 @@ from grpo_ui.monitor.gpu import APPS, INVENTORY, nvml_inventory, parse_row, quer
 from grpo_ui.monitor.stacks import find_py_spy, py_spy_candidates
 from grpo_ui.remote.runner import Runner, parallel, runner_for
 from grpo_ui.remote.ssh import Pool, SshError, UnknownHostKey
+from grpo_ui.resolve import resolve
 from grpo_ui.spec import JobSpec, Node, parse_version
 
 PACKAGES = ("ms-swift", "torch", "vllm", "trl", "transformers", "deepspeed")
@@ -172,7 +173,7 @@ def _listen(runner: Runner, node: Node, ports: list[int]) -> str:
 
 def _master_checks(spec: JobSpec, runners: dict[int, Runner], trainers: list[int]) -> list[Finding]:
     """MASTER_PORT free on the master and reachable from every other trainer node."""
-    master, port, addr = trainers[0], spec.cluster.master_port, spec.master_addr()
+    master, port, addr = trainers[0], spec.cluster.master_port, resolve(spec).master_addr
     if _taken(runners[master], [port]):
         return [finding("PREFLIGHT-PORT-TAKEN", "error", "cluster.master_port",
                         f"MASTER_PORT {port} is already in use on {spec.cluster.nodes[master].host}.",
@@ -193,12 +194,10 @@ def _master_checks(spec: JobSpec, runners: dict[int, Runner], trainers: list[int
 def _rollout_checks(spec: JobSpec, runners: dict[int, Runner], rank0: int) -> list[Finding]:
     """Server mode: every rollout server's HTTP port and NCCL group port free on its node and reachable from trainer
     rank 0 (through a short-lived listener); servers outside the cluster are only probed."""
-    out, nodes = [], spec.cluster.nodes
-    endpoints = spec.server_endpoints()
+    out, nodes, eff = [], spec.cluster.nodes, resolve(spec)
     own = [] if spec.rollout.vllm_server_host else [i for i, n in enumerate(nodes) if n.role == "rollout"]
     r0, http_field = nodes[rank0].host, "rollout.vllm_server_port" if spec.rollout.vllm_server_host else "server.port"
-    for k, (host, http) in enumerate(endpoints):
-        group = _group_port(spec, k)
+    for k, ((host, http), group) in enumerate(zip(eff.server_endpoints, eff.group_ports, strict=True)):
         ports = {http: ("HTTP port", http_field), group: ("group port", "rollout.vllm_server_group_port")}
         index = own[k] if k < len(own) else None
         if index is None or index not in runners:
@@ -230,20 +229,13 @@ def _rollout_checks(spec: JobSpec, runners: dict[int, Runner], rank0: int) -> li
     return out
 
 
-def _group_port(spec: JobSpec, k: int) -> int:
-    """The weight-sync (NCCL group) port of the k-th rollout server: its own entry, the one given, else 51216+k."""
-    groups = spec.rollout.vllm_server_group_port or []
-    return groups[k] if len(groups) > k else groups[0] if groups else 51216 + k
-
-
 def _sync_port_checks(spec: JobSpec, runners: dict[int, Runner], trainers: list[int]) -> list[Finding]:
     """Server mode: each rollout node's weight-sync group port reachable from every trainer node besides rank 0
     (rank 0, which opens the group, is checked with the HTTP port). ms-swift 4.x syncs weights from global rank 0
     only, so this is a warning: it matters once another node becomes node 0."""
-    out, nodes = [], spec.cluster.nodes
+    out, nodes, eff = [], spec.cluster.nodes, resolve(spec)
     own = [] if spec.rollout.vllm_server_host else [i for i, n in enumerate(nodes) if n.role == "rollout"]
-    for k, ((host, _), index) in enumerate(zip(spec.server_endpoints(), own, strict=False)):
-        port = _group_port(spec, k)
+    for (host, _), port, index in zip(eff.server_endpoints, eff.group_ports, own, strict=False):
         if index not in runners or len(trainers) < 2 or _taken(runners[index], [port]):
             continue  # a taken port is reported by _rollout_checks
         pid = _listen(runners[index], nodes[index], [port])
