@@ -69,5 +69,5 @@ screenshots:
 lint: test-deps
 	$(VENV)/bin/ruff check .
 
-bench: test-deps swift-venv swift3-venv
+bench: system-deps test-deps swift-venv swift3-venv
 	for b in bench/*.py; do echo "== $$b"; PYTHONPATH=. $(VENV)/bin/python $$b || exit 1; done
