@@ -6,12 +6,13 @@ from __future__ import annotations
 import paramiko
 import streamlit as st
 
-from grpo_ui import form, ui_state
+from grpo_ui import form
 from grpo_ui.findings import SEVERITY_ICON, sort_findings
 from grpo_ui.jobs import backend_for
 from grpo_ui.plan import make_plan
 from grpo_ui.remote.ssh import Pool, SshError, UnknownHostKey, ssh_config_path, trust_host_key
 from grpo_ui.spec import with_changes
+from views import drafts
 
 
 @st.cache_resource
@@ -27,10 +28,9 @@ def ssh_aliases() -> list[str]:
 
 
 st.title("Cluster")
-spec, notice = ui_state.open_draft()
-if notice:
-    st.warning(notice)
-st.caption(f"Job **{spec.name}** — hosts come from the Configure page's Cluster tab (autosaved draft).")
+draft = drafts.tab_draft()
+spec = draft.spec
+st.caption(f"Draft **{draft.name}** — hosts come from the Configure page's Cluster part (saved as you edit).")
 st.dataframe([{"#": row.pop(form.ROW), **row} for row in form.node_rows(spec)], hide_index=True, width="stretch")
 
 aliases = [a for a in ssh_aliases() if a not in {n.host for n in spec.cluster.nodes}]
@@ -39,9 +39,11 @@ alias = c1.selectbox("Add a host from ~/.ssh/config", aliases or ["(no aliases f
 if c2.button("Add", disabled=not aliases, width="stretch"):
     nodes = [n.model_dump(exclude_unset=True) for n in spec.cluster.nodes] + [{"host": alias,
                                                                                 "gpus": spec.cluster.nodes[0].gpus}]
-    ui_state.save_draft(with_changes(spec, {"cluster.nodes": nodes}))
-    st.session_state.pop("base_yaml", None)  # the Configure page re-reads the draft
-    st.rerun()
+    if not drafts.save(draft, with_changes(spec, {"cluster.nodes": nodes})):
+        st.error("The draft was changed in another tab just now: nothing was added; try again.")
+    else:
+        drafts.forget_form()  # the Configure page re-reads the draft
+        st.rerun()
 
 st.subheader("Connections")
 for i, node in enumerate(spec.cluster.nodes):

@@ -9,6 +9,7 @@ import streamlit as st
 from grpo_ui import form, rules, ui_state
 from grpo_ui.catalog import ModelArch, from_hf_config, parse_hf_config
 from grpo_ui.check import check
+from grpo_ui.drafts import Draft
 from grpo_ui.findings import SEVERITY_ICON, Finding, has_errors, sort_findings
 from grpo_ui.fit import suggest
 from grpo_ui.importer import import_uploads
@@ -16,6 +17,7 @@ from grpo_ui.memory import MemoryReport, estimate_spec
 from grpo_ui.render import render
 from grpo_ui.resolve import resolve
 from grpo_ui.spec import ARGS, GROUPS, ArgDecl, Decl, JobSpec, SpecError, spec_from_yaml, spec_to_yaml, with_changes
+from views import drafts
 
 
 def reset_to(spec: JobSpec) -> None:
@@ -25,11 +27,61 @@ def reset_to(spec: JobSpec) -> None:
         del st.session_state[key]
 
 
-def base_spec() -> JobSpec:
+def base_spec(draft: Draft) -> JobSpec:
+    """The spec the form starts from: the tab's draft as this tab loaded it (or as a fix or import left it)."""
     if "base_yaml" not in st.session_state:
-        draft, st.session_state["draft_notice"] = ui_state.open_draft()
-        st.session_state["base_yaml"] = st.session_state["saved_yaml"] = spec_to_yaml(draft)
+        st.session_state["base_yaml"] = st.session_state["saved_yaml"] = spec_to_yaml(draft.spec)
+        st.session_state["draft_version"] = draft.version
     return spec_from_yaml(st.session_state["base_yaml"])
+
+
+def autosave(draft: Draft, spec: JobSpec) -> bool:
+    """Save the form's spec over the tab's draft when it changed; False (nothing saved) when another tab saved the
+    draft since this tab loaded it."""
+    if (text := spec_to_yaml(spec)) != st.session_state["saved_yaml"]:
+        if not drafts.save(draft, spec):
+            return False
+        st.session_state["saved_yaml"], st.session_state["draft_version"] = text, draft.version + 1
+    return True
+
+
+def draft_picker(draft: Draft, spec: JobSpec) -> None:
+    """Switch, rename, copy or delete this tab's draft; start a new one from a preset (import: below)."""
+    st.subheader("Draft")
+    listed = {d["id"]: d["name"] for d in drafts.store().drafts()}
+    st.session_state["draft_pick"] = draft.id
+    st.selectbox("Draft", list(listed), key="draft_pick", format_func=lambda i: f"{listed[i]} (#{i})",
+                 on_change=lambda: drafts.switch_to(st.session_state["draft_pick"]),
+                 help="Each browser tab edits the draft named in its address (?draft=…); edits save themselves.")
+    name = st.text_input("Name", value=draft.name, key=f"draft_name:{draft.id}")
+    if name.strip() and name != draft.name:
+        drafts.store().rename_draft(draft.id, name.strip())
+        st.rerun()
+    c1, c2 = st.columns(2)
+    c1.button("Copy", on_click=drafts.create, args=(f"{draft.name} (copy)", spec), width="stretch")
+    with c2.popover("Delete", width="stretch"):
+        st.write(f"Delete the draft **{draft.name}** for good?")
+        st.button("Delete it", key="delete_draft", on_click=delete_draft, args=(draft.id,), type="primary")
+    chosen = st.selectbox("New draft from a preset", list(ui_state.presets()), key="preset_choice")
+    st.button("Start from this preset", width="stretch", on_click=drafts.create,
+              args=(chosen, ui_state.presets()[chosen]))
+
+
+def delete_draft(draft_id: int) -> None:
+    drafts.store().delete_draft(draft_id)
+    st.query_params.pop("draft", None)
+    st.session_state.pop("draft_id", None)
+    drafts.forget_form()
+
+
+def changed_elsewhere(draft: Draft, spec: JobSpec) -> None:
+    """The banner of a tab whose draft another tab saved since: reload it, or keep this tab's edits as a new draft."""
+    with st.container(border=True):
+        st.warning(f"The draft **{draft.name}** was changed in another tab since this tab loaded it. Your edits here "
+                   "are not saved over it: reload the draft as saved, or keep your edits as a new draft.")
+        c1, c2, _ = st.columns([1, 1, 2])
+        c1.button("Reload the draft", on_click=drafts.forget_form, type="primary")
+        c2.button("Keep my edits as a new draft", on_click=drafts.create, args=(f"{draft.name} (my edits)", spec))
 
 
 def field_value(decl: Decl, base: JobSpec):
@@ -134,17 +186,11 @@ def apply_fix(spec: JobSpec, changes: dict) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 
 st.title("Configure a GRPO job")
-base = base_spec()
-if st.session_state.get("draft_notice"):
-    st.warning(st.session_state["draft_notice"])
+draft = drafts.tab_draft()
+base = base_spec(draft)
+conflict_slot, picker_slot = st.empty(), st.sidebar.container()
 
 with st.sidebar:
-    st.subheader("Start from")
-    preset_names = list(ui_state.presets())
-    chosen = st.selectbox("Preset", preset_names, key="preset_choice")
-    if st.button("Load preset", width="stretch"):
-        reset_to(ui_state.presets()[chosen])
-        st.rerun()
     uploads = st.file_uploader("Import launch scripts (one per node, with the config YAML they name) or a job YAML",
                                type=["sh", "bash", "yaml", "yml", "json", "txt"], accept_multiple_files=True)
     pasted = st.text_area("…or paste it", key="import_text", height=100)
@@ -154,7 +200,7 @@ with st.sidebar:
             imported, notes = import_uploads(files, base.swift_version)
             moved = [f for f in rules.validate(imported) if f.id == "ENV-SECRET-MOVED"]
             st.session_state["import_notes"] = [f.to_dict() for f in [*notes, *moved]]
-            reset_to(imported)
+            drafts.create(imported.name, imported)
             st.rerun()
         except SpecError as e:
             st.error(str(e))
@@ -206,9 +252,11 @@ for path, slot in slots.items():
         "; ".join(f"{p}: {m}" for p, m in parse_errors.items() if p.startswith(("cluster", "slurm")))
         if path == "cluster"
         else None))
-if not parse_errors and (text := spec_to_yaml(spec)) != st.session_state.get("saved_yaml"):  # changed: autosave
-    ui_state.save_draft(spec)
-    st.session_state["saved_yaml"] = text
+if draft.version != st.session_state["draft_version"] or not parse_errors and not autosave(draft, spec):
+    with conflict_slot:
+        changed_elsewhere(draft, spec)
+with picker_slot:
+    draft_picker(draft, spec)
 
 with top:
     errors = [f for f in findings if f.severity == "error"]

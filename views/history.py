@@ -8,10 +8,10 @@ import time
 import plotly.graph_objects as go
 import streamlit as st
 
-from grpo_ui import ui_state
 from grpo_ui.monitor.memory_loop import comparison
 from grpo_ui.spec import spec_from_yaml
 from grpo_ui.store import Store
+from views import drafts
 
 
 @st.cache_resource
@@ -56,10 +56,8 @@ with c1:
     if job["error"]:
         st.code(job["error"])
     st.code(job["spec_yaml"], language="yaml")
-    if st.button("Re-open this config in Configure"):
-        ui_state.save_draft(spec_from_yaml(job["spec_yaml"]))
-        for key in [k for k in st.session_state if str(k).startswith(("f:", "nodes", "cl:", "base_yaml"))]:
-            del st.session_state[key]
+    if st.button("Re-open this config in Configure (as a new draft)"):
+        drafts.create(pick, spec_from_yaml(job["spec_yaml"]))
         st.switch_page("views/configure.py")
 with c2:
     metrics = db.metrics(pick)

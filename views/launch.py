@@ -8,11 +8,11 @@ import time
 
 import streamlit as st
 
-from grpo_ui import ui_state
 from grpo_ui.findings import SEVERITY_ICON, sort_findings
 from grpo_ui.jobs import LaunchError
 from grpo_ui.plan import LaunchPlan
 from grpo_ui.spec import JobSpec, SpecError, spec_to_yaml
+from views import drafts
 from views.service import jobs
 
 
@@ -27,9 +27,9 @@ def plan_for(spec: JobSpec, job_id: str) -> LaunchPlan:
 
 
 st.title("Launch")
-spec, notice = ui_state.open_draft()
-if notice:
-    st.warning(notice)
+draft = drafts.tab_draft()
+spec = draft.spec
+st.caption(f"Draft **{draft.name}** (this tab's, as saved on the Configure page)")
 job_id = st.text_input("Job id (the run directory on every node)",
                        value=st.session_state.get("launch_id") or f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}",
                        key="launch_id")
