@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from grpo_ui import drafts
+from grpo_ui import drafts, ui_state
 from grpo_ui.drafts import Draft
 from grpo_ui.spec import JobSpec, spec_to_yaml
 from grpo_ui.store import Store, db_path
@@ -54,3 +54,42 @@ def save(draft: Draft, spec: JobSpec) -> bool:
 def create(name: str, spec: JobSpec) -> None:
     """A new draft, now this tab's."""
     switch_to(drafts.new_draft(store(), name, spec).id)
+
+
+def draft_picker(draft: Draft, spec: JobSpec) -> None:
+    """Switch, rename, copy or delete this tab's draft; start a new one from a preset (import: below)."""
+    st.subheader("Draft")
+    listed = {d["id"]: d["name"] for d in store().drafts()}
+    st.session_state["draft_pick"] = draft.id
+    st.selectbox("Draft", list(listed), key="draft_pick", format_func=lambda i: f"{listed[i]} (#{i})",
+                 on_change=lambda: switch_to(st.session_state["draft_pick"]),
+                 help="Each browser tab edits the draft named in its address (?draft=…); edits save themselves.")
+    name = st.text_input("Name", value=draft.name, key=f"draft_name:{draft.id}")
+    if name.strip() and name != draft.name:
+        store().rename_draft(draft.id, name.strip())
+        st.rerun()
+    c1, c2 = st.columns(2)
+    c1.button("Copy", on_click=create, args=(f"{draft.name} (copy)", spec), width="stretch")
+    with c2.popover("Delete", width="stretch"):
+        st.write(f"Delete the draft **{draft.name}** for good?")
+        st.button("Delete it", key="delete_draft", on_click=delete_draft, args=(draft.id,), type="primary")
+    chosen = st.selectbox("New draft from a preset", list(ui_state.presets()), key="preset_choice")
+    st.button("Start from this preset", width="stretch", on_click=create,
+              args=(chosen, ui_state.presets()[chosen]))
+
+
+def delete_draft(draft_id: int) -> None:
+    store().delete_draft(draft_id)
+    st.query_params.pop("draft", None)
+    st.session_state.pop("draft_id", None)
+    forget_form()
+
+
+def changed_elsewhere(draft: Draft, spec: JobSpec) -> None:
+    """The banner of a tab whose draft another tab saved since: reload it, or keep this tab's edits as a new draft."""
+    with st.container(border=True):
+        st.warning(f"The draft **{draft.name}** was changed in another tab since this tab loaded it. Your edits here "
+                   "are not saved over it: reload the draft as saved, or keep your edits as a new draft.")
+        c1, c2, _ = st.columns([1, 1, 2])
+        c1.button("Reload the draft", on_click=forget_form, type="primary")
+        c2.button("Keep my edits as a new draft", on_click=create, args=(f"{draft.name} (my edits)", spec))
