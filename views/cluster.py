@@ -27,28 +27,41 @@ def ssh_aliases() -> list[str]:
     return sorted(h for h in paramiko.SSHConfig.from_path(str(path)).get_hostnames() if not set(h) & set("*?!"))
 
 
+def save_nodes(draft, nodes: list[dict]) -> None:
+    """The draft with these nodes, saved compare-and-set; the Configure page re-reads it."""
+    if not drafts.save(draft, with_changes(draft.spec, {"cluster.nodes": nodes})):
+        st.error("The draft was changed in another tab just now: nothing was saved; try again.")
+        return
+    drafts.forget_form()
+    for key in [k for k in st.session_state if str(k).startswith("conn:")]:  # tests are by row: rows moved
+        del st.session_state[key]
+    st.rerun()
+
+
+def remove_node(draft, index: int) -> None:
+    save_nodes(draft, [n.model_dump(exclude_unset=True) for k, n in enumerate(draft.spec.cluster.nodes) if k != index])
+
+
 st.title("Cluster")
 draft = drafts.tab_draft()
 spec = draft.spec
 st.caption(f"Draft **{draft.name}** — hosts come from the Configure page's Cluster part (saved as you edit).")
-st.dataframe([{"#": row.pop(form.ROW), **row} for row in form.node_rows(spec)], hide_index=True, width="stretch")
+table = st.empty()  # drawn last: its status column shows the connection tests and preflight below
 
 aliases = [a for a in ssh_aliases() if a not in {n.host for n in spec.cluster.nodes}]
 c1, c2 = st.columns([3, 1])
 alias = c1.selectbox("Add a host from ~/.ssh/config", aliases or ["(no aliases found)"], disabled=not aliases)
 if c2.button("Add", disabled=not aliases, width="stretch"):
-    nodes = [n.model_dump(exclude_unset=True) for n in spec.cluster.nodes] + [{"host": alias,
-                                                                                "gpus": spec.cluster.nodes[0].gpus}]
-    if not drafts.save(draft, with_changes(spec, {"cluster.nodes": nodes})):
-        st.error("The draft was changed in another tab just now: nothing was added; try again.")
-    else:
-        drafts.forget_form()  # the Configure page re-reads the draft
-        st.rerun()
+    first = spec.cluster.nodes[0]  # the new host as the first one is: same GPUs, GPU model and Python
+    save_nodes(draft, [n.model_dump(exclude_unset=True) for n in spec.cluster.nodes] + [
+        {"host": alias, **first.model_dump(include={"gpus", "gpu_model", "python_env"}, exclude_unset=True)}])
 
 st.subheader("Connections")
 for i, node in enumerate(spec.cluster.nodes):
-    cols = st.columns([2, 1, 4])
+    cols = st.columns([2, 1, 4, 1])
     cols[0].write(f"**{node.host}** ({node.role})")
+    if len(spec.cluster.nodes) > 1 and cols[3].button("Remove", key=f"remove:{i}"):
+        remove_node(draft, i)
     if node.is_local:
         cols[2].write("runs locally, no SSH")
         continue
@@ -99,3 +112,20 @@ if "preflight" in st.session_state:
         st.markdown(f"{SEVERITY_ICON[f.severity]} **{f.id}** ({', '.join(f.fields)}): {f.message} — *{f.fix}*")
     if not findings:
         st.success("Every host passed preflight.")
+
+
+def host_status(i: int, host: str) -> str:
+    """What the latest connection test or preflight said about node ``i`` (✗ and the error, ✓, or empty)."""
+    conn = st.session_state.get(f"conn:{i}")
+    facts = {f.host: f for f in st.session_state.get("preflight", ([], []))[0]}
+    if host in facts and facts[host].error:
+        return f"✗ {facts[host].error}"
+    if conn and conn[0] != "ok":
+        return "✗ " + (conn[1] if conn[0] == "error" else "unknown host key: trust it below")
+    return "✓ reached" if conn or host in facts else ""
+
+
+table.dataframe([{"#": row.pop(form.ROW), "status": host_status(k, row["host"]), **row}
+                 for k, row in enumerate(form.node_rows(spec))], hide_index=True, width="stretch",
+                column_config={"status": st.column_config.TextColumn("status", help="The latest connection test or "
+                                                                     "preflight of this host", width="large")})

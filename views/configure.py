@@ -89,11 +89,6 @@ def node_column(decl, base: JobSpec):
         return st.column_config.SelectboxColumn(decl.name, help=help_, options=[o for o in options if o is not None])
     if kind == "checkbox":
         return st.column_config.CheckboxColumn(decl.name, help=help_)
-    if kind == "number":
-        b = decl.bounds
-        return st.column_config.NumberColumn(decl.name, help=help_, min_value=b.get("ge", b.get("gt")),
-                                             max_value=b.get("le", b.get("lt")),
-                                             step=1 if form.is_integer(decl) else None)
     return st.column_config.TextColumn(decl.name, help=help_, required=decl.required)
 
 
