@@ -20,11 +20,13 @@ def pool() -> Pool:
     return Pool()
 
 
-def ssh_aliases() -> list[str]:
+def ssh_hosts() -> dict[str, str]:
+    """The aliases of ~/.ssh/config (no patterns) and the host name each stands for."""
     path = ssh_config_path()
     if not path.exists():
-        return []
-    return sorted(h for h in paramiko.SSHConfig.from_path(str(path)).get_hostnames() if not set(h) & set("*?!"))
+        return {}
+    config = paramiko.SSHConfig.from_path(str(path))
+    return {h: config.lookup(h).get("hostname", h) for h in sorted(config.get_hostnames()) if not set(h) & set("*?!")}
 
 
 def save_nodes(draft, nodes: list[dict]) -> None:
@@ -48,13 +50,15 @@ spec = draft.spec
 st.caption(f"Draft **{draft.name}** — hosts come from the Configure page's Cluster part (saved as you edit).")
 table = st.empty()  # drawn last: its status column shows the connection tests and preflight below
 
-aliases = [a for a in ssh_aliases() if a not in {n.host for n in spec.cluster.nodes}]
+known = ssh_hosts()
+aliases = [a for a in known if a not in {n.host for n in spec.cluster.nodes}]
 c1, c2 = st.columns([3, 1])
 alias = c1.selectbox("Add a host from ~/.ssh/config", aliases or ["(no aliases found)"], disabled=not aliases)
 if c2.button("Add", disabled=not aliases, width="stretch"):
     first = spec.cluster.nodes[0]  # the new host as the first one is: same GPUs, GPU model and Python
     save_nodes(draft, [n.model_dump(exclude_unset=True) for n in spec.cluster.nodes] + [
-        {"host": alias, **first.model_dump(include={"gpus", "gpu_model", "python_env"}, exclude_unset=True)}])
+        {"host": alias, **first.model_dump(include={"gpus", "gpu_model", "python_env"}, exclude_unset=True),
+         **({"address": known[alias]} if known[alias] != alias else {})}])  # what the other nodes reach it at
 
 st.subheader("Connections")
 for i, node in enumerate(spec.cluster.nodes):
