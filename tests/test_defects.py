@@ -8,7 +8,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from grpo_ui import form
-from grpo_ui.findings import format_findings, finding
+from grpo_ui.findings import finding, format_findings
 from grpo_ui.memory import estimate_spec
 from grpo_ui.render import render
 from grpo_ui.spec import ARGS_BY_PATH, spec_to_yaml, with_changes
