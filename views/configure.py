@@ -135,9 +135,15 @@ def dedup(findings: list[Finding]) -> list[Finding]:
     return list(by_id.values())
 
 
+@st.cache_resource
+def model_sizes() -> dict[str, float]:
+    """The catalogue's models and their parameters in billions (computed once per process)."""
+    return {name: arch.total_params() / 1e9 for name, arch in catalog.models().items()}
+
+
 def model_picker(spec: JobSpec, where) -> None:
     """The catalogue's models with their sizes (type to search, or type any Hugging Face id or path)."""
-    sizes = {name: arch.total_params() / 1e9 for name, arch in catalog.models().items()}
+    sizes = model_sizes()
     current = spec.train.model
     options = list(dict.fromkeys([current, *sizes])) if current else list(sizes)
     known = catalog.find_model(current) if current else None
@@ -151,14 +157,13 @@ def model_picker(spec: JobSpec, where) -> None:
 
 def gpu_picker(spec: JobSpec, where) -> None:
     """The GPU model of every node (nvidia-smi's name), with its memory: the estimate's capacity."""
-    cards = catalog.gpus()
     chosen = {n.gpu_model for n in spec.cluster.nodes}
     current = chosen.pop() if len(chosen) == 1 else None
-    options = list(dict.fromkeys([*([current] if current else []), *cards]))
+    options = list(dict.fromkeys([*([current] if current else []), *catalog.gpus()]))
     key = f"pick_gpu:{current}"
     where.selectbox("GPU model (every node)", options, index=options.index(current) if current else None, key=key,
                     placeholder="Choose the GPU the nodes have", accept_new_options=True,
-                    format_func=lambda g: f"{g} · {cards[g].memory_gib:.0f} GiB" if g in cards else g,
+                    format_func=lambda g: f"{g} · {card.memory_gib:.0f} GiB" if (card := catalog.find_gpu(g)) else g,
                     on_change=lambda: apply_fix(spec, {f"cluster.nodes[{i}].gpu_model": st.session_state[key]
                                                        for i in range(len(spec.cluster.nodes))}),
                     help="As nvidia-smi names it; per node in the Cluster table below when they differ.")
