@@ -148,7 +148,10 @@ def node_rows(spec: JobSpec) -> list[dict]:
 
 
 def _cell(decl: SettingDecl, value):
-    return to_text(decl, value) if column_kind(decl) in ("text", "lines") else value
+    """A cell as the table shows it: form text, or the value; empty (not "None") when unset."""
+    if column_kind(decl) in ("text", "lines"):
+        return to_text(decl, value)
+    return "" if value is None else value
 
 
 def _blank(value) -> bool:

@@ -123,7 +123,9 @@ def test_a_new_node_row_with_empty_gpus_is_an_error_not_gpu_0():
 
 def test_empty_number_cells_are_empty_not_none():
     port = next(d for d in form.NODE_FIELDS if d.name == "port")
-    assert form.column_kind(port) == "text" and form.node_rows(FIRST)[0]["port"] == ""
+    no_gpu_model = with_changes(FIRST, {"cluster.nodes[0].gpu_model": None})
+    assert form.column_kind(port) == "text" and form.node_rows(no_gpu_model)[0] | {form.ROW: ""} == {
+        k: "" for k in form.node_rows(no_gpu_model)[0]} | {"host": "localhost", "gpus": "0,1,2,3", "role": "trainer"}
 
 
 def test_a_bad_hosts_error_is_marked_on_its_row(home):
@@ -137,8 +139,10 @@ def test_a_bad_hosts_error_is_marked_on_its_row(home):
 def test_a_finding_is_shown_once_with_all_its_fields(home):
     (home / "draft.yaml").write_text(spec_to_yaml(with_changes(ROLLOUT, {"train.num_generations": 7})))
     at = open_app()
+    field(at, "train.num_generations")  # the section of its fields: drawn beside them too
     shown = [e.label for e in at.expander if "GRPO-BATCH-DIV" in e.label]
-    assert len(shown) == 1
+    in_full = [m.value for m in at.markdown if "**GRPO-BATCH-DIV**:" in m.value]
+    assert len(shown) == 1 and len(in_full) == 1
 
 
 def test_the_dataloader_advisory_only_for_vision_models():
@@ -179,3 +183,21 @@ def test_history_has_no_empty_final_metrics_and_says_why_it_cannot_compare(home,
     failed_at_preflight(tmp_path, monkeypatch)
     at = AppTest.from_file(str(ROOT / "views/history.py"), default_timeout=60).run()
     assert not [j for j in at.json if json.loads(j.proto.body) == {}] and "Only one run so far" in texts(at)
+
+
+def test_an_override_is_kept_with_the_job_and_shown_on_monitor_and_history(home, tmp_path, monkeypatch):
+    """A spec with an error launches only with a reason; the reason and the errors stay with the job (here one whose
+    host does not exist, so preflight stops it before anything starts)."""
+    from grpo_ui.jobs import Jobs, LaunchError
+    monkeypatch.setenv("GRPO_UI_DB", str(tmp_path / "db.sqlite"))
+    jobs = Jobs(Store())
+    spec = with_changes(FIRST, {"cluster.nodes[0].host": "nohost.invalid", "train.num_generations": 7})
+    with pytest.raises(LaunchError, match="the spec has errors"):
+        jobs.launch(jobs.plan(spec, "no-reason"))
+    with pytest.raises(LaunchError, match="preflight"):
+        jobs.launch(jobs.plan(spec, "with-reason"), preflight=True, override="a test of the override")
+    import streamlit as st
+    st.cache_resource.clear()
+    pages = [AppTest.from_file(str(ROOT / f"views/{p}.py"), default_timeout=60).run() for p in ("monitor", "history")]
+    note = "Launched despite GRPO-BATCH-DIV, with the reason: a test of the override"
+    assert [j["id"] for j in jobs.store.jobs()] == ["with-reason"] and all(note in texts(p) for p in pages)

@@ -92,9 +92,12 @@ def node_column(decl, base: JobSpec):
     return st.column_config.TextColumn(decl.name, help=help_, required=decl.required)
 
 
-def show_findings(slot, findings: list[Finding], parse_error: str | None = None) -> None:
+def show_findings(slot, findings: list[Finding], said: set[str], parse_error: str | None = None) -> None:
+    """Findings beside a field: in full beside the first of their fields drawn, a pointer to Checks beside the rest."""
     lines = ([f"{SEVERITY_ICON['error']} {parse_error}"] if parse_error else []) + [
-        f"{SEVERITY_ICON[f.severity]} **{f.id}**: {f.message} — *{f.fix}*" for f in findings]
+        f"{SEVERITY_ICON[f.severity]} **{f.id}**" + (" — see [4. Checks](#checks)" if f.id in said else f": {f.message} — *{f.fix}*")
+        for f in findings]
+    said |= {f.id for f in findings}
     if lines:
         slot.markdown("\n\n".join(lines))
 
@@ -286,11 +289,12 @@ spec, parse_errors = form.build_spec(base, values, list(nodes))
 arch = pasted_arch(spec.train.model)
 eff = resolve(spec, arch)  # the job's effective values, for every step below
 findings = dedup(sort_findings(check(eff))) if not parse_errors else []
+said: set[str] = set()
 for path, slot in slots.items():
     cluster_wide = ("cluster", "slurm", "spec")
     here = [f for f in findings if any(fp == path or (path == "cluster" and fp.startswith(cluster_wide))
                                        for fp in f.fields)]
-    show_findings(slot, here, parse_errors.get(path) or (
+    show_findings(slot, here, said, parse_errors.get(path) or (
         "; ".join(f"{p}: {m}" for p, m in parse_errors.items() if p.startswith(("cluster", "slurm")))
         if path == "cluster"
         else None))
