@@ -124,8 +124,7 @@ def test_a_new_node_row_with_empty_gpus_is_an_error_not_gpu_0():
 def test_empty_number_cells_are_empty_not_none():
     port = next(d for d in form.NODE_FIELDS if d.name == "port")
     no_gpu_model = with_changes(FIRST, {"cluster.nodes[0].gpu_model": None})
-    assert form.column_kind(port) == "text" and form.node_rows(no_gpu_model)[0] | {form.ROW: ""} == {
-        k: "" for k in form.node_rows(no_gpu_model)[0]} | {"host": "localhost", "gpus": "0,1,2,3", "role": "trainer"}
+    assert form.column_kind(port) == "text" and form.node_rows(no_gpu_model)[0] | {form.ROW: ""} == dict.fromkeys(form.node_rows(no_gpu_model)[0], "") | {"host": "localhost", "gpus": "0,1,2,3", "role": "trainer"}
 
 
 def test_a_bad_hosts_error_is_marked_on_its_row(home):
