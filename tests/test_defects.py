@@ -33,6 +33,12 @@ def open_app(query: dict | None = None) -> AppTest:
     return at.run()
 
 
+def draft_of(at) -> str:
+    """The draft id in the page's address."""
+    value = at.query_params["draft"]
+    return value[0] if isinstance(value, list) else value
+
+
 def field(at, path):
     at.button_group(key="section").set_value(ARGS_BY_PATH[path].group).run()
     return at.text_input(key=f"f:{path}")
@@ -49,7 +55,7 @@ def texts(at) -> str:
 
 def test_two_tabs_do_not_overwrite_each_others_draft(home):
     a = open_app()
-    b = open_app({"draft": a.query_params["draft"][0]})
+    b = open_app({"draft": draft_of(a)})
     field(a, "train.num_generations").set_value("16").run()
     field(b, "train.max_completion_length").set_value("999").run()
     saved = Store().drafts()
@@ -68,7 +74,7 @@ def test_an_override_reason_releases_the_downloads(home):
     at = open_app()
     field(at, "rollout.vllm_gpu_memory_utilization").set_value("0.9").run()
     field(at, "train.lora_rank").set_value("256").run()
-    draft = at.query_params["draft"][0]
+    draft = draft_of(at)
     at.text_input(key=f"override:{draft}").set_value("measured on this card: it fits").run()
     assert downloads_disabled(at) == [False, False]
 

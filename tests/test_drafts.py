@@ -99,3 +99,24 @@ def test_two_tabs_on_one_draft_never_overwrite_each_other(browser, url, tmp_path
     # Launch in tab B uses tab B's draft
     b.get_by_test_id("stSidebarUserContent").get_by_role("link", name="Launch").click()
     b.get_by_text(f"Draft {store.draft(int(second))['name']} (this tab's").wait_for()
+
+
+def test_drafts_are_created_switched_renamed_and_deleted_from_the_sidebar(tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from tests.test_app import APP, field
+    from tests.test_defects import draft_of
+    monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    first = at.selectbox(key="draft_pick").value
+    field(at, "train.num_generations").set_value("16").run()
+    at.selectbox(key="preset_choice").set_value("2-7b-full-8x80gb").run()
+    next(b for b in at.button if b.label == "Start from this preset").click().run()
+    second = at.selectbox(key="draft_pick").value
+    assert second != first and field(at, "train.model").value == presets()["2-7b-full-8x80gb"].train.model
+    at.text_input(key=f"draft_name:{second}").set_value(" full run ").run()
+    assert Store().draft(second)["name"] == "full run"
+    at.selectbox(key="draft_pick").set_value(first).run()
+    assert field(at, "train.num_generations").value == "16" and draft_of(at) == str(first)
+    at.button(key="delete_draft").click().run()
+    assert [d["id"] for d in Store().drafts()] == [second] and at.selectbox(key="draft_pick").value == second

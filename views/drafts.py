@@ -64,9 +64,9 @@ def draft_picker(draft: Draft, spec: JobSpec) -> None:
     st.selectbox("Draft", list(listed), key="draft_pick", format_func=lambda i: f"{listed[i]} (#{i})",
                  on_change=lambda: switch_to(st.session_state["draft_pick"]),
                  help="Each browser tab edits the draft named in its address (?draft=…); edits save themselves.")
-    name = st.text_input("Name", value=draft.name, key=f"draft_name:{draft.id}")
-    if name.strip() and name != draft.name:
-        store().rename_draft(draft.id, name.strip())
+    name = st.text_input("Name", value=draft.name, key=f"draft_name:{draft.id}").strip()
+    if name and name != draft.name:
+        store().rename_draft(draft.id, name)
         st.rerun()
     c1, c2 = st.columns(2)
     c1.button("Copy", on_click=create, args=(f"{draft.name} (copy)", spec), width="stretch")
