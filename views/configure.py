@@ -208,7 +208,8 @@ def steps_indicator(spec: JobSpec, findings: list[Finding], parse_errors: dict, 
               ("Launch", "launch", None if ready else "blocked")]
     for k, (col, (title, anchor, why)) in enumerate(zip(st.columns(len(steps)), steps, strict=True)):
         mark = ":material/check_circle:" if not why else ":material/radio_button_unchecked:"
-        col.markdown(f"{mark} **{k + 1}. [{title}](#{anchor})**  \n" + (f":orange[{why}]" if why else ":green[done]"))
+        done = ":green[ready]" if anchor in ("scripts", "launch") else ":green[done]"
+        col.markdown(f"{mark} **{k + 1}. [{title}](#{anchor})**  \n" + (f":orange[{why}]" if why else done))
 
 
 def override_box(draft_id: int, count: int) -> str | None:
