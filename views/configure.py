@@ -338,8 +338,9 @@ else:
                 col.metric(f"{role.role} GPU peak", f"{role.peak_gib:.1f}{cap} GiB",
                            delta=None if role.headroom_gib is None else f"{role.headroom_gib:+.1f} GiB headroom",
                            delta_color="normal")
-            for note in (n for r in report.roles for n in r.notes):
-                st.caption(f"{SEVERITY_ICON['warning']} {note}")
+            for note in dict.fromkeys(n for r in report.roles for n in r.notes):
+                where = " Choose it in [1. Model and GPUs](#model)." if note.startswith("No GPU model chosen") else ""
+                st.caption(f"{SEVERITY_ICON['warning']} {note}{where}")
             st.plotly_chart(memory_chart(report), width="stretch")
     if report:
         fit_cards(eff, spec)
