@@ -182,6 +182,8 @@ def test_every_page_renders_with_a_job_in_the_store(tmp_path, monkeypatch):
     store.set_memory_estimate("job-a", estimate_spec(spec).to_dict())
     store.add_gpu_samples("job-a", [{"host": host, "gpu_index": 0, "ts": 1.0, "mem_used": 61234.0}])
     store.add_metrics("job-a", 2, {"memory(GiB)": 65.09})
+    import streamlit as st
+    st.cache_resource.clear()  # the app's jobs service is cached per process: open this test's store
     for page, expect in (("cluster", "Preflight"), ("launch", "Launch"), ("monitor", "Alerts (1)"),
                          ("history", "Compare two runs")):
         at = AppTest.from_file(str(Path(APP).parent / "views" / f"{page}.py"), default_timeout=60).run()

@@ -8,18 +8,9 @@ import streamlit as st
 from grpo_ui import drafts, ui_state
 from grpo_ui.drafts import Draft
 from grpo_ui.spec import JobSpec, spec_to_yaml
-from grpo_ui.store import Store, db_path
+from views.service import store
 
 FORM_KEYS = ("f:", "nodes", "base_yaml", "saved_yaml", "draft_version")  # the Configure form's state of a draft
-
-
-@st.cache_resource
-def _store(path: str) -> Store:
-    return Store(path)
-
-
-def store() -> Store:
-    return _store(str(db_path()))
 
 
 def forget_form() -> None:

@@ -12,13 +12,8 @@ from grpo_ui.findings import error_list
 from grpo_ui.jobs import HANDLE, override_note
 from grpo_ui.monitor.memory_loop import comparison
 from grpo_ui.spec import spec_from_yaml
-from grpo_ui.store import Store
 from views import drafts
-
-
-@st.cache_resource
-def store() -> Store:
-    return Store()
+from views.service import store
 
 
 def memory_columns(job: dict) -> dict:
