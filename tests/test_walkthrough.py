@@ -31,14 +31,19 @@ def launch_script(max_steps: int) -> str:
 
 
 @pytest.fixture
-def app(ssh_env, tmp_path):
-    hosts = ssh_env.add(2)
-    for h in hosts:
+def hosts(ssh_env):
+    """Two new hosts in ~/.ssh/config (the session's earlier tests may have added others)."""
+    added = ssh_env.add(2)
+    for h in added:
         ssh_env.name_iface(h, "eth0")  # as on a real cluster: the script's GLOO_SOCKET_IFNAME=eth0 fits both
+    return added
+
+
+@pytest.fixture
+def app(ssh_env, hosts, tmp_path):
     yield from serve(tmp_path, "127.0.0.1", GRPO_UI_SSH_CONFIG=str(ssh_env.ssh_config),
                      GRPO_UI_KNOWN_HOSTS=str(ssh_env.known_hosts))
     stop_active_jobs(tmp_path / "db.sqlite")
-    assert hosts
 
 
 @pytest.fixture
@@ -79,7 +84,7 @@ def body(page) -> str:
     return page.locator("body").inner_text()
 
 
-def test_the_first_hour(app, page, ssh_env, tmp_path):
+def test_the_first_hour(app, hosts, page, tmp_path):
     page.goto(app)
     page.get_by_text("1. Model and GPUs").first.wait_for()
     shot(page, "1-start")
@@ -111,7 +116,7 @@ def test_the_first_hour(app, page, ssh_env, tmp_path):
     # two hosts from ~/.ssh/config; localhost out
     nav(page, "Cluster")
     page.get_by_text("Add a host from ~/.ssh/config").wait_for()
-    for alias in ("h0", "h1"):
+    for alias in (h.name for h in hosts):
         choose(page, "Add a host from ~/.ssh/config", alias)
         page.get_by_role("button", name="Add", exact=True).click()
         page.get_by_text(f"{alias} (trainer)").wait_for()
