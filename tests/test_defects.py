@@ -70,6 +70,18 @@ def test_an_oom_verdict_holds_every_download(home):
     assert at.metric[0].value == "OOM" and downloads_disabled(at) == [True, True]
 
 
+def test_an_oom_verdict_holds_the_launch_until_a_reason_is_given(home):
+    oom = with_changes(FIRST, {"train.lora_rank": 256, "rollout.vllm_gpu_memory_utilization": 0.9})
+    (home / "draft.yaml").write_text(spec_to_yaml(oom))
+    import streamlit as st
+    st.cache_resource.clear()
+    at = AppTest.from_file(str(ROOT / "views/launch.py"), default_timeout=60).run()
+    launch = next(b for b in at.button if b.label == "Launch")
+    held = launch.proto.disabled and any("MEMORY-OOM" in e.value for e in at.error)
+    next(t for t in at.text_input if t.label.startswith("Override")).set_value("it fits on this card").run()
+    assert held and not next(b for b in at.button if b.label == "Launch").proto.disabled
+
+
 def test_an_override_reason_releases_the_downloads(home):
     at = open_app()
     field(at, "rollout.vllm_gpu_memory_utilization").set_value("0.9").run()
