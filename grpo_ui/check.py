@@ -32,7 +32,8 @@ def estimate_error_finding(spec: JobSpec, e: ValueError) -> Finding:
 
 
 def memory_findings(eff: Resolved) -> list[Finding]:
-    """A predicted OOM (with the cheapest fix that fits), or why no estimate can be made, as findings."""
+    """A predicted OOM (with the cheapest fix that fits) or a vLLM that cannot start, as errors (they block export
+    and launch unless overridden), or why no estimate can be made."""
     if not eff.spec.train.model:
         return []
     try:
@@ -40,12 +41,16 @@ def memory_findings(eff: Resolved) -> list[Finding]:
     except (UnknownModel, UnknownGpu, EngineConfigError) as e:
         return [estimate_error_finding(eff.spec, e)]
     role = next(r for r in report.roles if r.verdict == report.verdict)
+    cannot_start = [n for r in report.roles for n in r.notes if n.startswith("vLLM cannot start")]
+    found = [finding("MEMORY-VLLM-START", "error", "rollout.vllm_gpu_memory_utilization", cannot_start[0],
+                     "Raise vllm_gpu_memory_utilization (or use a larger GPU, or tensor parallelism for vLLM).")
+             ] if cannot_start else []
     if report.verdict != "oom":
-        return []
+        return found
     advice = suggest(eff)
     fix = (f"Cheapest change that fits: {advice[0].why}." if advice else
            "No single or paired knob fits: use more or larger GPUs, or a smaller model.")
-    return [finding("MEMORY-OOM", "warning", ("train.per_device_train_batch_size", "rollout.vllm_gpu_memory_utilization",
+    return found + [finding("MEMORY-OOM", "error", ("train.per_device_train_batch_size", "rollout.vllm_gpu_memory_utilization",
                                               "train.deepspeed"),
                     f"Predicted out of memory on the {role.role} GPU: peak {role.peak_gib:.1f} GiB in the "
                     f"{role.peak_phase} phase on a {role.capacity_gib:.1f} GiB {role.gpu or 'GPU'}.",

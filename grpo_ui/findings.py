@@ -56,5 +56,20 @@ def format_findings(findings) -> str:
     return "\n".join(lines)
 
 
+def error_list(text: str) -> str:
+    """A stored error text (a headline, then format_findings' listing, if any) as Markdown: the headline, then one
+    bullet per finding ("ID (fields): message — fix: …")."""
+    head, *rest = text.strip().splitlines() or [""]
+    items: list[str] = []
+    for line in rest:
+        if line.startswith("["):
+            items.append(line.split("] ", 1)[-1] + ":")
+        elif items:
+            items[-1] += " " + line.strip().replace("fix: ", "— fix: ", 1)
+        else:
+            head += " " + line.strip()
+    return head + "".join(f"\n- {item}" for item in items)
+
+
 # How each severity is marked on the pages: Streamlit's bundled Material icons (emoji depend on the browser's fonts).
 SEVERITY_ICON = {"error": ":material/error:", "warning": ":material/warning:", "info": ":material/info:"}

@@ -36,10 +36,6 @@ def is_list(decl: Decl) -> bool:
     return typing.get_origin(parts(decl)[0]) is list
 
 
-def is_integer(decl: Decl) -> bool:
-    return parts(decl)[0] is int
-
-
 def is_mapping(decl: Decl) -> bool:
     return typing.get_origin(parts(decl)[0]) is dict
 
@@ -56,9 +52,9 @@ def widget_kind(decl: Decl) -> str:
 
 
 def column_kind(decl: Decl) -> str:
-    """The node table's column for a field: checkbox, select, number (within the declared bounds) or text."""
-    kind = widget_kind(decl)
-    return "number" if kind == "text" and parts(decl)[0] in (int, float) else kind
+    """The node table's column for a field: checkbox, select or text (numbers too: an empty number cell then shows
+    empty, not "None"; its text is checked like the form's)."""
+    return widget_kind(decl)
 
 
 def choices(decl: Decl, current: typing.Iterable = ()) -> list:
@@ -152,7 +148,10 @@ def node_rows(spec: JobSpec) -> list[dict]:
 
 
 def _cell(decl: SettingDecl, value):
-    return to_text(decl, value) if column_kind(decl) in ("text", "lines") else value
+    """A cell as the table shows it: form text, or the value; empty (not "None") when unset."""
+    if column_kind(decl) in ("text", "lines"):
+        return to_text(decl, value)
+    return "" if value is None else value
 
 
 def _blank(value) -> bool:
@@ -171,6 +170,8 @@ def _row_values(row: dict, i: int, errors: dict[str, str]) -> dict:
             out[d.name] = from_text(d, "" if _blank(cell) else str(cell))
         except ValueError as e:
             errors[d.path_at(i)] = str(e)
+    if out.get("gpus") == []:  # never a silent default of GPU 0
+        errors[f"cluster.nodes[{i}].gpus"] = "empty: list the CUDA device ids this node uses, e.g. 0,1,2,3"
     return out
 
 

@@ -36,7 +36,7 @@ from grpo_ui.remote.ssh import Pool, SshError
 from grpo_ui.spec import JobSpec, spec_from_yaml, spec_to_yaml
 from grpo_ui.store import DuplicateJob, Store
 
-HANDLE, STATUS, OWNER = "backend_handle", "backend_status", "launcher"  # job_meta keys
+HANDLE, STATUS, OWNER, OVERRIDE = "backend_handle", "backend_status", "launcher", "override"  # job_meta keys
 BACKENDS: dict[str, type[Backend]] = {"ssh": SshBackend, "slurm": SlurmBackend}
 UNALLOCATED = "(not allocated)"  # a node's host until the backend places it
 ABANDONED_AFTER = 600.0  # seconds; preflight's own timeouts end it well before
@@ -47,6 +47,15 @@ ENDED = ("succeeded", "failed", "stopped")
 
 class LaunchError(UserError):
     pass
+
+
+def override_note(store: Store, job_id: str) -> str | None:
+    """The errors a job was launched despite and the user's reason, as a sentence; None when there were none."""
+    kept = store.meta(job_id, OVERRIDE)
+    if not kept:
+        return None
+    kept = json.loads(kept)
+    return f"Launched despite {', '.join(kept['errors'])}, with the reason: {kept['reason']}"
 
 
 def backend_for(spec: JobSpec, pool: Pool | None = None) -> Backend:
@@ -107,10 +116,12 @@ class Jobs:
         return make_plan(spec, job_id, arch, lambda path: fetch_hf_config(backend.runner(first), path))
 
     def launch(self, plan: LaunchPlan, secrets: dict[str, str] | None = None,
-               progress: Progress = lambda where, msg: None, preflight: bool = False) -> str:
+               progress: Progress = lambda where, msg: None, preflight: bool = False, override: str | None = None) -> str:
         """Start the plan's job; returns its id. With ``preflight`` the backend's checks run first and their errors
-        fail the job before anything starts. Raises LaunchError with every reason, and leaves nothing running."""
-        if plan.errors:
+        fail the job before anything starts. The spec's errors stop it too, unless ``override`` gives the reason to
+        run anyway (kept with the job: ``overridden``). Raises LaunchError with every reason, and leaves nothing
+        running."""
+        if plan.errors and not (override or "").strip():
             raise LaunchError("the spec has errors:\n" + format_findings(plan.errors))
         secrets = secrets or {}
         missing = [n for n in plan.spec.secret_env if not secrets.get(n)]
@@ -122,6 +133,9 @@ class Jobs:
         except DuplicateJob as e:
             raise LaunchError(str(e)) from None
         self.store.set_meta(job_id, OWNER, _this_process())
+        if plan.errors:
+            self.store.set_meta(job_id, OVERRIDE, json.dumps({"reason": override.strip(),
+                                                              "errors": [f.id for f in plan.errors]}))
         for n in plan.nodes:
             self.store.add_node(job_id, n.index, UNALLOCATED if backend.places_nodes else n.host, n.role, n.rank,
                                 n.script, plan.run_dir)

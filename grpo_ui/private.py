@@ -58,12 +58,3 @@ def private_file(path: Path) -> Path:
             path.chmod(0o600)
     return path
 
-
-def write_private(path: Path, text: str) -> None:
-    """Replace ``path`` atomically with ``text``, readable and writable by its owner only."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.unlink(missing_ok=True)  # a leftover of a crash keeps its old mode if merely truncated
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    tmp.replace(path)

@@ -74,8 +74,20 @@ def _node_context(spec: JobSpec, node: Node, job_id: str) -> dict:
             "cuda_visible_devices": ",".join(map(str, node.gpus))}
 
 
-def swift_line(argv: list[str]) -> str:
-    return "swift " + shell.join(argv)
+def swift_line(argv: list[str], raw: tuple[int, int, str] | None = None) -> str:
+    """``swift`` and its arguments, one flag with its values per line (continued with backslashes, as ms-swift's
+    own examples are written); ``raw`` (start, end, text): argv[start:end] replaced by shell text, unquoted."""
+    words = [shell.quote(a) for a in argv]
+    if raw:
+        start, end, text = raw
+        words[start:end] = [text]
+        argv = [*argv[:start], text, *argv[end:]]
+    lines = [["swift"]]
+    for arg, word in zip(argv, words, strict=True):
+        if arg.startswith("--") and len(lines[-1]) > 1:
+            lines.append([])
+        lines[-1].append(word)
+    return " \\\n    ".join(" ".join(line) for line in lines)
 
 
 def slurm_gpus(spec: JobSpec, nodes: list[Node], role: str) -> int:
@@ -108,7 +120,7 @@ def _sbatch_context(spec: JobSpec, trainers: list[Node], rollouts: list[Node], t
         # The trainers talk to the cluster's rollout nodes: in the job, those are the rollout component's nodes.
         if "--vllm_server_host" in train_argv and not spec.rollout.vllm_server_host:
             start, end = train_argv.index("--vllm_server_host") + 1, train_argv.index("--vllm_server_port")
-            ctx["command"] = f"swift {shell.join(train_argv[:start])} {ROLLOUT_HOSTS} {shell.join(train_argv[end:])}"
+            ctx["command"] = swift_line(train_argv, (start, end, ROLLOUT_HOSTS))
             ctx["servers"], ctx["allocated_servers_port"] = [], spec.server.port
     return ctx
 

@@ -1,4 +1,4 @@
-"""SQLite store (WAL) for jobs, their nodes, log offsets, metric and GPU samples and alerts.
+"""SQLite store (WAL) for job drafts, jobs, their nodes, log offsets, metric and GPU samples and alerts.
 
 The app and the CLI can stop at any time; everything needed to pick a job up again lives here. The database file is
 0600 in a directory only its owner may write to; a database that cannot be used (corrupt, locked, unwritable) is a
@@ -55,6 +55,9 @@ CREATE TABLE IF NOT EXISTS memory_estimates (
 CREATE TABLE IF NOT EXISTS memory_peaks (
     job_id TEXT NOT NULL, host TEXT NOT NULL, gpu_index INTEGER NOT NULL, source TEXT NOT NULL, peak_gib REAL NOT NULL,
     ts REAL NOT NULL, PRIMARY KEY (job_id, host, gpu_index, source));
+CREATE TABLE IF NOT EXISTS drafts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, spec_yaml TEXT NOT NULL, version INTEGER NOT NULL,
+    updated REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS alerts (
     job_id TEXT NOT NULL, alert_id TEXT NOT NULL, severity TEXT NOT NULL, message TEXT NOT NULL, evidence TEXT,
     fix TEXT, first_seen REAL NOT NULL, last_seen REAL NOT NULL, PRIMARY KEY (job_id, alert_id));
@@ -66,7 +69,10 @@ DEFAULT_DB = Path.home() / ".local/share/grpo-ui/grpo-ui.db"
 
 
 def db_path() -> Path:
-    return Path(os.environ.get("GRPO_UI_DB", DEFAULT_DB))
+    """GRPO_UI_DB, else grpo-ui.db in the app's data directory (GRPO_UI_HOME, else ~/.local/share/grpo-ui)."""
+    if os.environ.get("GRPO_UI_DB"):
+        return Path(os.environ["GRPO_UI_DB"])
+    return Path(os.environ["GRPO_UI_HOME"]) / "grpo-ui.db" if os.environ.get("GRPO_UI_HOME") else DEFAULT_DB
 
 
 class StoreError(UserError):
@@ -106,7 +112,7 @@ class Store:
     def __init__(self, path: str | Path | None = None, timeout: float = 30.0):
         self.path = Path(path or db_path())
         self.timeout = timeout
-        if self.path == DEFAULT_DB:
+        if self.path in (DEFAULT_DB, db_path()) and not os.environ.get("GRPO_UI_DB"):  # in grpo-ui's own directory
             private_dir(self.path.parent)
         else:
             safe_parent(self.path)
@@ -146,6 +152,36 @@ class Store:
             c.rollback()
             raise
         c.commit()
+
+    # drafts: the configs being edited, each saved compare-and-set on its version (two browser tabs on one draft)
+    def create_draft(self, name: str, spec_yaml: str) -> int:
+        with self._write() as c:
+            return c.execute("INSERT INTO drafts (name, spec_yaml, version, updated) VALUES (?, ?, 1, ?)",
+                             (name, spec_yaml, time.time())).lastrowid
+
+    def draft(self, draft_id: int) -> dict | None:
+        row = self.conn().execute("SELECT * FROM drafts WHERE id = ?", (draft_id,)).fetchone()
+        return dict(row) if row else None
+
+    def drafts(self) -> list[dict]:
+        """Every draft, the latest saved first."""
+        return [dict(r) for r in self.conn().execute("SELECT * FROM drafts ORDER BY updated DESC, id DESC")]
+
+    def save_draft(self, draft_id: int, spec_yaml: str, version: int) -> int | None:
+        """Store the draft's new text if it is still at ``version``: its new version, or None when another editor
+        saved it since (nothing written) or it was deleted."""
+        with self._write() as c:
+            done = c.execute("UPDATE drafts SET spec_yaml = ?, version = version + 1, updated = ? "
+                             "WHERE id = ? AND version = ?", (spec_yaml, time.time(), draft_id, version)).rowcount
+        return version + 1 if done else None
+
+    def rename_draft(self, draft_id: int, name: str) -> None:
+        with self._write() as c:
+            c.execute("UPDATE drafts SET name = ? WHERE id = ?", (name, draft_id))
+
+    def delete_draft(self, draft_id: int) -> None:
+        with self._write() as c:
+            c.execute("DELETE FROM drafts WHERE id = ?", (draft_id,))
 
     # jobs
     def create_job(self, job_id: str, name: str, spec_yaml: str, state: str = "pending") -> None:

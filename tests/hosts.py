@@ -114,6 +114,14 @@ class HostNet:
             out.append(host)
         return out
 
+    @staticmethod
+    def name_iface(host: TestHost, name: str) -> None:
+        """Rename the host's interface (inside its namespace), e.g. to eth0 as on every node of a real cluster, so
+        one GLOO_SOCKET_IFNAME fits all of them."""
+        for step in (["down"], ["name", name], ["up"]):
+            sh("ip", "-n", host.ns, "link", "set", "dev", host.iface if step != ["up"] else name, *step)
+        host.iface = name
+
     def trust(self, host: TestHost, port: int = 22) -> None:
         name = host.addr if port == 22 else f"[{host.addr}]:{port}"
         with open(self.known_hosts, "a") as f:

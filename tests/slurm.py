@@ -177,9 +177,7 @@ def slurm(hostnet) -> SlurmCluster:
             os.mknod(d / f"dev/gpu{k}", 0o666 | 0o020000, os.makedev(1, 3))  # a character device: /dev/null
         hosts = hostnet.add(2, sshd_extra=f"SetEnv SLURM_CONF={d / 'slurm.conf'}\n")
         for h in hosts:
-            for step in (["down"], ["name", IFACE], ["up"]):
-                sh("ip", "-n", h.ns, "link", "set", "dev", h.iface if step != ["up"] else IFACE, *step)
-            h.iface = IFACE
+            hostnet.name_iface(h, IFACE)
         cluster = SlurmCluster(d, d / "slurm.conf", hosts, f"10.{hostnet.subnet}.0.1")
         cluster.conf.write_text(_config(d, cluster.controller_addr, hosts))
         (d / "gres.conf").write_text(f"NodeName=s0,n1,n2 Name=gpu File={d / 'dev/gpu'}[0-1]\n")

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from grpo_ui.drafts import latest_spec as load_draft
 from grpo_ui.findings import SEVERITY_ICON
 from grpo_ui.memory import estimate_spec
 from grpo_ui.spec import ARGS, ARGS_BY_PATH
-from grpo_ui.ui_state import load_draft
+from grpo_ui.store import Store
 
 APP = str(Path(__file__).parent.parent / "app.py")
 EVERY_SETTING = Path(__file__).parent / "fixtures" / "every_setting.yaml"
@@ -181,6 +182,8 @@ def test_every_page_renders_with_a_job_in_the_store(tmp_path, monkeypatch):
     store.set_memory_estimate("job-a", estimate_spec(spec).to_dict())
     store.add_gpu_samples("job-a", [{"host": host, "gpu_index": 0, "ts": 1.0, "mem_used": 61234.0}])
     store.add_metrics("job-a", 2, {"memory(GiB)": 65.09})
+    import streamlit as st
+    st.cache_resource.clear()  # the app's jobs service is cached per process: open this test's store
     for page, expect in (("cluster", "Preflight"), ("launch", "Launch"), ("monitor", "Alerts (1)"),
                          ("history", "Compare two runs")):
         at = AppTest.from_file(str(Path(APP).parent / "views" / f"{page}.py"), default_timeout=60).run()
@@ -253,13 +256,14 @@ def test_opening_configure_saves_nothing_and_an_edit_keeps_the_node_fields_it_do
     tmp_path.chmod(0o755)  # a data directory others can list: tightened
     (tmp_path / "draft.yaml").write_text(DRAFT)
     at = AppTest.from_file(APP, default_timeout=60).run()
-    assert not at.exception and (tmp_path / "draft.yaml").read_text() == DRAFT  # opened, not re-saved
+    assert not at.exception and Store().drafts()[0]["spec_yaml"] == DRAFT  # migrated as it was, opened, not re-saved
+    assert (tmp_path / "draft.yaml.migrated").read_text() == DRAFT and not (tmp_path / "draft.yaml").exists()
     field(at, "train.num_generations").set_value("8").run()
     saved = load_draft()
     assert saved.train.num_generations == 8
     assert [(n.identity_file, n.workdir, n.env) for n in saved.cluster.nodes] == [
         ("~/.ssh/team_key", "/data/work", {"NCCL_DEBUG": "INFO"})] * 2
-    assert oct((tmp_path / "draft.yaml").stat().st_mode & 0o777) == "0o600" and oct(tmp_path.stat().st_mode & 0o777) \
+    assert oct((tmp_path / "grpo-ui.db").stat().st_mode & 0o777) == "0o600" and oct(tmp_path.stat().st_mode & 0o777) \
         == "0o700"
 
 

@@ -99,6 +99,7 @@ def test_a_broken_page_shows_an_error_id_and_a_damaged_database_its_path(exposed
     (tmp_path / "draft.yaml").write_text("name: [unclosed\n")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("grpo_ui.ui_state.presets", lambda: (_ for _ in ()).throw(KeyError("boom")))
+        mp.setenv("GRPO_UI_DB", str(tmp_path / "good.sqlite"))  # a new store: the first draft comes from a preset
         at = AppTest.from_file(APP, default_timeout=60)
         at.session_state["authenticated"] = True
         at.run()

@@ -146,8 +146,10 @@ def test_the_cli_and_the_draft_refuse_deep_yaml_with_a_clear_message(tmp_path, m
     assert out.returncode == 2 and "nested more than 32 levels deep" in out.stderr and "Traceback" not in out.stderr
     monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
     (tmp_path / "draft.yaml").write_text(DEEP_FLOW)
-    from grpo_ui.ui_state import open_draft
-    spec, notice = open_draft()
+    from grpo_ui.drafts import open_draft
+    from grpo_ui.store import Store
+    draft, notice = open_draft(Store())
+    spec = draft.spec
     assert "nested more than 32 levels deep" in notice and list(tmp_path.glob("draft-unreadable-*"))
     assert spec_from_yaml(spec_to_yaml(spec)) == spec
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 import paramiko
 import streamlit as st
 
-from grpo_ui import form, ui_state
+from grpo_ui import form
 from grpo_ui.findings import SEVERITY_ICON, sort_findings
 from grpo_ui.jobs import backend_for
 from grpo_ui.plan import make_plan
 from grpo_ui.remote.ssh import Pool, SshError, UnknownHostKey, ssh_config_path, trust_host_key
 from grpo_ui.spec import with_changes
+from views import drafts
 
 
 @st.cache_resource
@@ -19,34 +20,52 @@ def pool() -> Pool:
     return Pool()
 
 
-def ssh_aliases() -> list[str]:
+def ssh_hosts() -> dict[str, str]:
+    """The aliases of ~/.ssh/config (no patterns) and the host name each stands for."""
     path = ssh_config_path()
     if not path.exists():
-        return []
-    return sorted(h for h in paramiko.SSHConfig.from_path(str(path)).get_hostnames() if not set(h) & set("*?!"))
+        return {}
+    config = paramiko.SSHConfig.from_path(str(path))
+    return {h: config.lookup(h).get("hostname", h) for h in sorted(config.get_hostnames()) if not set(h) & set("*?!")}
+
+
+def save_nodes(draft, nodes: list[dict]) -> None:
+    """The draft with these nodes, saved compare-and-set; the Configure page re-reads it."""
+    if not drafts.save(draft, with_changes(draft.spec, {"cluster.nodes": nodes})):
+        st.error("The draft was changed in another tab just now: nothing was saved; try again.")
+        return
+    drafts.forget_form()
+    for key in [k for k in st.session_state if str(k).startswith("conn:")]:  # tests are by row: rows moved
+        del st.session_state[key]
+    st.rerun()
+
+
+def remove_node(draft, index: int) -> None:
+    save_nodes(draft, [n.model_dump(exclude_unset=True) for k, n in enumerate(draft.spec.cluster.nodes) if k != index])
 
 
 st.title("Cluster")
-spec, notice = ui_state.open_draft()
-if notice:
-    st.warning(notice)
-st.caption(f"Job **{spec.name}** — hosts come from the Configure page's Cluster tab (autosaved draft).")
-st.dataframe([{"#": row.pop(form.ROW), **row} for row in form.node_rows(spec)], hide_index=True, width="stretch")
+draft = drafts.tab_draft()
+spec = draft.spec
+st.caption(f"Draft **{draft.name}** — hosts come from the Configure page's Cluster part (saved as you edit).")
+table = st.empty()  # drawn last: its status column shows the connection tests and preflight below
 
-aliases = [a for a in ssh_aliases() if a not in {n.host for n in spec.cluster.nodes}]
+known = ssh_hosts()
+aliases = [a for a in known if a not in {n.host for n in spec.cluster.nodes}]
 c1, c2 = st.columns([3, 1])
 alias = c1.selectbox("Add a host from ~/.ssh/config", aliases or ["(no aliases found)"], disabled=not aliases)
 if c2.button("Add", disabled=not aliases, width="stretch"):
-    nodes = [n.model_dump(exclude_unset=True) for n in spec.cluster.nodes] + [{"host": alias,
-                                                                                "gpus": spec.cluster.nodes[0].gpus}]
-    ui_state.save_draft(with_changes(spec, {"cluster.nodes": nodes}))
-    st.session_state.pop("base_yaml", None)  # the Configure page re-reads the draft
-    st.rerun()
+    first = spec.cluster.nodes[0]  # the new host as the first one is: same GPUs, GPU model and Python
+    save_nodes(draft, [n.model_dump(exclude_unset=True) for n in spec.cluster.nodes] + [
+        {"host": alias, **first.model_dump(include={"gpus", "gpu_model", "python_env"}, exclude_unset=True),
+         **({"address": known[alias]} if known[alias] != alias else {})}])  # what the other nodes reach it at
 
 st.subheader("Connections")
 for i, node in enumerate(spec.cluster.nodes):
-    cols = st.columns([2, 1, 4])
+    cols = st.columns([2, 1, 4, 1])
     cols[0].write(f"**{node.host}** ({node.role})")
+    if len(spec.cluster.nodes) > 1 and cols[3].button("Remove", key=f"remove:{i}"):
+        remove_node(draft, i)
     if node.is_local:
         cols[2].write("runs locally, no SSH")
         continue
@@ -97,3 +116,20 @@ if "preflight" in st.session_state:
         st.markdown(f"{SEVERITY_ICON[f.severity]} **{f.id}** ({', '.join(f.fields)}): {f.message} — *{f.fix}*")
     if not findings:
         st.success("Every host passed preflight.")
+
+
+def host_status(i: int, host: str) -> str:
+    """What the latest connection test or preflight said about node ``i`` (✗ and the error, ✓, or empty)."""
+    conn = st.session_state.get(f"conn:{i}")
+    facts = {f.host: f for f in st.session_state.get("preflight", ([], []))[0]}
+    if host in facts and facts[host].error:
+        return f"✗ {facts[host].error}"
+    if conn and conn[0] != "ok":
+        return "✗ " + (conn[1] if conn[0] == "error" else "unknown host key: trust it below")
+    return "✓ reached" if conn or host in facts else ""
+
+
+table.dataframe([{"#": row.pop(form.ROW), "status": host_status(k, row["host"]), **row}
+                 for k, row in enumerate(form.node_rows(spec))], hide_index=True, width="stretch",
+                column_config={"status": st.column_config.TextColumn("status", help="The latest connection test or "
+                                                                     "preflight of this host", width="large")})

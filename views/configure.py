@@ -1,21 +1,27 @@
-"""Configure: the job form (generated from the spec's declarations), findings beside their fields, the live memory
-estimate with one-click fixes, presets, import and export."""
+"""Configure: the guided path in the order the work is done (model and GPUs → cluster → training settings → checks →
+scripts → launch) under a step indicator that says what is missing. The form is generated from the spec's
+declarations; findings sit beside their fields; the memory estimate and scripts are hidden while the form does not
+parse, and errors (an OOM verdict too) hold export and launch unless overridden with a reason."""
 
 from __future__ import annotations
 
-import plotly.graph_objects as go
+from dataclasses import replace
+
 import streamlit as st
 
-from grpo_ui import form, rules, ui_state
+from grpo_ui import catalog, form, rules
 from grpo_ui.catalog import ModelArch, from_hf_config, parse_hf_config
 from grpo_ui.check import check
-from grpo_ui.findings import SEVERITY_ICON, Finding, has_errors, sort_findings
+from grpo_ui.drafts import Draft
+from grpo_ui.findings import SEVERITY_ICON, Finding, sort_findings
 from grpo_ui.fit import suggest
 from grpo_ui.importer import import_uploads
-from grpo_ui.memory import MemoryReport, estimate_spec
+from grpo_ui.memory import estimate_spec
 from grpo_ui.render import render
 from grpo_ui.resolve import resolve
 from grpo_ui.spec import ARGS, GROUPS, ArgDecl, Decl, JobSpec, SpecError, spec_from_yaml, spec_to_yaml, with_changes
+from views import drafts
+from views.memory_chart import memory_chart
 
 
 def reset_to(spec: JobSpec) -> None:
@@ -25,11 +31,22 @@ def reset_to(spec: JobSpec) -> None:
         del st.session_state[key]
 
 
-def base_spec() -> JobSpec:
+def base_spec(draft: Draft) -> JobSpec:
+    """The spec the form starts from: the tab's draft as this tab loaded it (or as a fix or import left it)."""
     if "base_yaml" not in st.session_state:
-        draft, st.session_state["draft_notice"] = ui_state.open_draft()
-        st.session_state["base_yaml"] = st.session_state["saved_yaml"] = spec_to_yaml(draft)
+        st.session_state["base_yaml"] = st.session_state["saved_yaml"] = spec_to_yaml(draft.spec)
+        st.session_state["draft_version"] = draft.version
     return spec_from_yaml(st.session_state["base_yaml"])
+
+
+def autosave(draft: Draft, spec: JobSpec) -> bool:
+    """Save the form's spec over the tab's draft when it changed; False (nothing saved) when another tab saved the
+    draft since this tab loaded it."""
+    if (text := spec_to_yaml(spec)) != st.session_state["saved_yaml"]:
+        if not drafts.save(draft, spec):
+            return False
+        st.session_state["saved_yaml"], st.session_state["draft_version"] = text, draft.version + 1
+    return True
 
 
 def field_value(decl: Decl, base: JobSpec):
@@ -72,35 +89,15 @@ def node_column(decl, base: JobSpec):
         return st.column_config.SelectboxColumn(decl.name, help=help_, options=[o for o in options if o is not None])
     if kind == "checkbox":
         return st.column_config.CheckboxColumn(decl.name, help=help_)
-    if kind == "number":
-        b = decl.bounds
-        return st.column_config.NumberColumn(decl.name, help=help_, min_value=b.get("ge", b.get("gt")),
-                                             max_value=b.get("le", b.get("lt")),
-                                             step=1 if form.is_integer(decl) else None)
     return st.column_config.TextColumn(decl.name, help=help_, required=decl.required)
 
 
-def memory_chart(report: MemoryReport) -> go.Figure:
-    fig = go.Figure()
-    bars = [(f"{r.role} GPU · {p.name}", p, r) for r in report.roles for p in r.phases]
-    names = list(dict.fromkeys(t.name for _, p, _ in bars for t in p.terms if t.gib > 0.01))
-    for name in names:
-        fig.add_bar(name=name, x=[b[0] for b in bars],
-                    y=[sum(t.gib for t in p.terms if t.name == name) for _, p, _ in bars])
-    cap = report.trainer.capacity_gib
-    if cap:
-        # a plain shape and annotation: add_hline's per-axis processing costs more than the rest of the chart
-        fig.add_shape(type="line", xref="paper", x0=0, x1=1, y0=cap, y1=cap, line={"dash": "dash", "color": "red"})
-        fig.add_annotation(xref="paper", x=1, y=cap, text=f"{report.trainer.gpu}: {cap:.0f} GiB", showarrow=False,
-                           xanchor="right", yanchor="bottom")
-    fig.update_layout(barmode="stack", height=380, margin={"l": 10, "r": 10, "t": 30, "b": 10}, yaxis_title="GiB per GPU",
-                      legend={"font": {"size": 10}})
-    return fig
-
-
-def show_findings(slot, findings: list[Finding], parse_error: str | None = None) -> None:
+def show_findings(slot, findings: list[Finding], said: set[str], parse_error: str | None = None) -> None:
+    """Findings beside a field: in full beside the first of their fields drawn, a pointer to Checks beside the rest."""
     lines = ([f"{SEVERITY_ICON['error']} {parse_error}"] if parse_error else []) + [
-        f"{SEVERITY_ICON[f.severity]} **{f.id}**: {f.message} — *{f.fix}*" for f in findings]
+        f"{SEVERITY_ICON[f.severity]} **{f.id}**" + (" — see [4. Checks](#checks)" if f.id in said else f": {f.message} — *{f.fix}*")
+        for f in findings]
+    said |= {f.id for f in findings}
     if lines:
         slot.markdown("\n\n".join(lines))
 
@@ -131,22 +128,110 @@ def apply_fix(spec: JobSpec, changes: dict) -> None:
     reset_to(with_changes(spec, changes))
 
 
+def dedup(findings: list[Finding]) -> list[Finding]:
+    """One finding per id: the first one's message, every field any of them names, all their one-click changes."""
+    by_id: dict[str, Finding] = {}
+    for f in findings:
+        kept = by_id.get(f.id)
+        by_id[f.id] = f if kept is None else replace(kept, fields=tuple(dict.fromkeys(kept.fields + f.fields)),
+                                                       apply={**kept.apply, **f.apply})
+    return list(by_id.values())
+
+
+@st.cache_resource
+def model_sizes() -> dict[str, float]:
+    """The catalogue's models and their parameters in billions (computed once per process)."""
+    return {name: arch.total_params() / 1e9 for name, arch in catalog.models().items()}
+
+
+def model_picker(spec: JobSpec, where) -> None:
+    """The catalogue's models with their sizes (type to search, or type any Hugging Face id or path)."""
+    sizes = model_sizes()
+    current = spec.train.model
+    options = list(dict.fromkeys([current, *sizes])) if current else list(sizes)
+    known = catalog.find_model(current) if current else None
+    where.selectbox("Model", options, index=options.index(current) if current else None, key=f"pick_model:{current}",
+                    accept_new_options=True, placeholder="Search the catalogue or type a Hugging Face id",
+                    format_func=lambda n: f"{n} · {sizes[n]:.1f} B params" if n in sizes else (
+                        f"{n} · {known.total_params() / 1e9:.1f} B params" if n == current and known else n),
+                    on_change=lambda: apply_fix(spec, {"train.model": st.session_state[f"pick_model:{current}"]}),
+                    help="Any --model ms-swift takes; the catalogue's are estimated from their architecture.")
+
+
+def gpu_picker(spec: JobSpec, where) -> None:
+    """The GPU model of every node (nvidia-smi's name), with its memory: the estimate's capacity."""
+    chosen = {n.gpu_model for n in spec.cluster.nodes}
+    current = chosen.pop() if len(chosen) == 1 else None
+    options = list(dict.fromkeys([*([current] if current else []), *catalog.gpus()]))
+    key = f"pick_gpu:{current}"
+    where.selectbox("GPU model (every node)", options, index=options.index(current) if current else None, key=key,
+                    placeholder="Choose the GPU the nodes have", accept_new_options=True,
+                    format_func=lambda g: f"{g} · {card.memory_gib:.0f} GiB" if (card := catalog.find_gpu(g)) else g,
+                    on_change=lambda: apply_fix(spec, {f"cluster.nodes[{i}].gpu_model": st.session_state[key]
+                                                       for i in range(len(spec.cluster.nodes))}),
+                    help="As nvidia-smi names it; per node in the Cluster table below when they differ.")
+
+
+def fit_cards(eff, spec: JobSpec) -> None:
+    """Make-it-fit: each option as a card with the change it makes and the peak it leads to."""
+    options = suggest(eff)
+    if not options:
+        return
+    st.markdown("**Make it fit** — each option alone, with the trainer GPU's peak it leads to:")
+    for col, (k, s) in zip(st.columns(len(options)), enumerate(options), strict=True):
+        with col.container(border=True):
+            st.markdown(f"**{s.peak_gib:.1f} GiB** · {s.verdict.upper()}")
+            st.markdown("\n".join(f"- `{path}` → `{value}`" for path, value in s.changes.items()))
+            st.caption(s.why)
+            st.button("Make it fit: apply", key=f"fit:{k}", on_click=apply_fix, args=(spec, s.changes))
+
+
+def steps_indicator(spec: JobSpec, findings: list[Finding], parse_errors: dict, verdict: str | None) -> None:
+    """Where the user stands, in the order the work is done; each missing step links to where it is done."""
+    def bad(*prefixes):
+        return [f for f in findings if f.severity == "error" and any(p.startswith(prefixes) for p in f.fields)]
+    gpu_missing = not all(n.gpu_model or n.gpu_memory_gib for n in spec.trainer_nodes())
+    model_missing = not spec.train.model or any(f.id == "MEMORY-UNKNOWN-MODEL" for f in findings)
+    steps = [
+        ("Model and GPUs", "model",
+         "No model chosen" if not spec.train.model else "Model unknown: give its config.json" if model_missing
+         else "No GPU model chosen" if gpu_missing else None),
+        ("Cluster", "cluster", f"{len(bad('cluster', 'slurm'))} error(s)" if bad("cluster", "slurm") else None),
+        ("Training settings", "training",
+         f"{len(parse_errors)} field(s) do not parse" if parse_errors
+         else f"{len(bad('train', 'rollout', 'server'))} error(s)" if bad("train", "rollout", "server") else None),
+        ("Checks", "checks", "the estimate says OOM" if verdict == "oom"
+         else f"{len(bad(''))} error(s)" if bad("") else None),
+    ]
+    ready = not any(why for _, _, why in steps)
+    steps += [("Scripts", "scripts", None if ready else "blocked until the steps above are done"),
+              ("Launch", "launch", None if ready else "blocked")]
+    for k, (col, (title, anchor, why)) in enumerate(zip(st.columns(len(steps)), steps, strict=True)):
+        mark = ":material/check_circle:" if not why else ":material/radio_button_unchecked:"
+        done = ":green[ready]" if anchor in ("scripts", "launch") else ":green[done]"
+        col.markdown(f"{mark} **{k + 1}. [{title}](#{anchor})**  \n" + (f":orange[{why}]" if why else done))
+
+
+def override_box(draft_id: int, count: int) -> str | None:
+    """An explicit override of blocking problems: the reason the user gives (kept with the job at launch), or None."""
+    key = f"override:{draft_id}"
+    with st.expander(f"Override: export and launch despite {count} blocking problem(s)"):
+        reason = st.text_input("Why this is safe to run anyway (kept with the job, shown on Monitor and History)",
+                               key=key)
+    return reason.strip() or None
+
+
 # ---------------------------------------------------------------------------------------------------------------
 
 st.title("Configure a GRPO job")
-base = base_spec()
-if st.session_state.get("draft_notice"):
-    st.warning(st.session_state["draft_notice"])
+draft = drafts.tab_draft()
+base = base_spec(draft)
+conflict_slot, picker_slot, steps_slot = st.empty(), st.sidebar.container(), st.container()
 
 with st.sidebar:
-    st.subheader("Start from")
-    preset_names = list(ui_state.presets())
-    chosen = st.selectbox("Preset", preset_names, key="preset_choice")
-    if st.button("Load preset", width="stretch"):
-        reset_to(ui_state.presets()[chosen])
-        st.rerun()
-    uploads = st.file_uploader("Import launch scripts (one per node, with the config YAML they name) or a job YAML",
-                               type=["sh", "bash", "yaml", "yml", "json", "txt"], accept_multiple_files=True)
+    st.subheader("Import")
+    uploads = st.file_uploader("Launch scripts (one per node, with the config YAML they name) or a job YAML: a new "
+                               "draft", type=["sh", "bash", "yaml", "yml", "json", "txt"], accept_multiple_files=True)
     pasted = st.text_area("…or paste it", key="import_text", height=100)
     if st.button("Import", width="stretch", disabled=not (uploads or pasted.strip())):
         files = {u.name: u.getvalue() for u in uploads} if uploads else {"pasted": pasted.encode()}
@@ -154,27 +239,23 @@ with st.sidebar:
             imported, notes = import_uploads(files, base.swift_version)
             moved = [f for f in rules.validate(imported) if f.id == "ENV-SECRET-MOVED"]
             st.session_state["import_notes"] = [f.to_dict() for f in [*notes, *moved]]
-            reset_to(imported)
+            drafts.create(imported.name, imported)
             st.rerun()
         except SpecError as e:
             st.error(str(e))
     for note in st.session_state.get("import_notes", []):
         st.caption(f"{SEVERITY_ICON[note['severity']]} {note['message']}")
 
-top = st.container()
-# Only the chosen section's widgets are drawn (each Streamlit widget costs time that grows with the whole form);
-# the others keep their values in the session.
-section = st.segmented_control("Section", list(GROUPS), format_func=GROUPS.get, key="section", required=True,
-                               default=next(iter(GROUPS)), persist_state="session", label_visibility="collapsed")
+st.subheader("1. Model and GPUs", anchor="model")
+model_col, gpu_col = st.columns(2)
+model_slot, config_slot = model_col.container(), model_col.container()
+gpu_slot = gpu_col.container()
+
+st.subheader("2. Cluster", anchor="cluster")
 values, slots = {}, {}
-cols = st.columns(3)
-for k, decl in enumerate(d for d in ARGS if d.group == section):
-    with cols[k % 3]:
-        values[decl.path] = field_widget(decl, base)
-        slots[decl.path] = st.empty()
 with st.container(border=True):
-    st.markdown("**Cluster**")
-    st.caption("One row per machine. role trainer runs swift rlhf; role rollout runs swift rollout (server mode).")
+    st.caption("One row per machine. role trainer runs swift rlhf; role rollout runs swift rollout (server mode). "
+               "Hosts from ~/.ssh/config can be added on the Cluster page.")
     nodes = st.data_editor(form.node_rows(base), key="nodes", num_rows="dynamic", width="stretch",
                            column_config={**{d.name: node_column(d, base) for d in form.NODE_FIELDS}, form.ROW: None})
     backend = field_value(form.FIELDS_BY_PATH["cluster.backend"], base)  # settings for the other backend: hidden
@@ -187,6 +268,17 @@ with st.container(border=True):
             values[decl.path] = field_widget(decl, base, cols[k % 4])
     slots["cluster"] = st.empty()
 
+st.subheader("3. Training settings", anchor="training")
+# Only the chosen section's widgets are drawn (each Streamlit widget costs time that grows with the whole form);
+# the others keep their values in the session.
+section = st.segmented_control("Section", list(GROUPS), format_func=GROUPS.get, key="section", required=True,
+                               default=next(iter(GROUPS)), persist_state="session", label_visibility="collapsed")
+cols = st.columns(3)
+for k, decl in enumerate(d for d in ARGS if d.group == section):
+    with cols[k % 3]:
+        values[decl.path] = field_widget(decl, base)
+        slots[decl.path] = st.empty()
+
 with st.sidebar:
     st.subheader("Job")
     for decl in (d for d in form.FORM_FIELDS if d.section == "job"):
@@ -197,44 +289,47 @@ values = {d.path: field_value(d, base) for d in form.FORM_FIELDS} | values  # hi
 spec, parse_errors = form.build_spec(base, values, list(nodes))
 arch = pasted_arch(spec.train.model)
 eff = resolve(spec, arch)  # the job's effective values, for every step below
-findings = sort_findings(check(eff)) if not parse_errors else []
+findings = dedup(sort_findings(check(eff))) if not parse_errors else []
+said: set[str] = set()
 for path, slot in slots.items():
     cluster_wide = ("cluster", "slurm", "spec")
     here = [f for f in findings if any(fp == path or (path == "cluster" and fp.startswith(cluster_wide))
                                        for fp in f.fields)]
-    show_findings(slot, here, parse_errors.get(path) or (
+    show_findings(slot, here, said, parse_errors.get(path) or (
         "; ".join(f"{p}: {m}" for p, m in parse_errors.items() if p.startswith(("cluster", "slurm")))
         if path == "cluster"
         else None))
-if not parse_errors and (text := spec_to_yaml(spec)) != st.session_state.get("saved_yaml"):  # changed: autosave
-    ui_state.save_draft(spec)
-    st.session_state["saved_yaml"] = text
+if draft.version != st.session_state["draft_version"] or not parse_errors and not autosave(draft, spec):
+    with conflict_slot:
+        drafts.changed_elsewhere(draft, spec)
+with picker_slot:
+    drafts.draft_picker(draft, spec)
+model_picker(spec, model_slot)
+gpu_picker(spec, gpu_slot)
 
-with top:
-    errors = [f for f in findings if f.severity == "error"]
+st.subheader("4. Checks", anchor="checks")
+report = None
+if parse_errors:  # what is below would describe an older form: hidden, never the last verdict
+    st.error("Fix the fields that do not parse — " + "; ".join(f"{p}: {m}" for p, m in parse_errors.items())
+             + ". The checks, the memory estimate and the scripts are hidden until then.")
+else:
     left, right = st.columns([3, 2])
     with right:
-        st.subheader("Findings")
-        if parse_errors:
-            st.error("Fix the highlighted fields: " + ", ".join(parse_errors))
-        elif not findings:
+        st.markdown("**Findings**")
+        if not findings:
             st.success("No findings: ms-swift's checks pass for this configuration.")
         for f in findings:
             with st.expander(f"{SEVERITY_ICON[f.severity]} {f.id} — {', '.join(f.fields)}", expanded=f.severity == "error"):
                 st.write(f.message)
                 st.caption(f"Fix: {f.fix}")
                 if f.apply:
-                    st.button("Apply fix", key=f"fix:{f.id}:{','.join(f.fields)}", on_click=apply_fix,
-                              args=(spec, f.apply))
+                    st.button("Apply fix", key=f"fix:{f.id}", on_click=apply_fix, args=(spec, f.apply))
     with left:
-        st.subheader("GPU memory per device")
+        st.markdown("**GPU memory per device**")
         try:
             report = estimate_spec(eff)
         except ValueError as e:  # an unknown model or GPU, an unreadable DeepSpeed/FSDP config
-            report = None
             st.info(str(e))
-        if arch or not report:
-            config_json_import(spec.train.model)
         if report:
             cols = st.columns(len(report.roles) + 1)
             cols[0].metric("Verdict", report.verdict.upper())
@@ -243,19 +338,41 @@ with top:
                 col.metric(f"{role.role} GPU peak", f"{role.peak_gib:.1f}{cap} GiB",
                            delta=None if role.headroom_gib is None else f"{role.headroom_gib:+.1f} GiB headroom",
                            delta_color="normal")
+            for note in dict.fromkeys(n for r in report.roles for n in r.notes):
+                where = " Choose it in [1. Model and GPUs](#model)." if note.startswith("No GPU model chosen") else ""
+                st.caption(f"{SEVERITY_ICON['warning']} {note}{where}")
             st.plotly_chart(memory_chart(report), width="stretch")
-            for note in (n for r in report.roles for n in r.notes):
-                st.caption(f"{SEVERITY_ICON['warning']} {note}")
-            for k, s in enumerate(suggest(eff)):
-                st.button(f"Make it fit: {s.why} → {s.peak_gib:.1f} GiB", key=f"fit:{k}", on_click=apply_fix,
-                          args=(spec, s.changes))
+    if report:
+        fit_cards(eff, spec)
+if arch or not report:
+    with config_slot:
+        config_json_import(spec.train.model)
+with steps_slot:
+    steps_indicator(spec, findings, parse_errors, report.verdict if report else None)
 
-    st.subheader("Scripts")
-    blocked = has_errors(findings) or bool(parse_errors)
-    if blocked:
-        st.warning(f"Launch and export are blocked by {len(errors) or len(parse_errors)} error(s) above.")
-    c1, c2 = st.columns(2)
-    c1.download_button("Download job YAML", spec_to_yaml(spec), file_name=f"{spec.name}.yaml", key="dl_yaml")
-    bundle = None if blocked else render(eff, spec.name)
-    c2.download_button("Download node scripts (zip)", bundle.zip_bytes() if bundle else b"", disabled=blocked,
-                       file_name=f"{spec.name}.zip", key="dl_zip")
+st.subheader("5. Scripts", anchor="scripts")
+blockers = len(parse_errors) or len([f for f in findings if f.severity == "error"])
+override = None
+if parse_errors:
+    st.warning("No scripts: the form has fields that do not parse (above).")
+elif blockers:
+    st.warning(f"Export and launch are blocked by {blockers} error(s) in the checks above: fix them (most offer a "
+               "one-click fix), or override with a reason.")
+    override = override_box(draft.id, blockers)
+c1, c2 = st.columns(2)
+held = bool(parse_errors) or bool(blockers and not override)
+c1.download_button("Download job YAML", spec_to_yaml(spec), file_name=f"{spec.name}.yaml", key="dl_yaml",
+                   disabled=held)
+bundle = None if parse_errors else render(eff, spec.name)
+c2.download_button("Download node scripts (zip)", bundle.zip_bytes() if bundle and not held else b"", disabled=held,
+                   file_name=f"{spec.name}.zip", key="dl_zip")
+if bundle and not held:
+    first = "node_0.sh" if "node_0.sh" in bundle.files else sorted(bundle.files)[0]
+    with st.expander(f"{first} (the Launch page shows every file)"):
+        st.code(bundle.files[first], language="bash", wrap_lines=True)
+
+st.subheader("6. Launch", anchor="launch")
+if held:
+    st.caption("Launch is blocked until the checks pass (or an override reason is given above).")
+st.page_link("views/launch.py", label="Review every node's script and launch on the Launch page", icon=":material/rocket_launch:",
+             disabled=held)

@@ -8,15 +8,12 @@ import time
 import plotly.graph_objects as go
 import streamlit as st
 
-from grpo_ui import ui_state
+from grpo_ui.findings import error_list
+from grpo_ui.jobs import HANDLE, override_note
 from grpo_ui.monitor.memory_loop import comparison
 from grpo_ui.spec import spec_from_yaml
-from grpo_ui.store import Store
-
-
-@st.cache_resource
-def store() -> Store:
-    return Store()
+from views import drafts
+from views.service import store
 
 
 def memory_columns(job: dict) -> dict:
@@ -54,23 +51,32 @@ c1, c2 = st.columns(2)
 with c1:
     st.markdown(f"**Outcome:** {job['state']}")
     if job["error"]:
-        st.code(job["error"])
+        st.error(error_list(job["error"]))
+    if note := override_note(db, pick):
+        st.warning(note)
     st.code(job["spec_yaml"], language="yaml")
-    if st.button("Re-open this config in Configure"):
-        ui_state.save_draft(spec_from_yaml(job["spec_yaml"]))
-        for key in [k for k in st.session_state if str(k).startswith(("f:", "nodes", "cl:", "base_yaml"))]:
-            del st.session_state[key]
+    if st.button("Re-open this config in Configure (as a new draft)"):
+        drafts.create(pick, spec_from_yaml(job["spec_yaml"]))
         st.switch_page("views/configure.py")
 with c2:
     metrics = db.metrics(pick)
     st.markdown("**Final metrics**")
-    st.json({k: v[-1][1] for k, v in sorted(metrics.items())} or {})
+    if metrics:
+        st.json({k: v[-1][1] for k, v in sorted(metrics.items())})
+    else:
+        st.caption("None: the job never logged a training step" + (
+            " (it never started)." if job["state"] == "failed" and not db.meta(pick, HANDLE) else "."))
     st.markdown("**Memory per GPU: estimate at launch vs measured peak**")
     st.table(comparison(db, pick, spec_from_yaml(job["spec_yaml"])))
 
 st.subheader("Compare two runs")
 pair = st.multiselect("Runs", ids, max_selections=2, default=ids[:2] if len(ids) > 1 else ids[:1])
-if len(pair) == 2:
+if len(ids) < 2:
+    st.info("Only one run so far: a comparison needs two. Launch another (e.g. re-open this config, change a "
+            "setting, launch) and compare them here.")
+elif len(pair) < 2:
+    st.info("Pick two runs above to compare their metrics and configs.")
+else:
     a, b = (db.metrics(x) for x in pair)
     keys = sorted(set(a) & set(b)) or ["reward"]
     key = st.selectbox("Metric", keys, index=keys.index("reward") if "reward" in keys else 0)

@@ -8,11 +8,11 @@ import time
 
 import streamlit as st
 
-from grpo_ui import ui_state
 from grpo_ui.findings import SEVERITY_ICON, sort_findings
 from grpo_ui.jobs import LaunchError
 from grpo_ui.plan import LaunchPlan
 from grpo_ui.spec import JobSpec, SpecError, spec_to_yaml
+from views import drafts
 from views.service import jobs
 
 
@@ -27,9 +27,9 @@ def plan_for(spec: JobSpec, job_id: str) -> LaunchPlan:
 
 
 st.title("Launch")
-spec, notice = ui_state.open_draft()
-if notice:
-    st.warning(notice)
+draft = drafts.tab_draft()
+spec = draft.spec
+st.caption(f"Draft **{draft.name}** (this tab's, as saved on the Configure page)")
 job_id = st.text_input("Job id (the run directory on every node)",
                        value=st.session_state.get("launch_id") or f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}",
                        key="launch_id")
@@ -42,8 +42,13 @@ bundle = plan.bundle
 
 for f in plan.errors:
     st.error(f"{f.id}: {f.message} — {f.fix}")
+override = None
 if plan.errors:
-    st.warning("Fix the errors on the Configure page before launching.")
+    st.warning("Fix the errors on the Configure page before launching, or override them with a reason.")
+    override = st.text_input("Override: why this is safe to run anyway (kept with the job, shown on Monitor and "
+                             "History)", value=st.session_state.get(f"override:{draft.id}", ""),
+                             key=f"launch_override:{draft.id}").strip() or None
+held = bool(plan.errors) and not override
 where = (f"Slurm (sbatch on {spec.cluster.login})" if spec.cluster.backend == "slurm"
          else ", ".join(n.host for n in plan.nodes))
 st.caption(f"{len(plan.role('trainer'))} trainer node(s), {len(plan.role('rollout'))} rollout server(s) on {where}; "
@@ -57,8 +62,8 @@ if "error" in plan.estimate:
 names = sorted(bundle.files)
 c1, c2 = st.columns([3, 1])
 chosen = c1.selectbox("File", names, index=names.index("node_0.sh") if "node_0.sh" in names else 0)
-c2.download_button("Download all (zip)", bundle.zip_bytes(), file_name=f"{job_id}.zip", disabled=bool(plan.errors),
-                   width="stretch")
+c2.download_button("Download all (zip)", b"" if held else bundle.zip_bytes(), file_name=f"{job_id}.zip",
+                   disabled=held, width="stretch")
 text = bundle.files[chosen]
 if chosen.startswith("node_") and chosen != "node_0.sh":
     diff = list(difflib.unified_diff(bundle.files["node_0.sh"].splitlines(), text.splitlines(), "node_0.sh", chosen,
@@ -66,7 +71,7 @@ if chosen.startswith("node_") and chosen != "node_0.sh":
     st.caption(f"Differences from node_0.sh: {sum(1 for d in diff if d[:1] in '+-' and d[:3] not in ('+++', '---'))}"
                " line(s)")
     st.code("\n".join(diff), language="diff")
-st.code(text, language="yaml" if chosen.endswith(".yaml") else "bash")
+st.code(text, language="yaml" if chosen.endswith(".yaml") else "bash", wrap_lines=True)
 for flags, why in bundle.added:
     st.caption(f"{SEVERITY_ICON['info']} grpo-ui adds `{flags}`: {why}")
 notes = [f for f in plan.findings if f.severity != "error"]
@@ -77,12 +82,12 @@ secrets = {name: st.text_input(f"{name} (secret: sent in a 0600 file, never stor
                                key=f"secret:{name}") for name in spec.secret_env}
 check_first = st.checkbox("Run preflight on every node first (its errors stop the launch before anything starts)",
                           value=True, key="launch_preflight")
-if st.button("Launch", type="primary", disabled=bool(plan.errors)):
+if st.button("Launch", type="primary", disabled=held):
     failure, steps = None, []  # progress arrives from one thread per host: collect it, show it here
     with st.status(f"Launching {job_id}…", expanded=True) as box:
         try:
             launched = jobs().launch(plan, secrets, lambda host, msg: steps.append(f"**{host}**: {msg}"),
-                                     preflight=check_first)
+                                     preflight=check_first, override=override)
             for line in steps:
                 box.write(line)
             state = jobs().store.job(launched)["state"]

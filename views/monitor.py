@@ -12,8 +12,8 @@ import streamlit as st
 from plotly.subplots import make_subplots
 
 from grpo_ui.errors import UserError
-from grpo_ui.findings import SEVERITY_ICON
-from grpo_ui.jobs import STATUS
+from grpo_ui.findings import SEVERITY_ICON, error_list
+from grpo_ui.jobs import HANDLE, STATUS, override_note
 from grpo_ui.monitor.curves import extra_curves
 from grpo_ui.monitor.memory_loop import comparison, record_peaks
 from grpo_ui.monitor.rootcause import first_error_index
@@ -134,7 +134,14 @@ def live():
     if result and result["errors"]:
         st.warning("Unreachable now: " + "; ".join(result["errors"]))
     if job["error"]:
-        st.error(job["error"])
+        st.error(error_list(job["error"]))
+    if note := override_note(service.store, job_id):
+        st.warning(note)
+    if job["state"] == "failed" and not service.store.meta(job_id, HANDLE):
+        st.info("This job never started: the launch stopped before anything ran on the nodes (they were never "
+                "reached, or preflight refused them), so there are no metrics, GPU samples or logs. Fix what is "
+                "listed above and launch again from the Launch page.")
+        return
     alerts = service.store.alerts(job_id)
     st.subheader(f"Alerts ({len(alerts)})")
     for a in alerts:

@@ -1,5 +1,5 @@
-"""`launch job.yaml [--job-id ID] [--wait] [--no-preflight]`: plan the job once (findings, estimate, scripts), show
-the plan, then preflight and start exactly it (secrets from the environment)."""
+"""`launch job.yaml [--job-id ID] [--wait] [--no-preflight] [--override REASON]`: plan the job once (findings,
+estimate, scripts), show the plan, then preflight and start exactly it (secrets from the environment)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ def add_parser(sub) -> None:
     p.add_argument("--wait", action="store_true", help="follow the job until it ends (Ctrl-C stops following only)")
     p.add_argument("--no-preflight", action="store_true",
                    help="skip the preflight check of every node that otherwise runs first and blocks on errors")
+    p.add_argument("--override", metavar="REASON",
+                   help="launch despite the spec's errors (an OOM verdict included) for this reason, kept with the job")
     p.set_defaults(run=run)
 
 
@@ -47,7 +49,8 @@ def run(args) -> int:
     try:
         plan = jobs.plan(spec, args.job_id)
         print(describe_plan(plan))
-        job = jobs.launch(plan, secrets, lambda host, msg: print(f"{host}: {msg}"), preflight=not args.no_preflight)
+        job = jobs.launch(plan, secrets, lambda host, msg: print(f"{host}: {msg}"), preflight=not args.no_preflight,
+                          override=args.override)
         print(f"launched {job}")
         return follow(jobs, job) if args.wait else 0
     except LaunchError as e:

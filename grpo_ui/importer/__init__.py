@@ -44,10 +44,12 @@ def import_scripts(scripts: list[tuple[str, bytes | str]], version: str = "4.6",
     sources = Sources(dict(files or {}), local_dir)
     draft = Draft({"swift_version": version}, [])
     calls: list[Call] = []
+    venvs: set[str] = set()
     for name, data in scripts:
         text, found = decode(name, data)
         draft.findings += found
         invocations, notices = bash.parse(text, name)
+        venvs |= {n.text for n in notices if n.kind == "venv"}
         draft.findings += notice_findings(notices, name)
         if not invocations:
             draft.findings.append(finding("IMPORT-NO-COMMAND", "warning", "spec", f"{name}: no `swift rlhf` or "
@@ -62,6 +64,9 @@ def import_scripts(scripts: list[tuple[str, bytes | str]], version: str = "4.6",
     if servers:
         _place_server_flags(servers[0], draft, version)
     topology.cluster(trainers, servers, draft)
+    if len(venvs) == 1:  # every script activates the same venv (`source <dir>/bin/activate`): the nodes' python_env
+        for node in draft.data["cluster"]["nodes"]:
+            node.setdefault("python_env", next(iter(venvs)))
     draft.findings += topology.disagreements(trainers)
     spec = validated(draft)
     topology.launch_env_findings(spec, trainers, draft)

@@ -346,6 +346,8 @@ class Shell:
             env.update(launcher)
             env.update(prefix)
             self.invocations.append(Invocation(kind, args, env, _line(node), self.source))
+        elif name in ("source", ".") and len(words) == 2 and words[1].text.endswith("/bin/activate"):
+            self.notices.append(Notice("venv", _line(node), words[1].text.removesuffix("/bin/activate")))
         elif name in ("source", "."):
             self.notices.append(Notice("source", _line(node), " ".join(w.text for w in words)[:80]))
         elif name.startswith("--") and self.invocations:  # flags cut off from swift by a comment or a lost "\"

@@ -234,6 +234,8 @@ def notice_findings(notices: list[Notice], source: str) -> list[Finding]:
         "flow": ("IMPORT-SHELL-FLOW", "warning", "swift runs inside an if/for/while/case (`{text}`); grpo-ui does not "
                  "guess which branch runs, so that invocation was not imported.",
                  "Import a script where swift runs unconditionally (one script per node)."),
+        "venv": ("IMPORT-PYTHON-ENV", "info", "activates the Python environment {text}: it is each node's "
+                 "python_env.", "Check that it exists on every node (preflight does)."),
         "source": ("IMPORT-SHELL-SOURCE", "info", "`{text}` reads another file; what it sets is unknown here.",
                    "Check the values that come from that file."),
         "syntax": ("IMPORT-SHELL-SYNTAX", "error", "bash cannot parse `{text}`.", "Fix the script's syntax (run "

@@ -1,0 +1,220 @@
+"""Each defect a new user met (issue 18, "Why") stays fixed: one test per defect, each asserting on what the page
+shows (Streamlit's AppTest) or on what the user gets (rendered scripts, the chart's figure)."""
+
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from grpo_ui import form
+from grpo_ui.findings import finding, format_findings
+from grpo_ui.memory import estimate_spec
+from grpo_ui.render import render
+from grpo_ui.spec import ARGS_BY_PATH, spec_to_yaml, with_changes
+from grpo_ui.store import Store
+from grpo_ui.ui_state import presets
+from views.memory_chart import memory_chart
+
+ROOT = Path(__file__).parent.parent
+APP = str(ROOT / "app.py")
+FIRST, FULL, ROLLOUT = presets().values()
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
+    return tmp_path
+
+
+def open_app(query: dict | None = None) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params.update(query or {})
+    return at.run()
+
+
+def draft_of(at) -> str:
+    """The draft id in the page's address."""
+    value = at.query_params["draft"]
+    return value[0] if isinstance(value, list) else value
+
+
+def field(at, path):
+    at.button_group(key="section").set_value(ARGS_BY_PATH[path].group).run()
+    return at.text_input(key=f"f:{path}")
+
+
+def downloads_disabled(at) -> list[bool]:
+    return [b.proto.disabled for b in at.get("download_button")]
+
+
+def texts(at) -> str:
+    return "\n".join(e.value for kind in ("markdown", "caption", "info", "warning", "error", "success")
+                     for e in at.get(kind) if isinstance(e.value, str))
+
+
+def test_two_tabs_do_not_overwrite_each_others_draft(home):
+    a = open_app()
+    b = open_app({"draft": draft_of(a)})
+    field(a, "train.num_generations").set_value("16").run()
+    field(b, "train.max_completion_length").set_value("999").run()
+    saved = Store().drafts()
+    assert len(saved) == 1 and "num_generations: 16" in saved[0]["spec_yaml"] and "999" not in saved[0]["spec_yaml"] \
+        and "changed in another tab" in texts(b)
+
+
+def test_an_oom_verdict_holds_every_download(home):
+    at = open_app()
+    field(at, "train.lora_rank").set_value("256").run()
+    field(at, "rollout.vllm_gpu_memory_utilization").set_value("0.9").run()
+    assert at.metric[0].value == "OOM" and downloads_disabled(at) == [True, True]
+
+
+def test_an_oom_verdict_holds_the_launch_until_a_reason_is_given(home):
+    oom = with_changes(FIRST, {"train.lora_rank": 256, "rollout.vllm_gpu_memory_utilization": 0.9})
+    (home / "draft.yaml").write_text(spec_to_yaml(oom))
+    import streamlit as st
+    st.cache_resource.clear()
+    at = AppTest.from_file(str(ROOT / "views/launch.py"), default_timeout=60).run()
+    launch = next(b for b in at.button if b.label == "Launch")
+    held = launch.proto.disabled and any("MEMORY-OOM" in e.value for e in at.error)
+    next(t for t in at.text_input if t.label.startswith("Override")).set_value("it fits on this card").run()
+    assert held and not next(b for b in at.button if b.label == "Launch").proto.disabled
+
+
+def test_an_override_reason_releases_the_downloads(home):
+    at = open_app()
+    field(at, "rollout.vllm_gpu_memory_utilization").set_value("0.9").run()
+    field(at, "train.lora_rank").set_value("256").run()
+    draft = draft_of(at)
+    at.text_input(key=f"override:{draft}").set_value("measured on this card: it fits").run()
+    assert downloads_disabled(at) == [False, False]
+
+
+@pytest.mark.parametrize("path,text", [("train.num_generations", "abc"), ("train.learning_rate", "-1e-5")])
+def test_a_form_that_does_not_parse_shows_no_verdict_and_exports_nothing(home, path, text):
+    at = open_app()
+    assert at.metric[0].value == "FITS"
+    field(at, path).set_value(text).run()
+    assert "Verdict" not in [m.label for m in at.metric] and downloads_disabled(at) == [True, True]
+
+
+def test_make_it_fit_cards_show_the_change_and_the_resulting_peak(home):
+    at = open_app()
+    field(at, "train.lora_rank").set_value("256").run()
+    field(at, "rollout.vllm_gpu_memory_utilization").set_value("0.9").run()
+    cards = [m.value for m in at.markdown if m.value.startswith("**") and " GiB** · " in m.value]
+    changes = [m.value for m in at.markdown if m.value.startswith("- `") and "` → `" in m.value]
+    assert cards and len(changes) == len(cards)
+
+
+def test_the_memory_chart_has_one_colour_per_term_and_its_legend_and_capacity_clear_of_the_bars():
+    fig = memory_chart(estimate_spec(ROLLOUT)).to_plotly_json()
+    colours = [bar["marker"]["color"] for bar in fig["data"]]
+    layout = fig["layout"]
+    assert len(set(colours)) == len(colours) > 8 and layout["legend"]["orientation"] == "h" and \
+        layout["legend"]["y"] < 0 and not layout.get("annotations") and "GiB" in layout["title"]["text"]
+
+
+def test_an_unknown_model_points_to_a_config_json_that_can_be_uploaded(home):
+    at = open_app()
+    field(at, "train.model").set_value("acme/house-model-7b").run()
+    uploader = next(u for u in at.get("file_uploader") if u.proto.label == "config.json")
+    assert ".json" in list(uploader.proto.type) and "Model unknown: give its config.json" in texts(at)
+
+
+def test_the_first_step_says_what_is_missing_and_links_to_it(home):
+    data = FIRST.model_dump(exclude_unset=True)
+    for node in data["cluster"]["nodes"]:
+        node.pop("gpu_model", None)
+    (home / "draft.yaml").write_text(spec_to_yaml(type(FIRST).model_validate(data)))
+    at = open_app()
+    step = next(m.value for m in at.markdown if "No GPU model chosen" in m.value)
+    assert "](#model)" in step and at.selectbox(key="pick_gpu:None").label == "GPU model (every node)"
+
+
+def test_a_new_node_row_with_empty_gpus_is_an_error_not_gpu_0():
+    rows = form.node_rows(FIRST) + [{"host": "gpu-b", "gpus": "", form.ROW: None}]
+    _, errors = form.build_spec(FIRST, {}, rows)
+    assert "cluster.nodes[1].gpus" in errors
+
+
+def test_empty_number_cells_are_empty_not_none():
+    port = next(d for d in form.NODE_FIELDS if d.name == "port")
+    no_gpu_model = with_changes(FIRST, {"cluster.nodes[0].gpu_model": None})
+    assert form.column_kind(port) == "text" and form.node_rows(no_gpu_model)[0] | {form.ROW: ""} == dict.fromkeys(form.node_rows(no_gpu_model)[0], "") | {"host": "localhost", "gpus": "0,1,2,3", "role": "trainer"}
+
+
+def test_a_bad_hosts_error_is_marked_on_its_row(home):
+    at = AppTest.from_file(str(ROOT / "views/cluster.py"), default_timeout=60)
+    at.session_state["conn:0"] = ("error", "cannot connect to localhost:22: refused")
+    at.run()
+    row = next(d for d in at.dataframe if "status" in d.value.columns).value.to_dict("records")[0]
+    assert row["status"] == "✗ cannot connect to localhost:22: refused"
+
+
+def test_a_finding_is_shown_once_with_all_its_fields(home):
+    (home / "draft.yaml").write_text(spec_to_yaml(with_changes(ROLLOUT, {"train.num_generations": 7})))
+    at = open_app()
+    field(at, "train.num_generations")  # the section of its fields: drawn beside them too
+    shown = [e.label for e in at.expander if "GRPO-BATCH-DIV" in e.label]
+    in_full = [m.value for m in at.markdown if "**GRPO-BATCH-DIV**:" in m.value]
+    assert len(shown) == 1 and len(in_full) == 1
+
+
+def test_the_dataloader_advisory_only_for_vision_models():
+    from grpo_ui.check import check
+    text_model = {f.id for f in check(with_changes(FIRST, {"train.dataloader_num_workers": 0}))}
+    vision = {f.id for f in check(with_changes(FIRST, {"train.model": "Qwen/Qwen2.5-VL-7B-Instruct",
+                                                       "train.dataloader_num_workers": 0}))}
+    assert "SEED-DATALOADER-WORKERS" not in text_model and "SEED-DATALOADER-WORKERS" in vision
+
+
+def test_the_swift_command_has_one_flag_per_line():
+    script = render(ROLLOUT, "j").files["node_0.sh"]
+    command = script[script.index("swift rlhf"):].split("\ncode=$?")[0].splitlines()
+    assert len(command) > 10 and all(line.startswith("    --") and line.endswith(" \\") for line in command[1:-1])
+
+
+def failed_at_preflight(tmp_path, monkeypatch) -> str:
+    monkeypatch.setenv("GRPO_UI_DB", str(tmp_path / "db.sqlite"))
+    store = Store()
+    error = "preflight found errors, nothing was started:\n" + format_findings([
+        finding("SSH-UNREACHABLE", "error", "cluster.nodes[0].host", "cannot connect to gpu-a:22", "Check it."),
+        finding("SSH-UNREACHABLE", "error", "cluster.nodes[1].host", "cannot connect to gpu-b:22", "Check it.")])
+    store.create_job("j1", "j", spec_to_yaml(FIRST), "failed")
+    store.set_job("j1", error=error)
+    import streamlit as st
+    st.cache_resource.clear()  # the pages' stores are cached per process: open this test's
+    return error
+
+
+def test_monitor_after_a_failed_preflight_says_the_nodes_were_never_reached(home, tmp_path, monkeypatch):
+    failed_at_preflight(tmp_path, monkeypatch)
+    at = AppTest.from_file(str(ROOT / "views/monitor.py"), default_timeout=60).run()
+    shown = texts(at)
+    assert "never started" in shown and "No GPU samples" not in shown and at.error[0].value.count("\n- ") == 2
+
+
+def test_history_has_no_empty_final_metrics_and_says_why_it_cannot_compare(home, tmp_path, monkeypatch):
+    failed_at_preflight(tmp_path, monkeypatch)
+    at = AppTest.from_file(str(ROOT / "views/history.py"), default_timeout=60).run()
+    assert not [j for j in at.json if json.loads(j.proto.body) == {}] and "Only one run so far" in texts(at)
+
+
+def test_an_override_is_kept_with_the_job_and_shown_on_monitor_and_history(home, tmp_path, monkeypatch):
+    """A spec with an error launches only with a reason; the reason and the errors stay with the job (here one whose
+    host does not exist, so preflight stops it before anything starts)."""
+    from grpo_ui.jobs import Jobs, LaunchError
+    monkeypatch.setenv("GRPO_UI_DB", str(tmp_path / "db.sqlite"))
+    jobs = Jobs(Store())
+    spec = with_changes(FIRST, {"cluster.nodes[0].host": "nohost.invalid", "train.num_generations": 7})
+    with pytest.raises(LaunchError, match="the spec has errors"):
+        jobs.launch(jobs.plan(spec, "no-reason"))
+    with pytest.raises(LaunchError, match="preflight"):
+        jobs.launch(jobs.plan(spec, "with-reason"), preflight=True, override="a test of the override")
+    import streamlit as st
+    st.cache_resource.clear()
+    pages = [AppTest.from_file(str(ROOT / f"views/{p}.py"), default_timeout=60).run() for p in ("monitor", "history")]
+    note = "Launched despite GRPO-BATCH-DIV, with the reason: a test of the override"
+    assert [j["id"] for j in jobs.store.jobs()] == ["with-reason"] and all(note in texts(p) for p in pages)

@@ -1,0 +1,122 @@
+"""Drafts: records in the store saved compare-and-set on their version; the old draft.yaml migrated once; two real
+browser tabs on one server never overwrite each other's edits silently."""
+
+import re
+
+import pytest
+
+from grpo_ui.drafts import latest_spec, open_draft
+from grpo_ui.spec import spec_to_yaml, with_changes
+from grpo_ui.store import Store
+from grpo_ui.ui_state import presets
+from tests.test_browser import ARGS, CHROMIUM, serve
+
+
+def test_a_save_from_an_older_version_writes_nothing(tmp_path):
+    store = Store(tmp_path / "db.sqlite")
+    spec = next(iter(presets().values()))
+    first = store.create_draft("a", spec_to_yaml(spec))
+    assert store.save_draft(first, "name: one\n", 1) == 2
+    assert store.save_draft(first, "name: two\n", 1) is None  # another editor saved version 2 meanwhile
+    assert store.draft(first)["spec_yaml"] == "name: one\n" and store.draft(first)["version"] == 2
+    store.delete_draft(first)
+    assert store.save_draft(first, "name: three\n", 2) is None and store.drafts() == []
+
+
+def test_the_old_draft_file_becomes_a_draft_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
+    spec = with_changes(next(iter(presets().values())), {"name": "old-one"})
+    (tmp_path / "draft.yaml").write_text(spec_to_yaml(spec))
+    draft, notice = open_draft(Store())
+    assert notice is None and draft.name == "old-one" and draft.spec == spec
+    assert (tmp_path / "draft.yaml.migrated").exists() and not (tmp_path / "draft.yaml").exists()
+    open_draft(Store())
+    assert [d["name"] for d in Store().drafts()] == ["old-one"] and latest_spec() == spec
+
+
+@pytest.fixture
+def browser():
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+def open_tab(browser, url):
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    page.set_default_timeout(90000)
+    page.goto(url)
+    page.get_by_text("GPU memory per device").wait_for()
+    return page
+
+
+def set_text(page, label, value, tab="Batch & generation"):
+    page.get_by_role("radio", name=tab, exact=True).click()
+    box = page.get_by_label(label, exact=True)
+    box.fill(value)
+    box.press("Enter")
+
+
+def field_value(page, label, tab="Batch & generation"):
+    page.get_by_role("radio", name=tab, exact=True).click()
+    return page.get_by_label(label, exact=True).input_value()
+
+
+@pytest.fixture
+def url(tmp_path):
+    yield from serve(tmp_path, "127.0.0.1")
+
+
+def test_two_tabs_on_one_draft_never_overwrite_each_other(browser, url, tmp_path):
+    """Tab A and tab B open the same draft; A saves an edit; B's later edit is not saved over it: B is told the
+    draft changed in another tab and keeps its edits as a new draft; then each tab edits its own draft."""
+    a = open_tab(browser, url)
+    a.wait_for_url(re.compile(r"draft=\d+"))
+    first = re.search(r"draft=(\d+)", a.url).group(1)
+    b = open_tab(browser, f"{url}/?draft={first}")
+    set_text(a, "max_completion_length", "777")
+    a.wait_for_function("!document.body.innerText.includes('Running...')")
+    a.wait_for_timeout(1500)
+    set_text(b, "temperature", "0.55")
+    b.get_by_text("was changed in another tab").wait_for()
+    assert Store(tmp_path / "db.sqlite").draft(int(first))["spec_yaml"].count("max_completion_length: 777") == 1
+    assert "temperature: 0.55" not in Store(tmp_path / "db.sqlite").draft(int(first))["spec_yaml"]
+    b.get_by_role("button", name="Keep my edits as a new draft").click()
+    b.wait_for_url(lambda u: re.search(r"draft=(\d+)", u) and re.search(r"draft=(\d+)", u).group(1) != first)
+    second = re.search(r"draft=(\d+)", b.url).group(1)
+    assert field_value(b, "temperature") == "0.55"
+    # each tab on its own draft now: edits in both are saved, neither is told of a conflict
+    set_text(a, "num_generations", "16")
+    set_text(b, "max_completion_length", "333")
+    for page in (a, b):
+        page.wait_for_timeout(2000)
+        assert "changed in another tab" not in page.locator("body").inner_text()
+    store = Store(tmp_path / "db.sqlite")
+    one, two = (store.draft(int(i))["spec_yaml"] for i in (first, second))
+    assert "max_completion_length: 777" in one and "num_generations: 16" in one and "temperature: 0.55" not in one
+    assert "temperature: 0.55" in two and "max_completion_length: 333" in two
+    # Launch in tab B uses tab B's draft
+    b.get_by_test_id("stSidebarUserContent").get_by_role("link", name="Launch").click()
+    b.get_by_text(f"Draft {store.draft(int(second))['name']} (this tab's").wait_for()
+
+
+def test_drafts_are_created_switched_renamed_and_deleted_from_the_sidebar(tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from tests.test_app import APP, field
+    from tests.test_defects import draft_of
+    monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    first = at.selectbox(key="draft_pick").value
+    field(at, "train.num_generations").set_value("16").run()
+    at.selectbox(key="preset_choice").set_value("2-7b-full-8x80gb").run()
+    next(b for b in at.button if b.label == "Start from this preset").click().run()
+    second = at.selectbox(key="draft_pick").value
+    assert second != first and field(at, "train.model").value == presets()["2-7b-full-8x80gb"].train.model
+    at.text_input(key=f"draft_name:{second}").set_value(" full run ").run()
+    assert Store().draft(second)["name"] == "full run"
+    at.selectbox(key="draft_pick").set_value(first).run()
+    assert field(at, "train.num_generations").value == "16" and draft_of(at) == str(first)
+    at.button(key="delete_draft").click().run()
+    assert [d["id"] for d in Store().drafts()] == [second] and at.selectbox(key="draft_pick").value == second
