@@ -14,7 +14,7 @@ PRESETS = Path(__file__).parent / "data" / "presets"
 
 
 def home() -> Path:
-    """The app's data directory (draft, database), 0700; GRPO_UI_HOME overrides it."""
+    """The app's data directory (the database, which holds the drafts), 0700; GRPO_UI_HOME overrides it."""
     return private_dir(Path(os.environ.get("GRPO_UI_HOME", Path.home() / ".local/share/grpo-ui")))
 
 
