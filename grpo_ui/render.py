@@ -17,7 +17,7 @@ import yaml
 
 from grpo_ui import rules, shell
 from grpo_ui.findings import Finding, finding
-from grpo_ui.resolve import Resolved, resolve
+from grpo_ui.resolve import SLURM_MASTER_PORT, Resolved, resolve
 from grpo_ui.spec import JobSpec, Node, check_name, sbatch_option
 from grpo_ui.swift_cli import TRAIN_FLAGS, coerce, rollout_command, train_command
 
@@ -186,7 +186,8 @@ def render(job: JobSpec | Resolved, job_id: str) -> Bundle:
             bundle.rollout_files[i] = name
     if trainers:
         files["job.sbatch"] = _env.get_template("job.sbatch.j2").render(
-            {**common, **_node_context(spec, trainers[0][1], job_id), "secrets_file": secrets_file("job.sbatch"),
+            {**common, "master_port": spec.cluster.master_port or SLURM_MASTER_PORT,
+             **_node_context(spec, trainers[0][1], job_id), "secrets_file": secrets_file("job.sbatch"),
              **_sbatch_context(spec, [n for _, n in trainers], [n for _, n in rollouts], train.argv,
                                servers.argv if servers else None)})
     files["secrets.env.example"] = "".join(f"{name}=\n" for name in spec.secret_env) or "# no secrets declared\n"

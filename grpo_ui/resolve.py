@@ -24,6 +24,10 @@ DIALECTS = {"4.1+": "ms-swift ≥ 4.1", "4.0": "ms-swift 4.0", "3.5-3.12": "ms-s
             "3.2-3.4": "ms-swift 3.2–3.4"}
 DEFAULT_BETA = 0.04
 GROUP_PORT = 51216  # ms-swift's first weight-sync (NCCL group) port; server i uses GROUP_PORT + i
+MASTER_PORT = 29500  # torchrun's default rendezvous port, when cluster.master_port is unset (SSH)
+# On Slurm an unset cluster.master_port comes from the job id, computed in the batch script: two jobs sharing a
+# node would otherwise both bind 29500 (torchrun's EADDRINUSE at rendezvous).
+SLURM_MASTER_PORT = "$((20000 + SLURM_JOB_ID % 20000))"
 
 
 def dialect_of(version: str) -> str:
@@ -178,7 +182,7 @@ def resolve(job: JobSpec | Resolved, arch: ModelArch | None = None) -> Resolved:
         rollout_steps=rollout_steps(steps, accum, t.num_iterations), vllm_mode=mode, spare_rollout_gpus=spare,
         nproc_per_node=nproc, trainer=trainer, rollout=RoleGpus.of(rollouts),
         master_addr=spec.cluster.master_addr or (trainers[0].routable if trainers else "127.0.0.1"),
-        master_port=spec.cluster.master_port, server_endpoints=endpoints,
+        master_port=spec.cluster.master_port or MASTER_PORT, server_endpoints=endpoints,
         group_ports=_group_ports(r.vllm_server_group_port, len(endpoints)), output_dir=effective_output_dir(spec),
         logging_steps=t.logging_steps, arch=arch or model_arch(t.model))
 

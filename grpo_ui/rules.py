@@ -535,12 +535,12 @@ def cluster(spec, eff):
                       f"{', '.join(relative)} is relative, but no workdir is set for {', '.join(homeless)}: swift "
                       "would run in the job's run directory, which holds only its scripts, and look there.",
                       "Set cluster.workdir to the directory these paths are relative to, or make them absolute.")
-    ports = {"cluster.master_port": spec.cluster.master_port}
+    ports = {"cluster.master_port": eff.master_port}
     if eff.server:
         ports["server.port"] = spec.server.port
     if len(set(ports.values())) < len(ports):
         yield finding("PORT-CLASH", "error", tuple(ports), f"The rendezvous port and the rollout server port are both "
-                      f"{spec.cluster.master_port}.", "Use different ports (e.g. 29500 and 8000).")
+                      f"{eff.master_port}.", "Use different ports (e.g. 29500 and 8000).")
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -442,7 +442,9 @@ class ClusterSpec(BaseModel):
     nodes: list[Node] = Field(default_factory=lambda: [Node(host="localhost")], description="The machines, one "
                               "row each (fields: the node settings).")
     master_addr: str | None = setting(None, "Rendezvous address (default: node 0's address).", applies="ssh")
-    master_port: int = setting(29500, "Rendezvous port on the master.", ge=1, le=65535)
+    master_port: int | None = setting(
+        None, "Rendezvous port on the master (MASTER_PORT). Unset: 29500 over SSH; on Slurm 20000 + the Slurm job id "
+        "mod 20000, so jobs that share a node do not collide.", ge=1, le=65535)
     workdir: str | None = setting(None, "Directory every node cd's into (default: the job's run dir).")
     run_root: str = setting("~/.grpo-ui/runs", "Where each node keeps its run directories.")
     backend: Literal["ssh", "slurm"] = setting(

@@ -98,6 +98,8 @@ def _config(d: Path, controller: str, hosts: list[TestHost]) -> str:
         "SlurmUser=root", "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core",  # memory is not allotted: jobs share a node's CPUs and GPUs as real ones do
         "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
+        # job ids (hence the MASTER_PORT an sbatch derives from them) apart from a concurrent test session's
+        f"FirstJobId={100 * (os.getpid() % 200) + 1}",
         "MailProg=/bin/true", "ReturnToService=2", "KillWait=15", "GresTypes=gpu",
         "SlurmdParameters=config_overrides",  # CPUs=2 on any machine
         "SchedulerParameters=bf_interval=1",  # heterogeneous jobs are started by the backfill scheduler only

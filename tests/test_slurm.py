@@ -17,7 +17,7 @@ import pytest
 from grpo_ui.backends.slurm import SlurmBackend
 from grpo_ui.backends.slurm_text import gres_gpus
 from grpo_ui.check import check
-from grpo_ui.jobs import ENDED, STATUS, Jobs
+from grpo_ui.jobs import ENDED, HANDLE, STATUS, Jobs
 from grpo_ui.monitor.memory_loop import comparison
 from grpo_ui.monitor.watch import Watcher
 from grpo_ui.plan import make_plan
@@ -130,8 +130,9 @@ def test_two_nodes_get_rank_master_gpus_and_secrets_and_the_failed_rank_is_named
     rd = tmp_path / "runs/rec-two"
     n1 = slurm_env.hosts[0].addr
     seen = [(rd / f"seen.{r}").read_text() for r in (0, 1)]
+    port = 20000 + int(handle["job"]) % 20000  # master_port unset: derived from the Slurm job id
     for rank, text in enumerate(seen):
-        assert f"rank={rank} of=2 master={n1}:29500 host=n{rank + 1} gpus=0 secret=s3cr'et cwd={rd}" in text
+        assert f"rank={rank} of=2 master={n1}:{port} host=n{rank + 1} gpus=0 secret=s3cr'et cwd={rd}" in text
     assert "s3cr" not in (rd / "job.sbatch").read_text()
     assert not (rd / "job.secrets.env").exists()  # written 0600, read once by the batch script, then deleted
     error = jobs.store.job("rec-two")["error"]
@@ -255,8 +256,7 @@ def tiny_yaml(tmp_path, nodes, partition, login="localhost", max_steps=3, **trai
     data = tiny_spec_data(max_steps=max_steps)
     data["train"].update(output_dir=str(tmp_path / "out"), **train)
     data["env"]["GLOO_SOCKET_IFNAME"] = "eth0" if nodes > 1 else "lo"
-    data["cluster"] = {"backend": "slurm", "login": login, "run_root": str(tmp_path / "runs"),
-                       "master_port": 29500 if nodes > 1 else 20000 + os.getpid() % 20000,
+    data["cluster"] = {"backend": "slurm", "login": login, "run_root": str(tmp_path / "runs"),  # MASTER_PORT: from the job id
                        "nodes": [{"host": f"slot{k}", "gpus": [0], "python_env": str(SWIFT_VENV)} for k in range(nodes)]}
     data["slurm"] = {"partition": partition, "time_limit": "10"}
     path = tmp_path / "job.yaml"
@@ -272,6 +272,10 @@ def test_tiny_grpo_on_one_slurm_node_succeeds_with_metrics(cli, tmp_path):
     status = cli("status", "slurm-one").stdout
     assert "slurm-one: succeeded" in status and "COMPLETED" in status, status
     assert "node 0 s0" in status and "step 3:" in status, status
+    # master_port unset: the rendezvous port comes from the Slurm job id, as ms-swift's own torchrun line shows
+    slurm_job = json.loads(Store(tmp_path / "db.sqlite").meta("slurm-one", HANDLE))["job"]
+    log = (tmp_path / "runs/slurm-one/node_0.log").read_text()
+    assert f"--master_port {20000 + int(slurm_job) % 20000} " in log, log[:3000]
     print(f"one node took {time.time() - start:.0f} s")
 
 

@@ -173,7 +173,8 @@ def _listen(runner: Runner, node: Node, ports: list[int]) -> str:
 
 def _master_checks(spec: JobSpec, runners: dict[int, Runner], trainers: list[int]) -> list[Finding]:
     """MASTER_PORT free on the master and reachable from every other trainer node."""
-    master, port, addr = trainers[0], spec.cluster.master_port, resolve(spec).master_addr
+    eff = resolve(spec)
+    master, port, addr = trainers[0], eff.master_port, eff.master_addr
     if _taken(runners[master], [port]):
         return [finding("PREFLIGHT-PORT-TAKEN", "error", "cluster.master_port",
                         f"MASTER_PORT {port} is already in use on {spec.cluster.nodes[master].host}.",
