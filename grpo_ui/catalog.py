@@ -88,6 +88,7 @@ class ModelArch:
     params_b: float | None = None  # published count, for the tests
     active_params_b: float | None = None
     aliases: tuple[str, ...] = field(default_factory=tuple)
+    hub: tuple[str, ...] = field(default_factory=tuple)  # checkpoints with this architecture (Hub ids)
 
     @property
     def hd(self) -> int:
@@ -177,13 +178,14 @@ class ModelArch:
         return self.linear_attention_layers * per_layer
 
 
-_ARCH_KEYS = set(ModelArch.__dataclass_fields__) - {"name", "vision", "aliases"}
+_ARCH_KEYS = set(ModelArch.__dataclass_fields__) - {"name", "vision", "aliases", "hub"}
 
 
 def _arch(name: str, d: dict) -> ModelArch:
     vision = Vision(**d["vision"]) if d.get("vision") else None
     kw = {k: v for k, v in d.items() if k in _ARCH_KEYS}
-    return ModelArch(name=name, vision=vision, aliases=tuple(d.get("aliases", ())), **kw)
+    return ModelArch(name=name, vision=vision, aliases=tuple(d.get("aliases", ())), hub=tuple(d.get("hub", ())),
+                     **kw)
 
 
 @cache
@@ -233,6 +235,11 @@ def _model_keys() -> dict[str, ModelArch]:
 def find_model(name: str) -> ModelArch | None:
     """Catalogue entry for a hub id or path (``Qwen/Qwen2.5-7B-Instruct-AWQ`` → Qwen2.5-7B), or None."""
     return _model_keys().get(_norm(name)) if name else None
+
+
+def hub_models() -> dict[str, ModelArch]:
+    """Every checkpoint the catalogue names, as a Hub id (what --model takes) → its architecture."""
+    return {hub_id: arch for arch in models().values() for hub_id in arch.hub}
 
 
 def closest_models(name: str, n: int = 3) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 
-from grpo_ui.catalog import params_from_name
+from grpo_ui.catalog import find_model, params_from_name
 from grpo_ui.findings import Finding, finding
 from grpo_ui.resolve import Resolved, resolve
 from grpo_ui.spec import BUILTIN_REWARDS, JobSpec
@@ -17,6 +17,7 @@ from grpo_ui.spec import BUILTIN_REWARDS, JobSpec
 # id → (what it checks, the ms-swift check or field report it covers)
 RULES: dict[str, tuple[str, str]] = {
     "SPEC-MODEL-MISSING": ("a model is given", "swift arg parsing"),
+    "MODEL-BARE-NAME": ("a catalogue model is given as its Hub id (owner/name), not its bare name", "download"),
     "SPEC-DATASET-MISSING": ("a training dataset is given", "V2"),
     "IMPORT-UNRESOLVED": ("no value is left to the imported script's shell", "import"),
     "TRUNCATION-STRATEGY": ("GRPO allows only left or delete truncation", "V4"),
@@ -124,6 +125,10 @@ def required_inputs(spec, eff):
     if not (t.model or "").strip():
         yield finding("SPEC-MODEL-MISSING", "error", "train.model", "No model is set.",
                       "Set train.model to a hub id (e.g. Qwen/Qwen2.5-7B-Instruct) or a local path on every node.")
+    elif "/" not in t.model and not t.model.startswith(("~", ".")) and (known := find_model(t.model)) and known.hub:
+        yield finding("MODEL-BARE-NAME", "warning", "train.model", f"`{t.model}` is neither a Hub id (owner/name) "
+                      "nor a path: unless the working directory holds a folder of that name, the download fails.",
+                      f"Use the Hub id, e.g. {known.hub[0]}.", {"train.model": known.hub[0]})
     if not t.dataset:
         yield finding("SPEC-DATASET-MISSING", "error", "train.dataset", "No training dataset is set.",
                       "Add a dataset: a hub id, optionally with #N samples, or a local .jsonl path.")

@@ -11,6 +11,7 @@ from grpo_ui.catalog import (
     find_model,
     from_hf_config,
     gpus,
+    hub_models,
     model_params_b,
     models,
     quant_from_hf_config,
@@ -59,6 +60,15 @@ def test_lookup_by_hub_id_alias_and_name():
     ("ZhipuAI/chatglm3-6b", "chatglm3-6b"), ("Qwen/Qwen3-8B-FP8", "Qwen3-8B")])
 def test_hub_ids_as_people_spell_them(typed, name):
     assert find_model(typed).name == name
+
+
+def test_every_entry_offers_hub_ids_that_lead_back_to_it():
+    """The Model picker offers these ids as --model: each is owner/name, and the lookup finds its own entry."""
+    assert all(arch.hub for arch in models().values()), [a.name for a in models().values() if not a.hub]
+    for hub_id, arch in hub_models().items():
+        owner, _, name = hub_id.partition("/")
+        assert owner and name and "/" not in name, hub_id
+        assert find_model(hub_id) is arch, (hub_id, arch.name, find_model(hub_id))
 
 
 def test_quantisation_read_from_the_hub_id_or_config_json():

@@ -8,6 +8,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from grpo_ui import form
+from grpo_ui.drafts import latest_spec
 from grpo_ui.findings import finding, format_findings
 from grpo_ui.memory import estimate_spec
 from grpo_ui.render import render
@@ -218,3 +219,13 @@ def test_an_override_is_kept_with_the_job_and_shown_on_monitor_and_history(home,
     pages = [AppTest.from_file(str(ROOT / f"views/{p}.py"), default_timeout=60).run() for p in ("monitor", "history")]
     note = "Launched despite GRPO-BATCH-DIV, with the reason: a test of the override"
     assert [j["id"] for j in jobs.store.jobs()] == ["with-reason"] and all(note in texts(p) for p in pages)
+
+
+def test_a_model_picked_from_the_catalogue_is_a_hub_id_ms_swift_can_download(home):
+    """Review finding: picking 'Qwen3-8B · 8.2 B params' wrote --model Qwen3-8B, which is neither a path nor a Hub
+    id. The picker offers the catalogue's checkpoints as Hub ids."""
+    at = open_app()
+    picker = next(s for s in at.selectbox if s.key and s.key.startswith("pick_model:"))
+    assert "Qwen/Qwen3-8B · 8.2 B params" in picker.options and "Qwen3-8B · 8.2 B params" not in picker.options
+    picker.select("Qwen/Qwen3-8B").run()
+    assert not at.exception and latest_spec().train.model == "Qwen/Qwen3-8B"

@@ -21,6 +21,7 @@ SERVER = {"rollout.vllm_mode": "server", "cluster.nodes": [{"host": "gpu-a", "gp
 CASES = {
     "IMPORT-UNRESOLVED": ({"unresolved": {"train.model": "$MODEL"}}, {"unresolved": {}}),
     "SPEC-MODEL-MISSING": ({"train.model": ""}, {"train.model": "m"}),
+    "MODEL-BARE-NAME": ({"train.model": "Qwen3-8B"}, {"train.model": "Qwen/Qwen3-8B"}),
     "SPEC-DATASET-MISSING": ({"train.dataset": []}, {"train.dataset": ["x"]}),
     "TRUNCATION-STRATEGY": ({"train.truncation_strategy": "right"}, {"train.truncation_strategy": "delete"}),
     "REF-MODEL-LORA": ({"train.ref_model": "r"}, {"train.ref_model": "r", "train.tuner_type": "full"}),

@@ -140,8 +140,9 @@ def dedup(findings: list[Finding]) -> list[Finding]:
 
 @st.cache_resource
 def model_sizes() -> dict[str, float]:
-    """The catalogue's models and their parameters in billions (computed once per process)."""
-    return {name: arch.total_params() / 1e9 for name, arch in catalog.models().items()}
+    """The catalogue's checkpoints (Hub ids, what --model takes) and their parameters in billions (computed once per
+    process)."""
+    return {hub_id: arch.total_params() / 1e9 for hub_id, arch in catalog.hub_models().items()}
 
 
 def model_picker(spec: JobSpec, where) -> None:
