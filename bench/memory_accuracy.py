@@ -6,6 +6,8 @@ absolute % error, the share of rows underestimated by more than 10 % and the med
 estimate runs low), of our estimate and, in the same run, of two baselines: weights only (params × bytes, ÷ TP for
 vLLM rows) and DeepSpeed's model-states estimator (GPU bytes, training rows only).
 Targets on the held-out rows: median ≤ 10 %, p90 ≤ 25 %, at most a third underestimated by more than 10 %.
+The rows whose "added" starts with "fresh" were collected after the estimator was frozen and never looked at while
+tuning it: their line is the out-of-sample check (they also take their place in the split like any later row).
 """
 
 from collections import defaultdict
@@ -13,6 +15,7 @@ from collections import defaultdict
 from grpo_ui.calibration import evaluate, held_out, load, source_key, summary
 
 DATA = "tests/data/memory_measurements.jsonl"
+FRESH = "fresh"  # "added" prefix of the rows collected after tuning stopped
 HEAD = (f"{'':<24} {'n':>3}   {'ours: median  p90  under>10%  signed':<38}   {'weights only':<16}   "
         f"{'DeepSpeed':<16}")
 
@@ -47,6 +50,9 @@ def main() -> None:
         print(line(label, part))
         print(line(f"{label}, GRPO", [r for r in part if r.row["workload"] == "grpo"]))
     print(line("all", results))
+    fresh = [r for r in results if r.row["added"].startswith(FRESH)]
+    print(line("fresh (never tuned on)", fresh))
+    print(line("fresh, GRPO", [r for r in fresh if r.row["workload"] == "grpo"]))
     by_kind = defaultdict(list)
     for r in results:
         by_kind[r.row["kind"]].append(r)
@@ -55,7 +61,7 @@ def main() -> None:
         print(line(kind, by_kind[kind]))
     print("\nper row (measured → ours, signed error):")
     for r in sorted(results, key=lambda r: r.signed(r.ours)):
-        mark = " (held out)" if held_out(r.row) else ""
+        mark = (" (held out)" if held_out(r.row) else "") + (" (fresh)" if r.row["added"].startswith(FRESH) else "")
         print(f"  {r.row['id']:<44} {r.row['measured_gib']:7.1f} → {r.ours:7.1f} GiB  {r.signed(r.ours):+6.1f} %{mark}")
 
 
