@@ -218,3 +218,19 @@ def test_an_override_is_kept_with_the_job_and_shown_on_monitor_and_history(home,
     pages = [AppTest.from_file(str(ROOT / f"views/{p}.py"), default_timeout=60).run() for p in ("monitor", "history")]
     note = "Launched despite GRPO-BATCH-DIV, with the reason: a test of the override"
     assert [j["id"] for j in jobs.store.jobs()] == ["with-reason"] and all(note in texts(p) for p in pages)
+
+
+def test_a_pasted_config_json_survives_a_reload_and_reaches_the_launch_plan(home):
+    from tests.test_app import QWEN25_7B_CONFIG
+    at = open_app()
+    field(at, "train.model").set_value("acme/house-model-7b").run()
+    at.text_area(key="config_json_text").set_value(QWEN25_7B_CONFIG).run()
+    next(b for b in at.button if b.label == "Use this config.json").click().run()
+    reloaded = open_app({"draft": draft_of(at)})  # a new session: nothing of the old one's state
+    import streamlit as st
+    st.cache_resource.clear()
+    launch = AppTest.from_file(str(ROOT / "views/launch.py"), default_timeout=60)
+    launch.query_params["draft"] = draft_of(at)
+    shown = texts(launch.run())
+    assert "Verdict" in [m.label for m in reloaded.metric] and "hidden_size: 3584" in Store().drafts()[0]["spec_yaml"] \
+        and "Memory estimate kept with the job" in shown and "No memory estimate" not in shown

@@ -10,7 +10,7 @@ from dataclasses import replace
 import streamlit as st
 
 from grpo_ui import catalog, form, rules
-from grpo_ui.catalog import ModelArch, from_hf_config, parse_hf_config
+from grpo_ui.catalog import from_hf_config, parse_hf_config
 from grpo_ui.check import check
 from grpo_ui.drafts import Draft
 from grpo_ui.findings import SEVERITY_ICON, Finding, sort_findings
@@ -102,15 +102,13 @@ def show_findings(slot, findings: list[Finding], said: set[str], parse_error: st
         slot.markdown("\n\n".join(lines))
 
 
-def pasted_arch(model: str) -> ModelArch | None:
-    """The architecture from a config.json the user gave for this model (kept in the session), or None."""
-    pasted = st.session_state.get("model_config")
-    return from_hf_config(pasted[1], name=model.split("/")[-1]) if pasted and pasted[0] == model else None
-
-
-def config_json_import(model: str) -> None:
-    """Paste or upload the model's config.json when the catalogue does not know it (the estimate then uses it)."""
-    with st.expander("Model architecture from its config.json", expanded=pasted_arch(model) is None):
+def config_json_import(spec: JobSpec) -> None:
+    """Paste or upload the config.json of a model the catalogue does not know: kept with the draft (its YAML too),
+    the estimate here and at launch reads the architecture from it."""
+    model = spec.train.model
+    with st.expander("Model architecture from its config.json", expanded=model not in spec.hf_configs):
+        if model in spec.hf_configs:
+            st.caption(f"The draft keeps the config.json given for {model}; give another one to replace it.")
         upload = st.file_uploader("config.json", type=["json"], key="config_json_file")
         text = st.text_area("…or paste it", key="config_json_text", height=120)
         if st.button("Use this config.json", disabled=not (upload or text.strip())):
@@ -120,7 +118,7 @@ def config_json_import(model: str) -> None:
             except ValueError as e:
                 st.error(str(e))
             else:
-                st.session_state["model_config"] = (model, cfg)
+                apply_fix(spec, {"hf_configs": {**spec.hf_configs, model: cfg}})
                 st.rerun()
 
 
@@ -287,8 +285,7 @@ with st.sidebar:
 
 values = {d.path: field_value(d, base) for d in form.FORM_FIELDS} | values  # hidden ones: as last set
 spec, parse_errors = form.build_spec(base, values, list(nodes))
-arch = pasted_arch(spec.train.model)
-eff = resolve(spec, arch)  # the job's effective values, for every step below
+eff = resolve(spec)  # the job's effective values, for every step below
 findings = dedup(sort_findings(check(eff))) if not parse_errors else []
 said: set[str] = set()
 for path, slot in slots.items():
@@ -344,9 +341,9 @@ else:
             st.plotly_chart(memory_chart(report), width="stretch")
     if report:
         fit_cards(eff, spec)
-if arch or not report:
+if spec.train.model and (eff.arch is None or spec.train.model in spec.hf_configs):  # unknown, or known from it
     with config_slot:
-        config_json_import(spec.train.model)
+        config_json_import(spec)
 with steps_slot:
     steps_indicator(spec, findings, parse_errors, report.verdict if report else None)
 
