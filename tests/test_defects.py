@@ -234,3 +234,15 @@ def test_a_pasted_config_json_survives_a_reload_and_reaches_the_launch_plan(home
     shown = texts(launch.run())
     assert "Verdict" in [m.label for m in reloaded.metric] and "hidden_size: 3584" in Store().drafts()[0]["spec_yaml"] \
         and "Memory estimate kept with the job" in shown and "No memory estimate" not in shown
+
+
+def test_an_override_reason_given_on_configure_is_there_on_launch(home):
+    at = open_app()
+    field(at, "train.num_generations").set_value("7").run()
+    draft = draft_of(at)
+    at.text_input(key=f"override:{draft}").set_value("measured: it runs").run()
+    at.switch_page("views/cluster.py").run()  # a page without the field: Streamlit drops the widget's state
+    at.switch_page("views/launch.py").run()
+    reason = at.text_input(key=f"launch_override:{draft}")
+    launch = next(b for b in at.button if b.label == "Launch")
+    assert reason.value == "measured: it runs" and not launch.proto.disabled

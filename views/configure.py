@@ -212,11 +212,9 @@ def steps_indicator(spec: JobSpec, findings: list[Finding], parse_errors: dict, 
 
 def override_box(draft_id: int, count: int) -> str | None:
     """An explicit override of blocking problems: the reason the user gives (kept with the job at launch), or None."""
-    key = f"override:{draft_id}"
     with st.expander(f"Override: export and launch despite {count} blocking problem(s)"):
-        reason = st.text_input("Why this is safe to run anyway (kept with the job, shown on Monitor and History)",
-                               key=key)
-    return reason.strip() or None
+        return drafts.override_reason(draft_id, "Why this is safe to run anyway (kept with the job, shown on Monitor "
+                                      "and History)", key=f"override:{draft_id}")
 
 
 # ---------------------------------------------------------------------------------------------------------------

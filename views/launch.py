@@ -45,9 +45,8 @@ for f in plan.errors:
 override = None
 if plan.errors:
     st.warning("Fix the errors on the Configure page before launching, or override them with a reason.")
-    override = st.text_input("Override: why this is safe to run anyway (kept with the job, shown on Monitor and "
-                             "History)", value=st.session_state.get(f"override:{draft.id}", ""),
-                             key=f"launch_override:{draft.id}").strip() or None
+    override = drafts.override_reason(draft.id, "Override: why this is safe to run anyway (kept with the job, shown "
+                                      "on Monitor and History)", key=f"launch_override:{draft.id}")
 held = bool(plan.errors) and not override
 where = (f"Slurm (sbatch on {spec.cluster.login})" if spec.cluster.backend == "slurm"
          else ", ".join(n.host for n in plan.nodes))
