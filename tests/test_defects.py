@@ -246,3 +246,17 @@ def test_an_override_reason_given_on_configure_is_there_on_launch(home):
     reason = at.text_input(key=f"launch_override:{draft}")
     launch = next(b for b in at.button if b.label == "Launch")
     assert reason.value == "measured: it runs" and not launch.proto.disabled
+
+
+def test_a_failed_launch_lists_each_problem(home, tmp_path, monkeypatch):
+    """Two nodes whose hosts do not exist: preflight stops the launch with one finding per node."""
+    monkeypatch.setenv("GRPO_UI_DB", str(tmp_path / "db.sqlite"))
+    node = FIRST.cluster.nodes[0].model_dump(exclude_unset=True)
+    two = with_changes(FIRST, {"cluster.nodes": [node | {"host": "nohost-a.invalid"}, node | {"host": "nohost-b.invalid"}]})
+    (home / "draft.yaml").write_text(spec_to_yaml(two))
+    import streamlit as st
+    st.cache_resource.clear()
+    at = AppTest.from_file(str(ROOT / "views/launch.py"), default_timeout=60).run()
+    next(b for b in at.button if b.label == "Launch").click().run()
+    shown = at.error[-1].value
+    assert shown.startswith("preflight found errors") and shown.count("\n- ") >= 2

@@ -8,7 +8,7 @@ import time
 
 import streamlit as st
 
-from grpo_ui.findings import SEVERITY_ICON, sort_findings
+from grpo_ui.findings import SEVERITY_ICON, error_list, sort_findings
 from grpo_ui.jobs import LaunchError
 from grpo_ui.plan import LaunchPlan
 from grpo_ui.spec import JobSpec, SpecError, spec_to_yaml
@@ -96,6 +96,6 @@ if st.button("Launch", type="primary", disabled=held):
             box.update(label="Launch failed — nothing was left running", state="error")
             failure = str(e)
     if failure:
-        st.error(failure)
+        st.error(error_list(failure))
 if st.session_state.get("monitor_job"):
     st.page_link("views/monitor.py", label=f"Watch {st.session_state['monitor_job']} on the Monitor page", icon="📈")
