@@ -260,3 +260,24 @@ def test_a_failed_launch_lists_each_problem(home, tmp_path, monkeypatch):
     next(b for b in at.button if b.label == "Launch").click().run()
     shown = at.error[-1].value
     assert shown.startswith("preflight found errors") and shown.count("\n- ") >= 2
+
+
+def step(at, title: str) -> str:
+    return next(m.value for m in at.markdown if f"[{title}](#" in m.value)
+
+
+def test_a_node_cell_that_does_not_parse_counts_against_the_cluster_step(home):
+    at = open_app()
+    at.session_state["nodes"] = {"edited_rows": {"0": {"gpus": "x,y"}}, "added_rows": [], "deleted_rows": []}
+    at.run()
+    assert "do not parse" in step(at, "Cluster") and "done" in step(at, "Training settings")
+
+
+def test_the_scripts_and_launch_steps_say_what_the_downloads_and_the_link_do(home):
+    at = open_app()
+    field(at, "train.num_generations").set_value("7").run()
+    blocked = [step(at, "Scripts"), step(at, "Launch")], downloads_disabled(at)
+    at.text_input(key=f"override:{draft_of(at)}").set_value("measured: it runs").run()
+    released = [step(at, "Scripts"), step(at, "Launch")], downloads_disabled(at)
+    assert all("blocked" in s for s in blocked[0]) and blocked[1] == [True, True]
+    assert all("ready" in s for s in released[0]) and released[1] == [False, False]

@@ -184,26 +184,34 @@ def fit_cards(eff, spec: JobSpec) -> None:
             st.button("Make it fit: apply", key=f"fit:{k}", on_click=apply_fix, args=(spec, s.changes))
 
 
-def steps_indicator(spec: JobSpec, findings: list[Finding], parse_errors: dict, verdict: str | None) -> None:
-    """Where the user stands, in the order the work is done; each missing step links to where it is done."""
+def steps_indicator(spec: JobSpec, findings: list[Finding], parse_errors: dict, verdict: str | None,
+                    held: bool) -> None:
+    """Where the user stands, in the order the work is done; each missing step links to where it is done. A field
+    that does not parse counts against the step it is in; Scripts and Launch follow ``held``, the rule that holds the
+    downloads and the Launch link."""
+    cluster = ("cluster", "slurm")
+
     def bad(*prefixes):
         return [f for f in findings if f.severity == "error" and any(p.startswith(prefixes) for p in f.fields)]
+
+    def problems(unparsed: list[str], errors: list[Finding]) -> str | None:
+        return (f"{len(unparsed)} field(s) do not parse" if unparsed
+                else f"{len(errors)} error(s)" if errors else None)
+
     gpu_missing = not all(n.gpu_model or n.gpu_memory_gib for n in spec.trainer_nodes())
     model_missing = not spec.train.model or any(f.id == "MEMORY-UNKNOWN-MODEL" for f in findings)
     steps = [
         ("Model and GPUs", "model",
          "No model chosen" if not spec.train.model else "Model unknown: give its config.json" if model_missing
          else "No GPU model chosen" if gpu_missing else None),
-        ("Cluster", "cluster", f"{len(bad('cluster', 'slurm'))} error(s)" if bad("cluster", "slurm") else None),
-        ("Training settings", "training",
-         f"{len(parse_errors)} field(s) do not parse" if parse_errors
-         else f"{len(bad('train', 'rollout', 'server'))} error(s)" if bad("train", "rollout", "server") else None),
+        ("Cluster", "cluster", problems([p for p in parse_errors if p.startswith(cluster)], bad(*cluster))),
+        ("Training settings", "training", problems([p for p in parse_errors if not p.startswith(cluster)],
+                                                   bad("train", "rollout", "server"))),
         ("Checks", "checks", "the estimate says OOM" if verdict == "oom"
          else f"{len(bad(''))} error(s)" if bad("") else None),
+        ("Scripts", "scripts", "blocked: fix the errors above or give an override reason" if held else None),
+        ("Launch", "launch", "blocked" if held else None),
     ]
-    ready = not any(why for _, _, why in steps)
-    steps += [("Scripts", "scripts", None if ready else "blocked until the steps above are done"),
-              ("Launch", "launch", None if ready else "blocked")]
     for k, (col, (title, anchor, why)) in enumerate(zip(st.columns(len(steps)), steps, strict=True)):
         mark = ":material/check_circle:" if not why else ":material/radio_button_unchecked:"
         done = ":green[ready]" if anchor in ("scripts", "launch") else ":green[done]"
@@ -342,8 +350,6 @@ else:
 if spec.train.model and (eff.arch is None or spec.train.model in spec.hf_configs):  # unknown, or known from it
     with config_slot:
         config_json_import(spec)
-with steps_slot:
-    steps_indicator(spec, findings, parse_errors, report.verdict if report else None)
 
 st.subheader("5. Scripts", anchor="scripts")
 blockers = len(parse_errors) or len([f for f in findings if f.severity == "error"])
@@ -358,6 +364,8 @@ c1, c2 = st.columns(2)
 held = bool(parse_errors) or bool(blockers and not override)
 c1.download_button("Download job YAML", spec_to_yaml(spec), file_name=f"{spec.name}.yaml", key="dl_yaml",
                    disabled=held)
+with steps_slot:
+    steps_indicator(spec, findings, parse_errors, report.verdict if report else None, held)
 bundle = None if parse_errors else render(eff, spec.name)
 c2.download_button("Download node scripts (zip)", bundle.zip_bytes() if bundle and not held else b"", disabled=held,
                    file_name=f"{spec.name}.zip", key="dl_zip")
