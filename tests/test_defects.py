@@ -281,3 +281,9 @@ def test_the_scripts_and_launch_steps_say_what_the_downloads_and_the_link_do(hom
     released = [step(at, "Scripts"), step(at, "Launch")], downloads_disabled(at)
     assert all("blocked" in s for s in blocked[0]) and blocked[1] == [True, True]
     assert all("ready" in s for s in released[0]) and released[1] == [False, False]
+
+
+def test_a_catalogue_model_asks_for_no_config_json_when_a_field_does_not_parse(home):
+    at = open_app()
+    field(at, "train.num_generations").set_value("abc").run()
+    assert not [u for u in at.get("file_uploader") if u.proto.label == "config.json"]
