@@ -287,3 +287,20 @@ def test_a_catalogue_model_asks_for_no_config_json_when_a_field_does_not_parse(h
     at = open_app()
     field(at, "train.num_generations").set_value("abc").run()
     assert not [u for u in at.get("file_uploader") if u.proto.label == "config.json"]
+
+
+def test_history_shows_a_dash_for_metrics_a_job_never_logged(home, tmp_path, monkeypatch):
+    from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
+    failed_at_preflight(tmp_path, monkeypatch)
+    at = AppTest.from_file(str(ROOT / "views/history.py"), default_timeout=60).run()
+    shown = convert_arrow_bytes_to_pandas_df(at.dataframe[0].proto.arrow_data.styler.display_values)
+    assert list(shown.iloc[0][["reward", "kl", "estimate GiB", "measured GiB"]]) == ["—"] * 4 and \
+        len(shown.iloc[0]["minutes"].split(".")[1]) == 1
+
+
+def test_preflight_says_a_host_it_could_not_reach_was_not_reached(home):
+    from grpo_ui.remote.preflight import HostFacts
+    at = AppTest.from_file(str(ROOT / "views/cluster.py"), default_timeout=60)
+    at.session_state["preflight"] = ([HostFacts("gpu-x", error="cannot connect to gpu-x:22")], [])
+    row = next(d for d in at.run().dataframe if "GPUs" in d.value.columns).value.to_dict("records")[0]
+    assert row["GPUs"] == "not reached" and row["python"] == row["disk free GiB"] == "—"
