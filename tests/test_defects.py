@@ -304,3 +304,14 @@ def test_preflight_says_a_host_it_could_not_reach_was_not_reached(home):
     at.session_state["preflight"] = ([HostFacts("gpu-x", error="cannot connect to gpu-x:22")], [])
     row = next(d for d in at.run().dataframe if "GPUs" in d.value.columns).value.to_dict("records")[0]
     assert row["GPUs"] == "not reached" and row["python"] == row["disk free GiB"] == "—"
+
+
+def test_the_chart_marks_torchs_cache_reclaimable_and_the_page_names_the_nvidia_smi_figure(home):
+    report = estimate_spec(FULL)
+    (home / "draft.yaml").write_text(spec_to_yaml(FULL))
+    bars = memory_chart(report).to_plotly_json()["data"]
+    cache = [b for b in bars if b["name"].endswith(" (reclaimable)")]
+    assert cache and all(b["marker"]["pattern"]["shape"] == "/" for b in cache)
+    assert all(not b["marker"].get("pattern", {}).get("shape") for b in bars if b not in cache)
+    trainer = report.trainer
+    assert f"nvidia-smi will show about {trainer.expected_gib:.1f} GiB" in texts(open_app())

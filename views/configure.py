@@ -341,6 +341,9 @@ else:
                 col.metric(f"{role.role} GPU peak", f"{role.peak_gib:.1f}{cap} GiB",
                            delta=None if role.headroom_gib is None else f"{role.headroom_gib:+.1f} GiB headroom",
                            delta_color="normal")
+                if role.expected_gib - role.peak_gib > 0.05:
+                    col.caption(f"nvidia-smi will show about {role.expected_gib:.1f} GiB: torch keeps freed memory "
+                                "cached (hatched in the chart) and gives it back before an OOM")
             for note in dict.fromkeys(n for r in report.roles for n in r.notes):
                 where = " Choose it in [1. Model and GPUs](#model)." if note.startswith("No GPU model chosen") else ""
                 st.caption(f"{SEVERITY_ICON['warning']} {note}{where}")
