@@ -58,16 +58,17 @@ def effective_output_dir(spec: JobSpec) -> str:
     return spec.train.output_dir or f"output/{model_name(spec.train.model or '')}"
 
 
-def model_arch(model: str | None) -> ModelArch | None:
+def model_arch(model: str | None, supplied: dict[str, dict] | None = None) -> ModelArch | None:
     """The architecture of a hub id or local path: the catalogue (spellings and quantised variants included), else
-    the directory's config.json; None when neither knows it."""
+    the config.json the user supplied for it (``supplied``: by model id), else the directory's config.json; None when
+    none knows it."""
     if not model:
         return None
     arch = find_model(model)
     if arch:
         return arch
     try:
-        return from_hf_config(model, name=model.rstrip("/").split("/")[-1])
+        return from_hf_config((supplied or {}).get(model) or model, name=model.rstrip("/").split("/")[-1])
     except ValueError:
         return None
 
@@ -184,7 +185,7 @@ def resolve(job: JobSpec | Resolved, arch: ModelArch | None = None) -> Resolved:
         master_addr=spec.cluster.master_addr or (trainers[0].routable if trainers else "127.0.0.1"),
         master_port=spec.cluster.master_port or MASTER_PORT, server_endpoints=endpoints,
         group_ports=_group_ports(r.vllm_server_group_port, len(endpoints)), output_dir=effective_output_dir(spec),
-        logging_steps=t.logging_steps, arch=arch or model_arch(t.model))
+        logging_steps=t.logging_steps, arch=arch or model_arch(t.model, spec.hf_configs))
 
 
 def _spare_rollout_gpus(spec: JobSpec, version: tuple, gpus: int, mode: str) -> int:

@@ -25,7 +25,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from grpo_ui.catalog import gpus
+from grpo_ui.catalog import from_hf_config, gpus
 from grpo_ui.errors import UserError
 
 SUPPORTED_VERSIONS = ("3.2", "3.3", "3.4", "3.5", "3.6", "3.7", "3.8", "3.9", "3.10", "3.11", "3.12",
@@ -578,6 +578,8 @@ class JobSpec(BaseModel):
     rollout_extra_args: list[str] = setting([], "Extra swift rollout arguments, verbatim.")
     unresolved: dict[str, str] = Field(default_factory=dict, description="Values an imported script left to its "
                                        "caller's shell ({field path: shell text}); each must be filled in.")
+    hf_configs: dict[str, dict] = Field(default_factory=dict, description="The config.json of models the catalogue "
+                                        "does not know, by model id: the memory estimate reads their architecture.")
     _moved_secrets: list[str] = PrivateAttr(default_factory=list)  # token-like env names moved when loaded
 
     @model_validator(mode="wrap")
@@ -595,6 +597,16 @@ class JobSpec(BaseModel):
     @property
     def moved_secrets(self) -> list[str]:
         return list(self._moved_secrets)
+
+    @field_validator("hf_configs")
+    @classmethod
+    def _hf_configs_ok(cls, v: dict[str, dict]) -> dict[str, dict]:
+        for model, cfg in v.items():
+            try:
+                from_hf_config(cfg)
+            except ValueError as e:
+                raise ValueError(f"the config.json given for {model}: {e}") from None
+        return v
 
     @field_validator("name")
     @classmethod
@@ -636,7 +648,7 @@ SECTION_APPLIES = {"server": "server"}  # the swift rollout arguments act in ser
 SETTING_SECTIONS: dict[str, tuple[type[BaseModel], str]] = {
     "job": (JobSpec, ""), "cluster": (ClusterSpec, "cluster."), "node": (Node, "cluster.nodes[i]."),
     "slurm": (SlurmSpec, "slurm.")}
-STRUCTURE = {"train", "rollout", "server", "cluster", "slurm", "nodes", "unresolved"}  # sections, not settings
+STRUCTURE = {"train", "rollout", "server", "cluster", "slurm", "nodes", "unresolved", "hf_configs"}  # not form settings
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -229,3 +229,100 @@ def test_a_model_picked_from_the_catalogue_is_a_hub_id_ms_swift_can_download(hom
     assert "Qwen/Qwen3-8B · 8.2 B params" in picker.options and "Qwen3-8B · 8.2 B params" not in picker.options
     picker.select("Qwen/Qwen3-8B").run()
     assert not at.exception and latest_spec().train.model == "Qwen/Qwen3-8B"
+
+
+def test_a_pasted_config_json_survives_a_reload_and_reaches_the_launch_plan(home):
+    from tests.test_app import QWEN25_7B_CONFIG
+    at = open_app()
+    field(at, "train.model").set_value("acme/house-model-7b").run()
+    at.text_area(key="config_json_text").set_value(QWEN25_7B_CONFIG).run()
+    next(b for b in at.button if b.label == "Use this config.json").click().run()
+    reloaded = open_app({"draft": draft_of(at)})  # a new session: nothing of the old one's state
+    import streamlit as st
+    st.cache_resource.clear()
+    launch = AppTest.from_file(str(ROOT / "views/launch.py"), default_timeout=60)
+    launch.query_params["draft"] = draft_of(at)
+    shown = texts(launch.run())
+    assert "Verdict" in [m.label for m in reloaded.metric] and "hidden_size: 3584" in Store().drafts()[0]["spec_yaml"] \
+        and "Memory estimate kept with the job" in shown and "No memory estimate" not in shown
+
+
+def test_an_override_reason_given_on_configure_is_there_on_launch(home):
+    at = open_app()
+    field(at, "train.num_generations").set_value("7").run()
+    draft = draft_of(at)
+    at.text_input(key=f"override:{draft}").set_value("measured: it runs").run()
+    at.switch_page("views/cluster.py").run()  # a page without the field: Streamlit drops the widget's state
+    at.switch_page("views/launch.py").run()
+    reason = at.text_input(key=f"launch_override:{draft}")
+    launch = next(b for b in at.button if b.label == "Launch")
+    assert reason.value == "measured: it runs" and not launch.proto.disabled
+
+
+def test_a_failed_launch_lists_each_problem(home, tmp_path, monkeypatch):
+    """Two nodes whose hosts do not exist: preflight stops the launch with one finding per node."""
+    monkeypatch.setenv("GRPO_UI_DB", str(tmp_path / "db.sqlite"))
+    node = FIRST.cluster.nodes[0].model_dump(exclude_unset=True)
+    two = with_changes(FIRST, {"cluster.nodes": [node | {"host": "nohost-a.invalid"}, node | {"host": "nohost-b.invalid"}]})
+    (home / "draft.yaml").write_text(spec_to_yaml(two))
+    import streamlit as st
+    st.cache_resource.clear()
+    at = AppTest.from_file(str(ROOT / "views/launch.py"), default_timeout=60).run()
+    next(b for b in at.button if b.label == "Launch").click().run()
+    shown = at.error[-1].value
+    assert shown.startswith("preflight found errors") and shown.count("\n- ") >= 2
+
+
+def step(at, title: str) -> str:
+    return next(m.value for m in at.markdown if f"[{title}](#" in m.value)
+
+
+def test_a_node_cell_that_does_not_parse_counts_against_the_cluster_step(home):
+    at = open_app()
+    at.session_state["nodes"] = {"edited_rows": {"0": {"gpus": "x,y"}}, "added_rows": [], "deleted_rows": []}
+    at.run()
+    assert "do not parse" in step(at, "Cluster") and "done" in step(at, "Training settings")
+
+
+def test_the_scripts_and_launch_steps_say_what_the_downloads_and_the_link_do(home):
+    at = open_app()
+    field(at, "train.num_generations").set_value("7").run()
+    blocked = [step(at, "Scripts"), step(at, "Launch")], downloads_disabled(at)
+    at.text_input(key=f"override:{draft_of(at)}").set_value("measured: it runs").run()
+    released = [step(at, "Scripts"), step(at, "Launch")], downloads_disabled(at)
+    assert all("blocked" in s for s in blocked[0]) and blocked[1] == [True, True]
+    assert all("ready" in s for s in released[0]) and released[1] == [False, False]
+
+
+def test_a_catalogue_model_asks_for_no_config_json_when_a_field_does_not_parse(home):
+    at = open_app()
+    field(at, "train.num_generations").set_value("abc").run()
+    assert not [u for u in at.get("file_uploader") if u.proto.label == "config.json"]
+
+
+def test_history_shows_a_dash_for_metrics_a_job_never_logged(home, tmp_path, monkeypatch):
+    from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
+    failed_at_preflight(tmp_path, monkeypatch)
+    at = AppTest.from_file(str(ROOT / "views/history.py"), default_timeout=60).run()
+    shown = convert_arrow_bytes_to_pandas_df(at.dataframe[0].proto.arrow_data.styler.display_values)
+    assert list(shown.iloc[0][["reward", "kl", "estimate GiB", "measured GiB"]]) == ["—"] * 4 and \
+        len(shown.iloc[0]["minutes"].split(".")[1]) == 1
+
+
+def test_preflight_says_a_host_it_could_not_reach_was_not_reached(home):
+    from grpo_ui.remote.preflight import HostFacts
+    at = AppTest.from_file(str(ROOT / "views/cluster.py"), default_timeout=60)
+    at.session_state["preflight"] = ([HostFacts("gpu-x", error="cannot connect to gpu-x:22")], [])
+    row = next(d for d in at.run().dataframe if "GPUs" in d.value.columns).value.to_dict("records")[0]
+    assert row["GPUs"] == "not reached" and row["python"] == row["disk free GiB"] == "—"
+
+
+def test_the_chart_marks_torchs_cache_reclaimable_and_the_page_names_the_nvidia_smi_figure(home):
+    report = estimate_spec(FULL)
+    (home / "draft.yaml").write_text(spec_to_yaml(FULL))
+    bars = memory_chart(report).to_plotly_json()["data"]
+    cache = [b for b in bars if b["name"].endswith(" (reclaimable)")]
+    assert cache and all(b["marker"]["pattern"]["shape"] == "/" for b in cache)
+    assert all(not b["marker"].get("pattern", {}).get("shape") for b in bars if b not in cache)
+    trainer = report.trainer
+    assert f"nvidia-smi will show about {trainer.expected_gib:.1f} GiB" in texts(open_app())

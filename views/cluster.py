@@ -10,6 +10,7 @@ from grpo_ui import form
 from grpo_ui.findings import SEVERITY_ICON, sort_findings
 from grpo_ui.jobs import backend_for
 from grpo_ui.plan import make_plan
+from grpo_ui.remote.preflight import HostFacts
 from grpo_ui.remote.ssh import Pool, SshError, UnknownHostKey, ssh_config_path, trust_host_key
 from grpo_ui.spec import with_changes
 from views import drafts
@@ -38,6 +39,18 @@ def save_nodes(draft, nodes: list[dict]) -> None:
     for key in [k for k in st.session_state if str(k).startswith("conn:")]:  # tests are by row: rows moved
         del st.session_state[key]
     st.rerun()
+
+
+def facts_row(f: HostFacts) -> dict:
+    """A host's preflight facts as the table shows them: "—" for what is not known, "not reached" for its GPUs when
+    preflight could not reach it (not "none", which says it has no GPU)."""
+    gpus = ", ".join(f"{g['gpu_index']}: {g['name']} ({g['mem_used']:.0f}/{g['mem_total']:.0f} MiB)" for g in f.gpus)
+    row = {"host": f.host, "python": f.python, "ms-swift": f.versions.get("ms-swift"), "torch": f.versions.get("torch"),
+           "vllm": f.versions.get("vllm"), "driver": f.driver,
+           "CUDA driver / torch": f"{f.driver_cuda or '—'} / {f.torch_cuda or 'CPU build'}" if f.python else None,
+           "GPUs": gpus or ("none" if f.reachable else "not reached"),
+           "disk free GiB": None if f.disk_free_gib is None else f"{f.disk_free_gib:.0f}"}
+    return {k: "—" if v is None else v for k, v in row.items()} | {"error": f.error or ""}
 
 
 def remove_node(draft, index: int) -> None:
@@ -105,13 +118,7 @@ if st.button("Run preflight on every host", type="primary"):
     st.session_state["preflight"] = (facts, findings)
 if "preflight" in st.session_state:
     facts, findings = st.session_state["preflight"]
-    st.dataframe([{"host": f.host, "python": f.python, "ms-swift": f.versions.get("ms-swift"),
-                   "torch": f.versions.get("torch"), "vllm": f.versions.get("vllm"), "driver": f.driver,
-                   "CUDA driver / torch": f"{f.driver_cuda or '—'} / {f.torch_cuda or 'CPU build'}" if f.python else None,
-                   "GPUs": ", ".join(f"{g['gpu_index']}: {g['name']} ({g['mem_used']:.0f}/{g['mem_total']:.0f} MiB)"
-                                     for g in f.gpus) or "none",
-                   "disk free GiB": None if f.disk_free_gib is None else round(f.disk_free_gib),
-                   "error": f.error or ""} for f in facts], hide_index=True, width="stretch")
+    st.dataframe([facts_row(f) for f in facts], hide_index=True, width="stretch")
     for f in sort_findings(findings):
         st.markdown(f"{SEVERITY_ICON[f.severity]} **{f.id}** ({', '.join(f.fields)}): {f.message} — *{f.fix}*")
     if not findings:

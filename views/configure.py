@@ -10,7 +10,7 @@ from dataclasses import replace
 import streamlit as st
 
 from grpo_ui import catalog, form, rules
-from grpo_ui.catalog import ModelArch, from_hf_config, parse_hf_config
+from grpo_ui.catalog import from_hf_config, parse_hf_config
 from grpo_ui.check import check
 from grpo_ui.drafts import Draft
 from grpo_ui.findings import SEVERITY_ICON, Finding, sort_findings
@@ -102,15 +102,13 @@ def show_findings(slot, findings: list[Finding], said: set[str], parse_error: st
         slot.markdown("\n\n".join(lines))
 
 
-def pasted_arch(model: str) -> ModelArch | None:
-    """The architecture from a config.json the user gave for this model (kept in the session), or None."""
-    pasted = st.session_state.get("model_config")
-    return from_hf_config(pasted[1], name=model.split("/")[-1]) if pasted and pasted[0] == model else None
-
-
-def config_json_import(model: str) -> None:
-    """Paste or upload the model's config.json when the catalogue does not know it (the estimate then uses it)."""
-    with st.expander("Model architecture from its config.json", expanded=pasted_arch(model) is None):
+def config_json_import(spec: JobSpec) -> None:
+    """Paste or upload the config.json of a model the catalogue does not know: kept with the draft (its YAML too),
+    the estimate here and at launch reads the architecture from it."""
+    model = spec.train.model
+    with st.expander("Model architecture from its config.json", expanded=model not in spec.hf_configs):
+        if model in spec.hf_configs:
+            st.caption(f"The draft keeps the config.json given for {model}; give another one to replace it.")
         upload = st.file_uploader("config.json", type=["json"], key="config_json_file")
         text = st.text_area("…or paste it", key="config_json_text", height=120)
         if st.button("Use this config.json", disabled=not (upload or text.strip())):
@@ -120,7 +118,7 @@ def config_json_import(model: str) -> None:
             except ValueError as e:
                 st.error(str(e))
             else:
-                st.session_state["model_config"] = (model, cfg)
+                apply_fix(spec, {"hf_configs": {**spec.hf_configs, model: cfg}})
                 st.rerun()
 
 
@@ -187,26 +185,34 @@ def fit_cards(eff, spec: JobSpec) -> None:
             st.button("Make it fit: apply", key=f"fit:{k}", on_click=apply_fix, args=(spec, s.changes))
 
 
-def steps_indicator(spec: JobSpec, findings: list[Finding], parse_errors: dict, verdict: str | None) -> None:
-    """Where the user stands, in the order the work is done; each missing step links to where it is done."""
+def steps_indicator(spec: JobSpec, findings: list[Finding], parse_errors: dict, verdict: str | None,
+                    held: bool) -> None:
+    """Where the user stands, in the order the work is done; each missing step links to where it is done. A field
+    that does not parse counts against the step it is in; Scripts and Launch follow ``held``, the rule that holds the
+    downloads and the Launch link."""
+    cluster = ("cluster", "slurm")
+
     def bad(*prefixes):
         return [f for f in findings if f.severity == "error" and any(p.startswith(prefixes) for p in f.fields)]
+
+    def problems(unparsed: list[str], errors: list[Finding]) -> str | None:
+        return (f"{len(unparsed)} field(s) do not parse" if unparsed
+                else f"{len(errors)} error(s)" if errors else None)
+
     gpu_missing = not all(n.gpu_model or n.gpu_memory_gib for n in spec.trainer_nodes())
     model_missing = not spec.train.model or any(f.id == "MEMORY-UNKNOWN-MODEL" for f in findings)
     steps = [
         ("Model and GPUs", "model",
          "No model chosen" if not spec.train.model else "Model unknown: give its config.json" if model_missing
          else "No GPU model chosen" if gpu_missing else None),
-        ("Cluster", "cluster", f"{len(bad('cluster', 'slurm'))} error(s)" if bad("cluster", "slurm") else None),
-        ("Training settings", "training",
-         f"{len(parse_errors)} field(s) do not parse" if parse_errors
-         else f"{len(bad('train', 'rollout', 'server'))} error(s)" if bad("train", "rollout", "server") else None),
+        ("Cluster", "cluster", problems([p for p in parse_errors if p.startswith(cluster)], bad(*cluster))),
+        ("Training settings", "training", problems([p for p in parse_errors if not p.startswith(cluster)],
+                                                   bad("train", "rollout", "server"))),
         ("Checks", "checks", "the estimate says OOM" if verdict == "oom"
          else f"{len(bad(''))} error(s)" if bad("") else None),
+        ("Scripts", "scripts", "blocked: fix the errors above or give an override reason" if held else None),
+        ("Launch", "launch", "blocked" if held else None),
     ]
-    ready = not any(why for _, _, why in steps)
-    steps += [("Scripts", "scripts", None if ready else "blocked until the steps above are done"),
-              ("Launch", "launch", None if ready else "blocked")]
     for k, (col, (title, anchor, why)) in enumerate(zip(st.columns(len(steps)), steps, strict=True)):
         mark = ":material/check_circle:" if not why else ":material/radio_button_unchecked:"
         done = ":green[ready]" if anchor in ("scripts", "launch") else ":green[done]"
@@ -215,11 +221,9 @@ def steps_indicator(spec: JobSpec, findings: list[Finding], parse_errors: dict, 
 
 def override_box(draft_id: int, count: int) -> str | None:
     """An explicit override of blocking problems: the reason the user gives (kept with the job at launch), or None."""
-    key = f"override:{draft_id}"
     with st.expander(f"Override: export and launch despite {count} blocking problem(s)"):
-        reason = st.text_input("Why this is safe to run anyway (kept with the job, shown on Monitor and History)",
-                               key=key)
-    return reason.strip() or None
+        return drafts.override_reason(draft_id, "Why this is safe to run anyway (kept with the job, shown on Monitor "
+                                      "and History)", key=f"override:{draft_id}")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -288,8 +292,7 @@ with st.sidebar:
 
 values = {d.path: field_value(d, base) for d in form.FORM_FIELDS} | values  # hidden ones: as last set
 spec, parse_errors = form.build_spec(base, values, list(nodes))
-arch = pasted_arch(spec.train.model)
-eff = resolve(spec, arch)  # the job's effective values, for every step below
+eff = resolve(spec)  # the job's effective values, for every step below
 findings = dedup(sort_findings(check(eff))) if not parse_errors else []
 said: set[str] = set()
 for path, slot in slots.items():
@@ -339,17 +342,18 @@ else:
                 col.metric(f"{role.role} GPU peak", f"{role.peak_gib:.1f}{cap} GiB",
                            delta=None if role.headroom_gib is None else f"{role.headroom_gib:+.1f} GiB headroom",
                            delta_color="normal")
+                if role.expected_gib - role.peak_gib > 0.05:
+                    col.caption(f"nvidia-smi will show about {role.expected_gib:.1f} GiB: torch keeps freed memory "
+                                "cached (hatched in the chart) and gives it back before an OOM")
             for note in dict.fromkeys(n for r in report.roles for n in r.notes):
                 where = " Choose it in [1. Model and GPUs](#model)." if note.startswith("No GPU model chosen") else ""
                 st.caption(f"{SEVERITY_ICON['warning']} {note}{where}")
             st.plotly_chart(memory_chart(report), width="stretch")
     if report:
         fit_cards(eff, spec)
-if arch or not report:
+if spec.train.model and (eff.arch is None or spec.train.model in spec.hf_configs):  # unknown, or known from it
     with config_slot:
-        config_json_import(spec.train.model)
-with steps_slot:
-    steps_indicator(spec, findings, parse_errors, report.verdict if report else None)
+        config_json_import(spec)
 
 st.subheader("5. Scripts", anchor="scripts")
 blockers = len(parse_errors) or len([f for f in findings if f.severity == "error"])
@@ -364,6 +368,8 @@ c1, c2 = st.columns(2)
 held = bool(parse_errors) or bool(blockers and not override)
 c1.download_button("Download job YAML", spec_to_yaml(spec), file_name=f"{spec.name}.yaml", key="dl_yaml",
                    disabled=held)
+with steps_slot:
+    steps_indicator(spec, findings, parse_errors, report.verdict if report else None, held)
 bundle = None if parse_errors else render(eff, spec.name)
 c2.download_button("Download node scripts (zip)", bundle.zip_bytes() if bundle and not held else b"", disabled=held,
                    file_name=f"{spec.name}.zip", key="dl_zip")

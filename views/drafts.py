@@ -69,6 +69,16 @@ def draft_picker(draft: Draft, spec: JobSpec) -> None:
               args=(chosen, ui_state.presets()[chosen]))
 
 
+def override_reason(draft_id: int, label: str, key: str) -> str | None:
+    """The reason given to run this draft despite its blocking problems, or None. It is kept in the session under a
+    key of its own (Streamlit drops a widget's state on a page that does not draw it), so Configure and Launch show
+    the same reason."""
+    kept = f"override_reason:{draft_id}"
+    reason = st.text_input(label, value=st.session_state.get(kept, ""), key=key)
+    st.session_state[kept] = reason
+    return reason.strip() or None
+
+
 def delete_draft(draft_id: int) -> None:
     store().delete_draft(draft_id)
     st.query_params.pop("draft", None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import time
 
+import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -42,7 +43,9 @@ for j in jobs:
                  "minutes": round(((j["ended"] or time.time()) - (j["started"] or j["created"])) / 60, 1),
                  "steps": int(m["max_steps"][-1][0]) if m.get("max_steps") else 0, "reward": final(m, "reward"),
                  "kl": final(m, "kl"), **memory_columns(j), "alerts": len(db.alerts(j["id"]))})
-st.dataframe(rows, hide_index=True, width="stretch")
+blank_if_none = {c: lambda v: "—" if pd.isna(v) else f"{v:g}" for c in ("reward", "kl", "estimate GiB", "measured GiB")}
+st.dataframe(pd.DataFrame(rows).style.format(blank_if_none, precision=1), hide_index=True,
+             width="stretch")  # numbers stay numbers: they sort as numbers
 
 ids = [j["id"] for j in jobs]
 pick = st.selectbox("Job", ids)

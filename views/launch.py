@@ -8,7 +8,7 @@ import time
 
 import streamlit as st
 
-from grpo_ui.findings import SEVERITY_ICON, sort_findings
+from grpo_ui.findings import SEVERITY_ICON, error_list, sort_findings
 from grpo_ui.jobs import LaunchError
 from grpo_ui.plan import LaunchPlan
 from grpo_ui.spec import JobSpec, SpecError, spec_to_yaml
@@ -45,9 +45,8 @@ for f in plan.errors:
 override = None
 if plan.errors:
     st.warning("Fix the errors on the Configure page before launching, or override them with a reason.")
-    override = st.text_input("Override: why this is safe to run anyway (kept with the job, shown on Monitor and "
-                             "History)", value=st.session_state.get(f"override:{draft.id}", ""),
-                             key=f"launch_override:{draft.id}").strip() or None
+    override = drafts.override_reason(draft.id, "Override: why this is safe to run anyway (kept with the job, shown "
+                                      "on Monitor and History)", key=f"launch_override:{draft.id}")
 held = bool(plan.errors) and not override
 where = (f"Slurm (sbatch on {spec.cluster.login})" if spec.cluster.backend == "slurm"
          else ", ".join(n.host for n in plan.nodes))
@@ -97,6 +96,6 @@ if st.button("Launch", type="primary", disabled=held):
             box.update(label="Launch failed — nothing was left running", state="error")
             failure = str(e)
     if failure:
-        st.error(failure)
+        st.error(error_list(failure))
 if st.session_state.get("monitor_job"):
     st.page_link("views/monitor.py", label=f"Watch {st.session_state['monitor_job']} on the Monitor page", icon="📈")

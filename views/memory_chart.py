@@ -1,6 +1,7 @@
 """The memory estimate's chart: one stacked bar per GPU and phase, one colour per term, the colours grouped by family
 (model states blues, activations greens, vLLM oranges and reds, overhead greys), the legend below the bars with
-room for every entry, and the card's capacity as a dashed line named in the title (never on the bars)."""
+room for every entry, a reclaimable term (torch's cache: nvidia-smi shows it, the peak leaves it out) hatched and
+lighter, and the card's capacity as a dashed line named in the title (never on the bars)."""
 
 from __future__ import annotations
 
@@ -41,8 +42,11 @@ def memory_chart(report: MemoryReport) -> go.Figure:
     names = sorted(dict.fromkeys(t.name for _, p in bars for t in p.terms if t.gib > 0.01),
                    key=lambda n: order.index(family(n)))
     colour = colours(names)
+    reclaimable = {t.name for _, p in bars for t in p.terms if t.reclaimable}  # stacked, yet not in the peak
     for name in names:
-        fig.add_bar(name=name, x=[b[0] for b in bars], marker_color=colour[name], legendgroup=family(name),
+        fig.add_bar(name=name + " (reclaimable)" * (name in reclaimable), x=[b[0] for b in bars],
+                    marker={"color": colour[name], "pattern_shape": "/" if name in reclaimable else "",
+                            "opacity": 0.5 if name in reclaimable else 1}, legendgroup=family(name),
                     legendgrouptitle_text=family(name),
                     y=[sum(t.gib for t in p.terms if t.name == name) for _, p in bars])
     cap = report.trainer.capacity_gib
