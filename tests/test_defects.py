@@ -326,3 +326,16 @@ def test_the_chart_marks_torchs_cache_reclaimable_and_the_page_names_the_nvidia_
     assert all(not b["marker"].get("pattern", {}).get("shape") for b in bars if b not in cache)
     trainer = report.trainer
     assert f"nvidia-smi will show about {trainer.expected_gib:.1f} GiB" in texts(open_app())
+
+
+def test_a_row_added_to_the_node_table_starts_blank_with_the_first_nodes_choices(home):
+    """Review finding: every cell of a row added in the table showed "None". Text cells now start empty, a setting
+    that may be unset offers an empty choice, and role and GPU model start as the first node's."""
+    at = open_app()
+    columns = json.loads(next(d.proto.columns for d in at.dataframe if "identity_file" in d.proto.columns))
+    assert {name: c["default"] for name, c in columns.items() if c.get("type_config", {}).get("type") == "text"} == \
+        dict.fromkeys(("host", "user", "port", "identity_file", "address", "gpus", "gpu_memory_gib", "python_env",
+                       "workdir", "env"), "")
+    assert columns["role"]["default"] == "trainer" and "" not in columns["role"]["type_config"]["options"]
+    assert columns["gpu_model"]["default"] == FIRST.cluster.nodes[0].gpu_model
+    assert columns["gpu_model"]["type_config"]["options"][0] == ""

@@ -82,14 +82,17 @@ def field_widget(decl: Decl, base: JobSpec, where=st):
 
 
 def node_column(decl, base: JobSpec):
-    """The node table's column for a node setting, from its declaration."""
+    """The node table's column for a node setting, from its declaration. A row added in the table starts blank (not
+    "None"), with the first node's choices (role, GPU model) and its own gpus still to fill in."""
     kind, help_ = form.column_kind(decl), help_text(decl)
+    first = getattr(base.cluster.nodes[0], decl.name) if base.cluster.nodes else None
     if kind == "select":
         options = form.choices(decl, [getattr(n, decl.name) for n in base.cluster.nodes])
-        return st.column_config.SelectboxColumn(decl.name, help=help_, options=[o for o in options if o is not None])
+        return st.column_config.SelectboxColumn(decl.name, help=help_, default=first,  # unset (None): an empty cell
+                                                options=["" if o is None else o for o in options])
     if kind == "checkbox":
-        return st.column_config.CheckboxColumn(decl.name, help=help_)
-    return st.column_config.TextColumn(decl.name, help=help_, required=decl.required)
+        return st.column_config.CheckboxColumn(decl.name, help=help_, default=bool(first))
+    return st.column_config.TextColumn(decl.name, help=help_, required=decl.required, default="")
 
 
 def show_findings(slot, findings: list[Finding], said: set[str], parse_error: str | None = None) -> None:
