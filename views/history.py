@@ -33,7 +33,8 @@ st.title("History")
 db = store()
 jobs = db.jobs()
 if not jobs:
-    st.info("No jobs yet.")
+    st.info("No jobs yet: every job launched from the Launch page (or `python -m grpo_ui launch job.yaml`) is listed "
+            "here with its outcome, final metrics and memory.")
     st.stop()
 rows = []
 for j in jobs:
