@@ -133,11 +133,18 @@ class HostNet:
         return len(out.splitlines())
 
     def teardown(self) -> None:
+        """Stop every process left in the hosts' namespaces, then remove them. The sshd daemon alone is not enough:
+        a session whose client went away after the network was deleted would wait for it forever."""
         for h in self.hosts:
             try:
                 os.kill(h.pid(), 15)
             except (OSError, ValueError):
                 pass
+            for pid in sh("ip", "netns", "pids", h.ns, check=False).stdout.split():
+                try:
+                    os.kill(int(pid), 9)
+                except OSError:
+                    pass
             sh("ip", "netns", "del", h.ns, check=False)
         for i in range(len(self.hosts)):
             sh("ip", "link", "del", f"{self.prefix}{i}a", check=False)
