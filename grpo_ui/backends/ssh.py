@@ -94,7 +94,7 @@ class SshBackend(Backend):
 
     def prepare(self, plan: LaunchPlan, progress: Progress) -> tuple[list[HostFacts], list[Finding]]:
         """Every node in parallel (remote.preflight): versions, GPUs, ports, paths, disk, clock."""
-        return preflight(self.spec, self.pool, progress)
+        return preflight(plan.resolved, self.pool, progress)
 
     # -- start ----------------------------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from grpo_ui.monitor.gpu import APPS, INVENTORY, nvml_inventory, parse_row, quer
 from grpo_ui.monitor.stacks import find_py_spy, py_spy_candidates
 from grpo_ui.remote.runner import Runner, parallel, runner_for
 from grpo_ui.remote.ssh import Pool, SshError, UnknownHostKey
-from grpo_ui.resolve import resolve
+from grpo_ui.resolve import Resolved, resolve
 from grpo_ui.spec import JobSpec, Node, parse_version
 
 PACKAGES = ("ms-swift", "torch", "vllm", "trl", "transformers", "deepspeed")
@@ -171,9 +171,9 @@ def _listen(runner: Runner, node: Node, ports: list[int]) -> str:
     return runner.run(cmd, timeout=20).out.strip()
 
 
-def _master_checks(spec: JobSpec, runners: dict[int, Runner], trainers: list[int]) -> list[Finding]:
+def _master_checks(eff: Resolved, runners: dict[int, Runner], trainers: list[int]) -> list[Finding]:
     """MASTER_PORT free on the master and reachable from every other trainer node."""
-    eff = resolve(spec)
+    spec = eff.spec
     master, port, addr = trainers[0], eff.master_port, eff.master_addr
     if _taken(runners[master], [port]):
         return [finding("PREFLIGHT-PORT-TAKEN", "error", "cluster.master_port",
@@ -192,10 +192,11 @@ def _master_checks(spec: JobSpec, runners: dict[int, Runner], trainers: list[int
                     "the workers can reach.") for i, down in results if down]
 
 
-def _rollout_checks(spec: JobSpec, runners: dict[int, Runner], rank0: int) -> list[Finding]:
+def _rollout_checks(eff: Resolved, runners: dict[int, Runner], rank0: int) -> list[Finding]:
     """Server mode: every rollout server's HTTP port and NCCL group port free on its node and reachable from trainer
     rank 0 (through a short-lived listener); servers outside the cluster are only probed."""
-    out, nodes, eff = [], spec.cluster.nodes, resolve(spec)
+    spec = eff.spec
+    out, nodes = [], spec.cluster.nodes
     own = [] if spec.rollout.vllm_server_host else [i for i, n in enumerate(nodes) if n.role == "rollout"]
     r0, http_field = nodes[rank0].host, "rollout.vllm_server_port" if spec.rollout.vllm_server_host else "server.port"
     for k, ((host, http), group) in enumerate(zip(eff.server_endpoints, eff.group_ports, strict=True)):
@@ -230,11 +231,12 @@ def _rollout_checks(spec: JobSpec, runners: dict[int, Runner], rank0: int) -> li
     return out
 
 
-def _sync_port_checks(spec: JobSpec, runners: dict[int, Runner], trainers: list[int]) -> list[Finding]:
+def _sync_port_checks(eff: Resolved, runners: dict[int, Runner], trainers: list[int]) -> list[Finding]:
     """Server mode: each rollout node's weight-sync group port reachable from every trainer node besides rank 0
     (rank 0, which opens the group, is checked with the HTTP port). ms-swift 4.x syncs weights from global rank 0
     only, so this is a warning: it matters once another node becomes node 0."""
-    out, nodes, eff = [], spec.cluster.nodes, resolve(spec)
+    spec = eff.spec
+    out, nodes = [], spec.cluster.nodes
     own = [] if spec.rollout.vllm_server_host else [i for i, n in enumerate(nodes) if n.role == "rollout"]
     for (host, _), port, index in zip(eff.server_endpoints, eff.group_ports, own, strict=False):
         if index not in runners or len(trainers) < 2 or _taken(runners[index], [port]):
@@ -252,19 +254,21 @@ def _sync_port_checks(spec: JobSpec, runners: dict[int, Runner], trainers: list[
     return out
 
 
-def _port_checks(spec: JobSpec, runners: dict[int, Runner]) -> list[Finding]:
-    trainers = [i for i, n in enumerate(spec.cluster.nodes) if n.role == "trainer" and i in runners]
+def _port_checks(eff: Resolved, runners: dict[int, Runner]) -> list[Finding]:
+    trainers = [i for i, n in enumerate(eff.spec.cluster.nodes) if n.role == "trainer" and i in runners]
     if not trainers:
         return []
-    out = _master_checks(spec, runners, trainers)
-    if spec.rollout.use_vllm and spec.rollout.vllm_mode == "server":
-        out += _rollout_checks(spec, runners, trainers[0]) + _sync_port_checks(spec, runners, trainers)
+    out = _master_checks(eff, runners, trainers)
+    if eff.server:
+        out += _rollout_checks(eff, runners, trainers[0]) + _sync_port_checks(eff, runners, trainers)
     return out
 
 
-def preflight(spec: JobSpec, pool: Pool | None = None, progress=lambda host, msg: None
+def preflight(job: JobSpec | Resolved, pool: Pool | None = None, progress=lambda host, msg: None
               ) -> tuple[list[HostFacts], list[Finding]]:
-    """Check every node in parallel; returns per-node facts and findings."""
+    """Check every node of a job (its spec or Resolved values) in parallel; returns per-node facts and findings."""
+    eff = resolve(job)
+    spec = eff.spec
     pool = pool or Pool()
     findings: list[Finding] = []
 
@@ -300,7 +304,7 @@ def preflight(spec: JobSpec, pool: Pool | None = None, progress=lambda host, msg
     findings += _consistency(spec, facts)
     findings += _py_spy_findings(spec, runners, progress)
     try:
-        findings += _port_checks(spec, runners)
+        findings += _port_checks(eff, runners)
     except SshError as e:
         findings.append(finding("PREFLIGHT-UNREACHABLE", "error", "cluster.nodes", str(e), "Check the connection."))
     return facts, findings
