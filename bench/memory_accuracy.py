@@ -6,13 +6,16 @@ absolute % error, the share of rows underestimated by more than 10 % and the med
 estimate runs low), of our estimate and, in the same run, of two baselines: weights only (params × bytes, ÷ TP for
 vLLM rows) and DeepSpeed's model-states estimator (GPU bytes, training rows only).
 Targets on the held-out rows: median ≤ 10 %, p90 ≤ 25 %, at most a third underestimated by more than 10 %.
+It also prints the error margin the verdict adds (memory.ESTIMATE_MARGIN, from the fit rows) and the share of fit,
+held-out and fresh rows it covers.
 The rows whose "added" starts with "fresh" were collected after the estimator was frozen and never looked at while
 tuning it: their line is the out-of-sample check (they also take their place in the split like any later row).
 """
 
 from collections import defaultdict
 
-from grpo_ui.calibration import evaluate, held_out, load, source_key, summary
+from grpo_ui.calibration import MARGIN_COVERAGE, covered, evaluate, held_out, load, margin, source_key, summary
+from grpo_ui.memory import ESTIMATE_MARGIN
 
 DATA = "tests/data/memory_measurements.jsonl"
 FRESH = "fresh"  # "added" prefix of the rows collected after tuning stopped
@@ -53,6 +56,12 @@ def main() -> None:
     fresh = [r for r in results if r.row["added"].startswith(FRESH)]
     print(line("fresh (never tuned on)", fresh))
     print(line("fresh, GRPO", [r for r in fresh if r.row["workload"] == "grpo"]))
+    m = margin(fit)
+    print(f"\nerror margin: {MARGIN_COVERAGE:.0%} of the fit rows measured at most the estimate + {m:.0%} of what it "
+          f"models (memory.ESTIMATE_MARGIN = {ESTIMATE_MARGIN:.0%}); rows within it: "
+          + ", ".join(f"{label} {covered(part, ESTIMATE_MARGIN):.0%}" for label, part in
+                      (("fit", fit), ("held out", held), ("fresh", fresh)))
+          + " (a job is 'fits' only with the margin, 'tight' within the card without it)")
     by_kind = defaultdict(list)
     for r in results:
         by_kind[r.row["kind"]].append(r)

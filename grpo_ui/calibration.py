@@ -56,6 +56,7 @@ FIRST_ISSUE = "issue 3"
 class Result:
     row: dict
     ours: float
+    modelled: float  # the part of ``ours`` the error margin scales (memory.Phase.modelled of the peak phase)
     weights_only: float
     deepspeed: float | None  # None for vLLM rows: DeepSpeed's estimator is for training
 
@@ -66,6 +67,12 @@ class Result:
     def signed(self, predicted: float) -> float:
         """Signed error in % (negative: underestimated)."""
         return (predicted - self.row["measured_gib"]) / self.row["measured_gib"] * 100
+
+    @property
+    def margin_needed(self) -> float:
+        """The error margin (as memory.ESTIMATE_MARGIN) that would just cover this measurement; negative if the
+        estimate is above it."""
+        return (self.row["measured_gib"] - self.ours) / self.modelled
 
 
 def load(path: str | Path) -> list[dict]:
@@ -195,13 +202,33 @@ def deepspeed_baseline_gib(i: Inputs) -> float:
     return gpu / GIB
 
 
+def modelled_gib(row: dict, report: MemoryReport) -> float:
+    """What the estimate models (memory.Phase.modelled) in the phase the row's figure comes from."""
+    role = report.roles[-1] if row["workload"] == "vllm" else report.trainer
+    return max(p.modelled for p in role.phases if not (row["workload"] == "sft" and p.name == "rollout"))
+
+
 def evaluate(row: dict) -> Result:
     i = inputs_of(row)
+    report = estimate(i)
+    ours, modelled = predicted_gib(row, report), modelled_gib(row, report)
     if row["workload"] == "vllm":  # per GPU: the weights split over tensor parallelism
-        return Result(row, predicted_gib(row, estimate(i)),
-                      weights_only_gib(i.arch.total_params(), i.param_bytes) / i.server_tp, None)
-    return Result(row, predicted_gib(row, estimate(i)), weights_only_gib(i.arch.total_params(), i.param_bytes),
+        return Result(row, ours, modelled, weights_only_gib(i.arch.total_params(), i.param_bytes) / i.server_tp, None)
+    return Result(row, ours, modelled, weights_only_gib(i.arch.total_params(), i.param_bytes),
                   deepspeed_baseline_gib(i))
+
+
+MARGIN_COVERAGE = 0.9  # the share of fit rows memory.ESTIMATE_MARGIN covers
+
+
+def margin(results: list[Result], coverage: float = MARGIN_COVERAGE) -> float:
+    """The error margin that covers ``coverage`` of the results (linear interpolation between order statistics)."""
+    return statistics.quantiles([r.margin_needed for r in results], n=100, method="inclusive")[round(coverage * 100) - 1]
+
+
+def covered(results: list[Result], m: float) -> float:
+    """The share of results whose measurement is at most the estimate with margin ``m``."""
+    return sum(r.margin_needed <= m for r in results) / len(results)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from grpo_ui.catalog import UnknownGpu
 from grpo_ui.engines import EngineConfigError
 from grpo_ui.findings import Finding, finding
 from grpo_ui.fit import suggest
-from grpo_ui.memory import UnknownModel, estimate_spec
+from grpo_ui.memory import ESTIMATE_MARGIN, UnknownModel, estimate_spec
 from grpo_ui.resolve import Resolved, resolve
 from grpo_ui.spec import JobSpec
 from grpo_ui.swift_cli import rollout_command, train_command
@@ -33,7 +33,8 @@ def estimate_error_finding(spec: JobSpec, e: ValueError) -> Finding:
 
 def memory_findings(eff: Resolved) -> list[Finding]:
     """A predicted OOM (with the cheapest fix that fits) or a vLLM that cannot start, as errors (they block export
-    and launch unless overridden), or why no estimate can be made."""
+    and launch unless overridden); a tight fit (within the card, not with the estimate's error margin) as a warning
+    with the cheapest change that leaves the margin; or why no estimate can be made."""
     if not eff.spec.train.model:
         return []
     try:
@@ -45,16 +46,22 @@ def memory_findings(eff: Resolved) -> list[Finding]:
     found = [finding("MEMORY-VLLM-START", "error", "rollout.vllm_gpu_memory_utilization", cannot_start[0],
                      "Raise vllm_gpu_memory_utilization (or use a larger GPU, or tensor parallelism for vLLM).")
              ] if cannot_start else []
-    if report.verdict != "oom":
+    if report.verdict not in ("oom", "tight"):
         return found
     advice = suggest(eff)
     fix = (f"Cheapest change that fits: {advice[0].why}." if advice else
            "No single or paired knob fits: use more or larger GPUs, or a smaller model.")
-    return found + [finding("MEMORY-OOM", "error", ("train.per_device_train_batch_size", "rollout.vllm_gpu_memory_utilization",
-                                              "train.deepspeed"),
-                    f"Predicted out of memory on the {role.role} GPU: peak {role.peak_gib:.1f} GiB in the "
-                    f"{role.peak_phase} phase on a {role.capacity_gib:.1f} GiB {role.gpu or 'GPU'}.",
-                    fix, advice[0].changes if advice else {})]
+    fields = ("train.per_device_train_batch_size", "rollout.vllm_gpu_memory_utilization", "train.deepspeed")
+    apply = advice[0].changes if advice else {}
+    where = f"on the {role.role} GPU: peak {role.peak_gib:.1f} GiB in the {role.peak_phase} phase"
+    card = f"{role.capacity_gib:.1f} GiB {role.gpu or 'GPU'}"
+    if report.verdict == "tight":
+        return found + [finding("MEMORY-TIGHT", "warning", fields,
+                                f"Tight {where} of a {card}: {role.margin_peak_gib:.1f} GiB with the estimate's "
+                                f"measured error margin (+{ESTIMATE_MARGIN:.0%} of what it models; 1 in 10 published "
+                                "runs measured more than that).", fix, apply)]
+    return found + [finding("MEMORY-OOM", "error", fields, f"Predicted out of memory {where} on a {card}.", fix,
+                            apply)]
 
 
 def check(job: JobSpec | Resolved, arch=None) -> list[Finding]:

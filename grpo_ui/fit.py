@@ -64,16 +64,18 @@ def _knobs(eff: Resolved) -> list[tuple[dict, str, float]]:
 
 def suggest(job: JobSpec | Resolved, gpu: str | None = None, limit: int = 3, gpu_gib: float | None = None,
             arch=None) -> list[Suggestion]:
-    """Cheapest changes after which the job (its spec or Resolved values) fits (verdict fits or tight); empty if it
-    already fits, none does, or no estimate can be made. ``gpu``, ``gpu_gib`` and ``arch`` as for
+    """Cheapest changes after which the job (its spec or Resolved values) fits: a tight job's changes that make it fit
+    with the estimate's error margin, an OOM job's that make it fit or at least tight (those first at equal cost);
+    empty if it already fits, none does, or no estimate can be made. ``gpu``, ``gpu_gib`` and ``arch`` as for
     memory.estimate_spec."""
     eff = resolve(job, arch)
     try:
         base = estimate_spec(eff, gpu, gpu_gib=gpu_gib)
     except ValueError:  # memory.EstimateError, catalog.UnknownGpu, engines.EngineConfigError
         return []
-    if base.verdict in ("fits", "unknown") or (base.verdict == "tight" and not base.trainer.wasteful):
+    if base.verdict in ("fits", "unknown"):
         return []
+    wanted = ("fits",) if base.verdict == "tight" else ("fits", "tight")
     knobs = _knobs(eff)
     found: list[Suggestion] = []
     for size in (1, 2):
@@ -85,8 +87,8 @@ def suggest(job: JobSpec | Resolved, gpu: str | None = None, limit: int = 3, gpu
                 report = estimate_spec(with_changes(eff.spec, changes), gpu, eff.arch, gpu_gib)
             except SpecError:
                 continue
-            if report.verdict in ("fits", "tight"):
+            if report.verdict in wanted:
                 found.append(Suggestion(changes, " + ".join(w for _, w, _ in combo), sum(c for _, _, c in combo),
                                         report.trainer.peak_gib, report.verdict))
-    found.sort(key=lambda s: (s.cost, s.peak_gib))
+    found.sort(key=lambda s: (s.cost, s.verdict != "fits", s.peak_gib))
     return found[:limit]

@@ -16,7 +16,7 @@ from grpo_ui.drafts import Draft
 from grpo_ui.findings import SEVERITY_ICON, Finding, sort_findings
 from grpo_ui.fit import suggest
 from grpo_ui.importer import import_uploads
-from grpo_ui.memory import estimate_spec
+from grpo_ui.memory import ESTIMATE_MARGIN, estimate_spec
 from grpo_ui.render import render
 from grpo_ui.resolve import resolve
 from grpo_ui.spec import ARGS, GROUPS, ArgDecl, Decl, JobSpec, SpecError, spec_from_yaml, spec_to_yaml, with_changes
@@ -339,7 +339,10 @@ else:
             st.info(str(e))
         if report:
             cols = st.columns(len(report.roles) + 1)
-            cols[0].metric("Verdict", report.verdict.upper())
+            cols[0].metric("Verdict", report.verdict.upper(),
+                           help=f"FITS: the peak plus the estimate's measured error margin (+{ESTIMATE_MARGIN:.0%} of "
+                                "what it models; 9 in 10 published runs stayed within it) fits the card. TIGHT: only "
+                                "without the margin. OOM: not even the estimate fits.")
             for col, role in zip(cols[1:], report.roles, strict=False):
                 cap = f" of {role.capacity_gib:.0f}" if role.capacity_gib else ""
                 col.metric(f"{role.role} GPU peak", f"{role.peak_gib:.1f}{cap} GiB",
