@@ -56,7 +56,7 @@ FIRST_ISSUE = "issue 3"
 class Result:
     row: dict
     ours: float
-    modelled: float  # the part of ``ours`` the error margin scales (memory.Phase.modelled of the peak phase)
+    modelled: float  # what the error margin scales (modelled_gib)
     weights_only: float
     deepspeed: float | None  # None for vLLM rows: DeepSpeed's estimator is for training
 
@@ -203,7 +203,7 @@ def deepspeed_baseline_gib(i: Inputs) -> float:
 
 
 def modelled_gib(row: dict, report: MemoryReport) -> float:
-    """What the estimate models (memory.Phase.modelled) in the phase the row's figure comes from."""
+    """What the estimate models (memory.Phase.modelled), the most over the phases the row's figure can come from."""
     role = report.roles[-1] if row["workload"] == "vllm" else report.trainer
     return max(p.modelled for p in role.phases if not (row["workload"] == "sft" and p.name == "rollout"))
 
