@@ -14,8 +14,8 @@ import secrets
 
 import streamlit as st
 
-from grpo_ui import auth
-from grpo_ui.errors import log
+from grpo_ui.core.errors import log
+from views import auth
 from views.boundary import error_boundary
 
 VIEWS = [("configure", "Configure", ":material/tune:"), ("cluster", "Cluster", ":material/dns:"),

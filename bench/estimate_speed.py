@@ -5,9 +5,9 @@ Baseline in the same run: a weights-only estimate (params × 2 bytes) for the sa
 
 import time
 
-from grpo_ui.fit import suggest
-from grpo_ui.memory import estimate_spec, weights_only_gib
-from grpo_ui.spec import load_spec
+from grpo_ui.checks.fit import suggest
+from grpo_ui.memory.estimate import estimate_spec, weights_only_gib
+from grpo_ui.spec.model import load_spec
 
 
 def per_call(fn, n):

@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from grpo_ui.jobs import Jobs  # noqa: E402
-from grpo_ui.remote.runner import parallel  # noqa: E402
-from grpo_ui.remote.ssh import Pool  # noqa: E402
-from grpo_ui.spec import validate_spec  # noqa: E402
-from grpo_ui.store import Store  # noqa: E402
+from grpo_ui.backends.remote.runner import parallel  # noqa: E402
+from grpo_ui.backends.remote.ssh import Pool  # noqa: E402
+from grpo_ui.jobs.service import Jobs  # noqa: E402
+from grpo_ui.jobs.store import Store  # noqa: E402
+from grpo_ui.spec.model import validate_spec  # noqa: E402
 from tests.hosts import HostNet  # noqa: E402
 
 WORKLOAD = "#!/bin/bash\nexec sleep 3\n"

@@ -1,6 +1,6 @@
 """Accuracy of the memory estimate against published measurements (tests/data/memory_measurements.jsonl).
 
-For the fit rows and the frozen held-out rows (the split rule is in grpo_ui/calibration.py: rows added after issue 3
+For the fit rows and the frozen held-out rows (the split rule is in bench/calibration.py: rows added after issue 3
 are held out by a hash of their source, decided before any tuning), overall and for the GRPO rows: median and p90
 absolute % error, the share of rows underestimated by more than 10 % and the median signed error (negative: the
 estimate runs low), of our estimate and, in the same run, of two baselines: weights only (params × bytes, ÷ TP for
@@ -14,8 +14,8 @@ tuning it: their line is the out-of-sample check (they also take their place in 
 
 from collections import defaultdict
 
-from grpo_ui.calibration import MARGIN_COVERAGE, covered, evaluate, held_out, load, margin, source_key, summary
-from grpo_ui.memory import ESTIMATE_MARGIN
+from bench.calibration import MARGIN_COVERAGE, covered, evaluate, held_out, load, margin, source_key, summary
+from grpo_ui.memory.estimate import ESTIMATE_MARGIN
 
 DATA = "tests/data/memory_measurements.jsonl"
 FRESH = "fresh"  # "added" prefix of the rows collected after tuning stopped

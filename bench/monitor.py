@@ -13,12 +13,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from grpo_ui.monitor.doctor import DUTY_WINDOW_S, Snapshot, diagnose
-from grpo_ui.monitor.gpu import TICK, AppsReader, parse_smi_line
-from grpo_ui.monitor.logs import LogTail
-from grpo_ui.monitor.metrics import parse_jsonl_line, parse_stdout_line
-from grpo_ui.remote.runner import LocalRunner
-from grpo_ui.store import Store
+from grpo_ui.backends.remote.gpu import TICK, AppsReader, parse_smi_line
+from grpo_ui.backends.remote.runner import LocalRunner
+from grpo_ui.doctor.diagnose import DUTY_WINDOW_S, Snapshot, diagnose
+from grpo_ui.doctor.logs import LogTail
+from grpo_ui.doctor.metrics import parse_jsonl_line, parse_stdout_line
+from grpo_ui.jobs.store import Store
 
 DATA = Path(__file__).parent.parent / "tests" / "data"
 

@@ -9,9 +9,8 @@ import pkgutil
 import sys
 
 from grpo_ui import commands
-from grpo_ui.errors import UserError, describe, log
-from grpo_ui.private import private_file
-from grpo_ui.ui_state import home
+from grpo_ui.core.errors import UserError, describe, log
+from grpo_ui.core.private import home, private_file
 
 
 def build_parser() -> argparse.ArgumentParser:

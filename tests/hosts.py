@@ -185,8 +185,8 @@ def hostnet(tmp_path_factory):
 def stop_active_jobs(db_path) -> None:
     """Teardown for tests that launch jobs: stop whatever a failed test left running (no orphans, ever), through
     each job's own backend."""
-    from grpo_ui.jobs import Jobs
-    from grpo_ui.store import Store
+    from grpo_ui.jobs.service import Jobs
+    from grpo_ui.jobs.store import Store
     if not Path(db_path).exists():
         return
     jobs = Jobs(Store(db_path))

@@ -236,10 +236,10 @@ def _pair(runs: list[Run]) -> tuple[list[Run], list[Run]]:
 def evaluate(workdir: Path) -> list[CaseResult]:
     """Every case: bash's runs of the scripts and of grpo-ui's rendered scripts (import → spec → render for the same
     version), both parsed by that version's ms-swift, compared field by field, env included."""
-    from grpo_ui.findings import finding
+    from grpo_ui.core.findings import finding
     from grpo_ui.importer import import_scripts
-    from grpo_ui.render import render, write_bundle
-    from grpo_ui.spec import SpecError, with_changes
+    from grpo_ui.launch.render import render, write_bundle
+    from grpo_ui.spec.model import SpecError, with_changes
 
     stubs = make_stubs(workdir / "stubs")
     pending = []  # (case, [(script run, rendered run)], findings, problems)

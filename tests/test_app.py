@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from grpo_ui.drafts import latest_spec as load_draft
-from grpo_ui.findings import SEVERITY_ICON
-from grpo_ui.memory import estimate_spec
-from grpo_ui.spec import ARGS, ARGS_BY_PATH
-from grpo_ui.store import Store
+from grpo_ui.core.findings import SEVERITY_ICON
+from grpo_ui.jobs.drafts import latest_spec as load_draft
+from grpo_ui.jobs.store import Store
+from grpo_ui.memory.estimate import estimate_spec
+from grpo_ui.spec.model import ARGS, ARGS_BY_PATH
 
 APP = str(Path(__file__).parent.parent / "app.py")
 EVERY_SETTING = Path(__file__).parent / "fixtures" / "every_setting.yaml"
@@ -161,9 +161,9 @@ def test_draft_survives_an_app_restart(tmp_path, monkeypatch):
 
 def test_every_page_renders_with_a_job_in_the_store(tmp_path, monkeypatch):
     """Cluster, Launch, Monitor and History load over a store that holds a finished job with metrics and alerts."""
-    from grpo_ui.spec import spec_to_yaml
-    from grpo_ui.store import Store
-    from grpo_ui.ui_state import presets
+    from grpo_ui.jobs.store import Store
+    from grpo_ui.spec.model import spec_to_yaml
+    from grpo_ui.spec.presets import presets
 
     monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
     monkeypatch.setenv("GRPO_UI_DB", str(tmp_path / "db.sqlite"))
@@ -206,10 +206,10 @@ def test_every_page_renders_with_a_job_in_the_store(tmp_path, monkeypatch):
 def test_monitor_draws_the_extra_curves_and_the_ranks_stacks(tmp_path, monkeypatch):
     """Throughput, time per step by phase and memory per GPU per step from stored metrics and GPU samples; the stacks
     py-spy dumped (a real dump of the reward_slowing capture) as a phase per rank."""
-    from grpo_ui.monitor.watch import STACKS, STACKS_AT
-    from grpo_ui.spec import spec_to_yaml
-    from grpo_ui.store import Store
-    from grpo_ui.ui_state import presets
+    from grpo_ui.jobs.follow import STACKS, STACKS_AT
+    from grpo_ui.jobs.store import Store
+    from grpo_ui.spec.model import spec_to_yaml
+    from grpo_ui.spec.presets import presets
 
     monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
     monkeypatch.setenv("GRPO_UI_DB", str(tmp_path / "db.sqlite"))
@@ -284,7 +284,7 @@ def widget_keys(at) -> set[str]:
 def test_every_declared_field_is_on_the_form(tmp_path, monkeypatch):
     """Each ms-swift argument in its section, the job settings in the sidebar, the cluster and Slurm settings of the
     chosen backend below the node table, and every node setting as a column of it."""
-    from grpo_ui.form import FORM_FIELDS, NODE_FIELDS, ROW
+    from grpo_ui.spec.form import FORM_FIELDS, NODE_FIELDS, ROW
 
     monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
     (tmp_path / "draft.yaml").write_text(EVERY_SETTING.read_text())  # backend slurm
@@ -307,7 +307,7 @@ def test_a_form_round_trip_keeps_every_field_and_table_edits_land(tmp_path, monk
     """Every setting (node identity_file, workdir, env, gpu_memory_gib, Slurm, job env and extra arguments …) comes
     back unchanged when another field is edited, hidden or not (master_addr is an SSH setting: hidden on Slurm); a
     cell edited in the node table changes that field only."""
-    from grpo_ui.spec import load_spec, with_changes
+    from grpo_ui.spec.model import load_spec, with_changes
 
     monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
     (tmp_path / "draft.yaml").write_text(EVERY_SETTING.read_text())

@@ -7,8 +7,8 @@ import pytest
 from streamlit import config
 from streamlit.testing.v1 import AppTest
 
-from grpo_ui import auth
-from grpo_ui.auth import FIRST_WAIT, FREE_ATTEMPTS, GLOBAL_FREE_ATTEMPTS, WINDOW, Throttle, sign_in
+from views import auth
+from views.auth import FIRST_WAIT, FREE_ATTEMPTS, GLOBAL_FREE_ATTEMPTS, WINDOW, Throttle, sign_in
 
 APP = str(Path(__file__).parent.parent / "app.py")
 
@@ -98,7 +98,7 @@ def test_a_broken_page_shows_an_error_id_and_a_damaged_database_its_path(exposed
     assert str(tmp_path / "db.sqlite") in message and "move it aside" in message
     (tmp_path / "draft.yaml").write_text("name: [unclosed\n")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("grpo_ui.ui_state.presets", lambda: (_ for _ in ()).throw(KeyError("boom")))
+        mp.setattr("grpo_ui.jobs.drafts.presets", lambda: (_ for _ in ()).throw(KeyError("boom")))
         mp.setenv("GRPO_UI_DB", str(tmp_path / "good.sqlite"))  # a new store: the first draft comes from a preset
         at = AppTest.from_file(APP, default_timeout=60)
         at.session_state["authenticated"] = True

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from grpo_ui.catalog import (
+from grpo_ui.backends.remote.runner import LocalRunner
+from grpo_ui.knowledge.catalog import (
     fetch_hf_config,
     find_gpu,
     find_model,
@@ -18,7 +19,6 @@ from grpo_ui.catalog import (
     quant_of,
     resolve_gpu,
 )
-from grpo_ui.remote.runner import LocalRunner
 
 
 def test_catalogue_is_broad():

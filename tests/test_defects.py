@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from grpo_ui import form
-from grpo_ui.drafts import latest_spec
-from grpo_ui.findings import finding, format_findings
-from grpo_ui.memory import estimate_spec
-from grpo_ui.render import render
-from grpo_ui.spec import ARGS_BY_PATH, spec_to_yaml, with_changes
-from grpo_ui.store import Store
-from grpo_ui.ui_state import presets
+from grpo_ui.core.findings import finding, format_findings
+from grpo_ui.jobs.drafts import latest_spec
+from grpo_ui.jobs.store import Store
+from grpo_ui.launch.render import render
+from grpo_ui.memory.estimate import estimate_spec
+from grpo_ui.spec import form
+from grpo_ui.spec.model import ARGS_BY_PATH, spec_to_yaml, with_changes
+from grpo_ui.spec.presets import presets
 from views.memory_chart import memory_chart
 
 ROOT = Path(__file__).parent.parent
@@ -164,7 +164,7 @@ def test_a_finding_is_shown_once_with_all_its_fields(home):
 
 
 def test_the_dataloader_advisory_only_for_vision_models():
-    from grpo_ui.check import check
+    from grpo_ui.checks.check import check
     text_model = {f.id for f in check(with_changes(FIRST, {"train.dataloader_num_workers": 0}))}
     vision = {f.id for f in check(with_changes(FIRST, {"train.model": "Qwen/Qwen2.5-VL-7B-Instruct",
                                                        "train.dataloader_num_workers": 0}))}
@@ -206,7 +206,7 @@ def test_history_has_no_empty_final_metrics_and_says_why_it_cannot_compare(home,
 def test_an_override_is_kept_with_the_job_and_shown_on_monitor_and_history(home, tmp_path, monkeypatch):
     """A spec with an error launches only with a reason; the reason and the errors stay with the job (here one whose
     host does not exist, so preflight stops it before anything starts)."""
-    from grpo_ui.jobs import Jobs, LaunchError
+    from grpo_ui.jobs.service import Jobs, LaunchError
     monkeypatch.setenv("GRPO_UI_DB", str(tmp_path / "db.sqlite"))
     jobs = Jobs(Store())
     spec = with_changes(FIRST, {"cluster.nodes[0].host": "nohost.invalid", "train.num_generations": 7})
@@ -310,7 +310,7 @@ def test_history_shows_a_dash_for_metrics_a_job_never_logged(home, tmp_path, mon
 
 
 def test_preflight_says_a_host_it_could_not_reach_was_not_reached(home):
-    from grpo_ui.remote.preflight import HostFacts
+    from grpo_ui.backends.preflight import HostFacts
     at = AppTest.from_file(str(ROOT / "views/cluster.py"), default_timeout=60)
     at.session_state["preflight"] = ([HostFacts("gpu-x", error="cannot connect to gpu-x:22")], [])
     row = next(d for d in at.run().dataframe if "GPUs" in d.value.columns).value.to_dict("records")[0]

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from grpo_ui.monitor import liveness
-from grpo_ui.monitor.doctor import diagnose
-from grpo_ui.monitor.logfiles import from_lines, read_lines, snapshot
-from grpo_ui.monitor.logs import fold_cr
-from grpo_ui.monitor.rootcause import first_error_index, root_cause
-from grpo_ui.monitor.stacks import disagreement, parse_dumps
+from grpo_ui.doctor import liveness
+from grpo_ui.doctor.diagnose import diagnose
+from grpo_ui.doctor.logfiles import from_lines, read_lines, snapshot
+from grpo_ui.doctor.logs import fold_cr
+from grpo_ui.doctor.rootcause import first_error_index, root_cause
+from grpo_ui.doctor.stacks import disagreement, parse_dumps
 
 ROOT = Path(__file__).parent.parent
 CAPTURED = ROOT / "tests/data/captured"
@@ -269,7 +269,7 @@ def test_command_takes_settings_from_the_job_and_rejects_unreadable_files(tmp_pa
 # curves ----------------------------------------------------------------------------------------------------------
 
 def test_curves_from_a_real_run_and_gpu_samples():
-    from grpo_ui.monitor.curves import memory_per_gpu, rollout_throughput, step_phases
+    from grpo_ui.doctor.curves import memory_per_gpu, rollout_throughput, step_phases
     snap = snapshot([CAPTURED / "reward_slowing.log", CAPTURED / "reward_slowing.logging.jsonl"])
     phases = step_phases(snap.metrics)
     inside = dict(phases["rollout + reward + forward/backward (step_time)"])
@@ -282,7 +282,7 @@ def test_curves_from_a_real_run_and_gpu_samples():
 
 
 def test_a_large_log_is_read_by_its_head_and_tail(tmp_path, monkeypatch):
-    from grpo_ui.monitor import logfiles
+    from grpo_ui.doctor import logfiles
     monkeypatch.setattr(logfiles, "HEAD", 20_000)
     monkeypatch.setattr(logfiles, "TAIL", 30_000)
     text = (CAPTURED / "rank1_sigabrt.log").read_text()

@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from grpo_ui.compat import conflicts, row_for, satisfies
-from grpo_ui.jobs import Jobs
-from grpo_ui.monitor import liveness
-from grpo_ui.monitor.doctor import diagnose
-from grpo_ui.monitor.snapshot import Snapshot
-from grpo_ui.monitor.stacks import disagreement, parse_dumps
-from grpo_ui.monitor.watch import STACKS, Watcher
-from grpo_ui.remote.preflight import preflight
-from grpo_ui.remote.ssh import Pool
-from grpo_ui.spec import validate_spec
-from grpo_ui.store import Store
+from grpo_ui.backends.preflight import preflight
+from grpo_ui.backends.remote.ssh import Pool
+from grpo_ui.doctor import liveness
+from grpo_ui.doctor.diagnose import diagnose
+from grpo_ui.doctor.snapshot import Snapshot
+from grpo_ui.doctor.stacks import disagreement, parse_dumps
+from grpo_ui.jobs.follow import STACKS, Watcher
+from grpo_ui.jobs.service import Jobs
+from grpo_ui.jobs.store import Store
+from grpo_ui.knowledge.compat import conflicts, row_for, satisfies
+from grpo_ui.spec.model import validate_spec
 from tests.hosts import stop_active_jobs
 from tests.test_launcher import job_pids, launch, wait_for
 from tests.tiny_job import SWIFT_VENV
@@ -143,4 +143,4 @@ def test_compatibility_table_rows_and_ranges():
     bad = conflicts({"ms-swift": "3.9.1", "vllm": "0.8.5"})
     assert len(bad) == 1 and bad[0].known_bad and "#6935" in bad[0].why
     assert conflicts({"ms-swift": "9.9.0", "transformers": "1.0"}) == []  # no row: nothing to say
-    assert os.path.exists(ROOT / "grpo_ui/data/compat.yaml")
+    assert os.path.exists(ROOT / "grpo_ui/knowledge/data/compat.yaml")

@@ -5,10 +5,10 @@ import re
 
 import pytest
 
-from grpo_ui.drafts import latest_spec, open_draft
-from grpo_ui.spec import spec_to_yaml, with_changes
-from grpo_ui.store import Store
-from grpo_ui.ui_state import presets
+from grpo_ui.jobs.drafts import latest_spec, open_draft
+from grpo_ui.jobs.store import Store
+from grpo_ui.spec.model import spec_to_yaml, with_changes
+from grpo_ui.spec.presets import presets
 from tests.test_browser import ARGS, CHROMIUM, serve
 
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from grpo_ui.jobs import Jobs, LaunchError
-from grpo_ui.monitor.watch import Watcher
-from grpo_ui.remote.runner import SshRunner
-from grpo_ui.spec import spec_to_yaml, validate_spec
-from grpo_ui.store import Store
+from grpo_ui.backends.remote.runner import SshRunner
+from grpo_ui.jobs.follow import Watcher
+from grpo_ui.jobs.service import Jobs, LaunchError
+from grpo_ui.jobs.store import Store
+from grpo_ui.spec.model import spec_to_yaml, validate_spec
 from tests.hosts import stop_active_jobs
 from tests.test_launcher import env_dir, job_pids, jobs, launch, wait_for, workload_spec  # noqa: F401 - fixtures
 

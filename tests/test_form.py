@@ -1,4 +1,4 @@
-"""The form's field handling (grpo_ui.form) without Streamlit: every declared field has a widget and survives being
+"""The form's field handling (grpo_ui.spec.form) without Streamlit: every declared field has a widget and survives being
 written as form text and read back; the node table keeps every node setting, sets only what a cell changes, and
 names the cell a bad value is in. (The page itself: tests/test_app.py.)"""
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_ui import form
-from grpo_ui.spec import ARGS, SETTINGS, JobSpec, load_spec, with_changes
+from grpo_ui.spec import form
+from grpo_ui.spec.model import ARGS, SETTINGS, JobSpec, load_spec, with_changes
 from tests.test_swift_acceptance import sample_values
 
 EVERY_SETTING = Path(__file__).parent / "fixtures" / "every_setting.yaml"

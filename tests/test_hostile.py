@@ -17,13 +17,13 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from grpo_ui.jobs import Jobs
-from grpo_ui.monitor.watch import Watcher
-from grpo_ui.remote.preflight import preflight
-from grpo_ui.rules import validate
-from grpo_ui.spec import SpecError, spec_from_yaml, spec_to_yaml, validate_spec
-from grpo_ui.store import Store
-from grpo_ui.swift_cli import train_command
+from grpo_ui.backends.preflight import preflight
+from grpo_ui.checks.rules import validate
+from grpo_ui.jobs.follow import Watcher
+from grpo_ui.jobs.service import Jobs
+from grpo_ui.jobs.store import Store
+from grpo_ui.spec.model import SpecError, spec_from_yaml, spec_to_yaml, validate_spec
+from grpo_ui.spec.swift_cli import train_command
 
 ROOT = Path(__file__).parent.parent
 
@@ -119,7 +119,7 @@ def test_deep_yaml_breaks_the_parsers_themselves(loader):
 
 CHECK_IN_SUBPROCESS = """
 import sys
-from grpo_ui.spec import SpecError, spec_from_yaml
+from grpo_ui.spec.model import SpecError, spec_from_yaml
 try:
     spec_from_yaml(sys.stdin.read(), "upload.yaml")
     print("loaded")
@@ -146,8 +146,8 @@ def test_the_cli_and_the_draft_refuse_deep_yaml_with_a_clear_message(tmp_path, m
     assert out.returncode == 2 and "nested more than 32 levels deep" in out.stderr and "Traceback" not in out.stderr
     monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
     (tmp_path / "draft.yaml").write_text(DEEP_FLOW)
-    from grpo_ui.drafts import open_draft
-    from grpo_ui.store import Store
+    from grpo_ui.jobs.drafts import open_draft
+    from grpo_ui.jobs.store import Store
     draft, notice = open_draft(Store())
     spec = draft.spec
     assert "nested more than 32 levels deep" in notice and list(tmp_path.glob("draft-unreadable-*"))

@@ -7,7 +7,7 @@ Also: every declared default is ms-swift's own, in both versions (an unset field
 
 import pytest
 
-from grpo_ui.spec import ARGS
+from grpo_ui.spec.model import ARGS
 from tests import swift_oracle
 
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from grpo_ui.jobs import HANDLE, Jobs, LaunchError
-from grpo_ui.remote.ssh import Connection
-from grpo_ui.spec import validate_spec
-from grpo_ui.store import Store
+from grpo_ui.backends.remote.ssh import Connection
+from grpo_ui.jobs.service import HANDLE, Jobs, LaunchError
+from grpo_ui.jobs.store import Store
+from grpo_ui.spec.model import validate_spec
 from tests.hosts import stop_active_jobs
 from tests.tiny_job import SWIFT_VENV
 
@@ -363,9 +363,9 @@ def test_a_launch_starts_its_plan_as_it_was_resolved(env_dir, tmp_path, monkeypa
 
     def again(*args, **kwargs):
         raise AssertionError("the launch resolved the job again")
-    for module, name in (("grpo_ui.plan", "check"), ("grpo_ui.plan", "render"), ("grpo_ui.plan", "estimate_at_launch"),
-                         ("grpo_ui.check", "estimate_spec"), ("grpo_ui.check", "suggest"), ("grpo_ui.render", "render"),
-                         ("grpo_ui.rules", "validate")):
+    for module, name in (("grpo_ui.launch.plan", "check"), ("grpo_ui.launch.plan", "render"), ("grpo_ui.launch.plan", "estimate_at_launch"),
+                         ("grpo_ui.checks.check", "estimate_spec"), ("grpo_ui.checks.check", "suggest"), ("grpo_ui.launch.render", "render"),
+                         ("grpo_ui.checks.rules", "validate")):
         monkeypatch.setattr(f"{module}.{name}", again)
     job = jobs.launch(plan)
     assert wait_for(lambda: jobs.refresh(job) == "succeeded")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_ui.calibration import (
+from bench.calibration import (
     COMPARE,
     covered,
     evaluate,
@@ -22,13 +22,13 @@ from grpo_ui.calibration import (
     source_key,
     summary,
 )
-from grpo_ui.calibration import load as load_calibration
-from grpo_ui.catalog import UnknownGpu, find_model, models
-from grpo_ui.check import check
-from grpo_ui.engines import EngineConfigError
-from grpo_ui.fit import suggest
+from bench.calibration import load as load_calibration
+from grpo_ui.checks.check import check
+from grpo_ui.checks.fit import suggest
 from grpo_ui.importer import import_scripts
-from grpo_ui.memory import (
+from grpo_ui.knowledge.catalog import UnknownGpu, find_model, models
+from grpo_ui.knowledge.engines import EngineConfigError
+from grpo_ui.memory.estimate import (
     ALLOCATOR_RESERVE,
     ESTIMATE_MARGIN,
     GENERATE_RESERVE,
@@ -51,8 +51,8 @@ from grpo_ui.memory import (
     vllm_kv,
     vllm_weight_bytes,
 )
-from grpo_ui.resolve import resolve
-from grpo_ui.spec import JobSpec, load_spec, spec_to_yaml, with_changes
+from grpo_ui.spec.model import JobSpec, load_spec, spec_to_yaml, with_changes
+from grpo_ui.spec.resolve import resolve
 
 ROOT = Path(__file__).parent.parent
 BASE = {"train.model": "Qwen/Qwen2.5-7B-Instruct", "train.dataset": ["d"], "train.reward_funcs": ["accuracy"],

@@ -9,15 +9,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grpo_ui.calibration import evaluate, held_out, problems
-from grpo_ui.catalog import fetch_hf_config
-from grpo_ui.memory import estimate_spec
-from grpo_ui.monitor.gpu import parse_smi_line
-from grpo_ui.monitor.memory_loop import comparison, estimate_at_launch, export_rows, gpu_roles, record_peaks
-from grpo_ui.monitor.metrics import parse_stdout_line
-from grpo_ui.remote.runner import LocalRunner
-from grpo_ui.spec import spec_to_yaml, validate_spec
-from grpo_ui.store import Store
+from bench.calibration import evaluate, held_out, problems
+from grpo_ui.backends.remote.gpu import parse_smi_line
+from grpo_ui.backends.remote.runner import LocalRunner
+from grpo_ui.doctor.metrics import parse_stdout_line
+from grpo_ui.jobs.memory_loop import comparison, export_rows, gpu_roles, record_peaks
+from grpo_ui.jobs.store import Store
+from grpo_ui.knowledge.catalog import fetch_hf_config
+from grpo_ui.launch.plan import estimate_at_launch
+from grpo_ui.memory.estimate import estimate_spec
+from grpo_ui.spec.model import spec_to_yaml, validate_spec
 from tests.test_catalog import QWEN25_7B_CONFIG
 from tests.test_monitor import V3_LINE
 

@@ -1,7 +1,7 @@
 """The estimator's dynamic-memory physics against what PyTorch really keeps: tests/memory_probe.py runs transformers'
 decoder layers, PEFT's LoRA, TRL's selective_log_softmax, accelerate's native-AMP wrapper and the causal-LM cross
 entropy on the CPU (in the ms-swift venv, where they are installed) and measures the saved tensors and step peaks
-that grpo_ui.memory models (layer_activation_bytes, logits, CKPT_RECOMPUTE). No GPU exists here; the measured code is the code that runs on one,
+that grpo_ui.memory.estimate models (layer_activation_bytes, logits, CKPT_RECOMPUTE). No GPU exists here; the measured code is the code that runs on one,
 and the one CPU/CUDA difference that matters (the dropout mask's dtype) is accounted for below."""
 
 import json
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_ui.catalog import ModelArch
-from grpo_ui.memory import CKPT_RECOMPUTE, inputs_from_spec, layer_activation_bytes, logits
-from grpo_ui.spec import JobSpec, with_changes
+from grpo_ui.knowledge.catalog import ModelArch
+from grpo_ui.memory.estimate import CKPT_RECOMPUTE, inputs_from_spec, layer_activation_bytes, logits
+from grpo_ui.spec.model import JobSpec, with_changes
 
 PROBE = Path(__file__).parent / "memory_probe.py"
 QWEN3 = {"model_type": "qwen3", "hidden_size": 256, "num_attention_heads": 8, "num_key_value_heads": 2,

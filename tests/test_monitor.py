@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from grpo_ui.jobs import Jobs
-from grpo_ui.monitor.doctor import Snapshot, diagnose
-from grpo_ui.monitor.gpu import PROCESSES, TICK, AppsReader, SmiChannel, parse_smi_line
-from grpo_ui.monitor.logs import LogTail, LogWindow, fold_cr
-from grpo_ui.monitor.metrics import (
+from grpo_ui.backends.remote.gpu import PROCESSES, TICK, AppsReader, SmiChannel, parse_smi_line
+from grpo_ui.backends.remote.runner import LocalRunner, SshRunner
+from grpo_ui.backends.remote.ssh import Pool
+from grpo_ui.doctor.diagnose import Snapshot, diagnose
+from grpo_ui.doctor.logs import LogTail, LogWindow, fold_cr
+from grpo_ui.doctor.metrics import (
     completions_file,
     logging_file,
     normalize,
@@ -25,11 +26,10 @@ from grpo_ui.monitor.metrics import (
     parse_jsonl_line,
     parse_stdout_line,
 )
-from grpo_ui.monitor.watch import Watcher
-from grpo_ui.remote.runner import LocalRunner, SshRunner
-from grpo_ui.remote.ssh import Pool
-from grpo_ui.spec import validate_spec
-from grpo_ui.store import Store
+from grpo_ui.jobs.follow import Watcher
+from grpo_ui.jobs.service import Jobs
+from grpo_ui.jobs.store import Store
+from grpo_ui.spec.model import validate_spec
 from tests.hosts import stop_active_jobs
 
 DATA = Path(__file__).parent / "data"

@@ -12,9 +12,9 @@ from io import BytesIO
 import pytest
 import yaml
 
-from grpo_ui.render import render, write_bundle
-from grpo_ui.spec import JobSpec, with_changes
-from grpo_ui.swift_cli import train_command
+from grpo_ui.launch.render import render, write_bundle
+from grpo_ui.spec.model import JobSpec, with_changes
+from grpo_ui.spec.swift_cli import train_command
 
 BASE = {"train.model": "Qwen/Qwen2.5-7B-Instruct", "train.dataset": ["AI-MO/NuminaMath-TIR#1000"],
         "train.reward_funcs": ["accuracy", "format"], "train.system": "You're a 'tutor': $HOME `id`",

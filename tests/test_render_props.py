@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from grpo_ui.render import render
-from grpo_ui.resolve import resolve
-from grpo_ui.spec import ARGS, JobSpec, SpecError, check_host, with_changes
-from grpo_ui.swift_cli import train_command
+from grpo_ui.launch.render import render
+from grpo_ui.spec.model import ARGS, JobSpec, SpecError, check_host, with_changes
+from grpo_ui.spec.resolve import resolve
+from grpo_ui.spec.swift_cli import train_command
 
 NASTY = st.sampled_from(["'", '"', "$(touch /tmp/grpo-ui-pwned)", "`id`", "\n", "-x", "--model", "", " ", "\\", "${HOME}",
                          "é中文🙂", "a'b\"c", "$'\\n'", "!", "#", ";", "&&", "|", "*", "~", "\t"])

@@ -5,8 +5,8 @@ import subprocess
 
 import pytest
 
-from grpo_ui.render import render, write_bundle
-from grpo_ui.spec import validate_spec
+from grpo_ui.launch.render import render, write_bundle
+from grpo_ui.spec.model import validate_spec
 from tests.tiny_job import ASSETS, tiny_spec_data
 
 

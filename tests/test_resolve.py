@@ -1,4 +1,4 @@
-"""grpo_ui.resolve: a job's effective values, checked against ms-swift's own arithmetic where it can run here (its
+"""grpo_ui.spec.resolve: a job's effective values, checked against ms-swift's own arithmetic where it can run here (its
 argument classes' post-init methods in the ms-swift 4.6 venv) and against the documented formulas elsewhere; and
 computed once per job by the steps that take a Resolved."""
 
@@ -8,9 +8,11 @@ import subprocess
 
 import pytest
 
-from grpo_ui import check, render, resolve, rules
-from grpo_ui.catalog import find_model, from_hf_config
-from grpo_ui.spec import JobSpec, with_changes
+from grpo_ui.checks import check, rules
+from grpo_ui.knowledge.catalog import find_model, from_hf_config
+from grpo_ui.launch import render
+from grpo_ui.spec import resolve
+from grpo_ui.spec.model import JobSpec, with_changes
 
 BATCH_ERRORS = {"GRPO-GEN-BATCH-DIV", "GRPO-GEN-BATCH-MISMATCH", "GRPO-STEPS-PER-GEN", "GRPO-BATCH-DIV"}
 

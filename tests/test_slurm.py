@@ -16,14 +16,14 @@ import pytest
 
 from grpo_ui.backends.slurm import SlurmBackend
 from grpo_ui.backends.slurm_text import gres_gpus
-from grpo_ui.check import check
-from grpo_ui.jobs import ENDED, HANDLE, STATUS, Jobs
-from grpo_ui.monitor.memory_loop import comparison
-from grpo_ui.monitor.watch import Watcher
-from grpo_ui.plan import make_plan
-from grpo_ui.render import render
-from grpo_ui.spec import SpecError, spec_to_yaml, validate_spec
-from grpo_ui.store import Store
+from grpo_ui.checks.check import check
+from grpo_ui.jobs.follow import Watcher
+from grpo_ui.jobs.memory_loop import comparison
+from grpo_ui.jobs.service import ENDED, HANDLE, STATUS, Jobs
+from grpo_ui.jobs.store import Store
+from grpo_ui.launch.plan import make_plan
+from grpo_ui.launch.render import render
+from grpo_ui.spec.model import SpecError, spec_to_yaml, validate_spec
 from tests.hosts import stop_active_jobs
 from tests.slurm import describe
 from tests.test_launcher import SERVER_WORKLOAD, wait_for

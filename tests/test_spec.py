@@ -2,8 +2,7 @@
 
 import pytest
 
-from grpo_ui.resolve import resolve
-from grpo_ui.spec import (
+from grpo_ui.spec.model import (
     ARGS,
     ARGS_BY_PATH,
     GROUPS,
@@ -16,6 +15,7 @@ from grpo_ui.spec import (
     spec_to_yaml,
     with_changes,
 )
+from grpo_ui.spec.resolve import resolve
 
 
 def full_spec() -> JobSpec:

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import paramiko
 import pytest
 
-from grpo_ui.remote.ssh import ChangedHostKey, Pool, SshError, UnknownHostKey, resolve, trust_host_key
+from grpo_ui.backends.remote.ssh import ChangedHostKey, Pool, SshError, UnknownHostKey, resolve, trust_host_key
 
 
 def test_connects_through_ssh_config_and_runs(ssh_env):

@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from grpo_ui.jobs import Jobs, LaunchError
-from grpo_ui.private import PrivateFileError
-from grpo_ui.render import render
-from grpo_ui.spec import SpecError, validate_spec
-from grpo_ui.store import DuplicateJob, Store, StoreError
-from grpo_ui.ui_state import home
+from grpo_ui.core.private import PrivateFileError, home
+from grpo_ui.jobs.service import Jobs, LaunchError
+from grpo_ui.jobs.store import DuplicateJob, Store, StoreError
+from grpo_ui.launch.render import render
+from grpo_ui.spec.model import SpecError, validate_spec
 
 ROOT = Path(__file__).parent.parent
 

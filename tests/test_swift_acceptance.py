@@ -11,8 +11,8 @@ from typing import Literal, Union, get_args, get_origin
 
 import pytest
 
-from grpo_ui.spec import ARGS, JobSpec, with_changes
-from grpo_ui.swift_cli import rollout_command, train_command
+from grpo_ui.spec.model import ARGS, JobSpec, with_changes
+from grpo_ui.spec.swift_cli import rollout_command, train_command
 
 PROBE = r"""
 import json, sys

@@ -10,13 +10,13 @@ No GPU here: nvidia-smi is a stand-in answering the sampler's queries with lines
 import time
 from pathlib import Path
 
-from grpo_ui import shell
-from grpo_ui.jobs import Jobs
-from grpo_ui.monitor.doctor import diagnose
-from grpo_ui.monitor.gpu import OWNED, TICK, AppsReader, SampleReader
-from grpo_ui.monitor.snapshot import Snapshot
-from grpo_ui.spec import validate_spec
-from grpo_ui.store import Store
+from grpo_ui.backends.remote.gpu import OWNED, TICK, AppsReader, SampleReader
+from grpo_ui.core import shell
+from grpo_ui.doctor.diagnose import diagnose
+from grpo_ui.doctor.snapshot import Snapshot
+from grpo_ui.jobs.service import Jobs
+from grpo_ui.jobs.store import Store
+from grpo_ui.spec.model import validate_spec
 from tests.test_launcher import launch, wait_for
 
 DATA = Path(__file__).parent / "data" / "nvidia-smi"

@@ -1,6 +1,6 @@
 """The one error boundary of every page and live fragment: a user's mistake (bad input, an unreachable host, a
 database in the way) shows its own message; anything else is logged with its traceback on the server, and the
-browser gets only an error id (grpo_ui.errors)."""
+browser gets only an error id (grpo_ui.core.errors)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 import streamlit as st
 
-from grpo_ui.errors import describe
+from grpo_ui.core.errors import describe
 
 
 @contextmanager

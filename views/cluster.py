@@ -6,13 +6,13 @@ from __future__ import annotations
 import paramiko
 import streamlit as st
 
-from grpo_ui import form
-from grpo_ui.findings import SEVERITY_ICON, sort_findings
-from grpo_ui.jobs import backend_for
-from grpo_ui.plan import make_plan
-from grpo_ui.remote.preflight import HostFacts
-from grpo_ui.remote.ssh import Pool, SshError, UnknownHostKey, ssh_config_path, trust_host_key
-from grpo_ui.spec import with_changes
+from grpo_ui.backends.preflight import HostFacts
+from grpo_ui.backends.remote.ssh import Pool, SshError, UnknownHostKey, ssh_config_path, trust_host_key
+from grpo_ui.core.findings import SEVERITY_ICON, sort_findings
+from grpo_ui.jobs.service import backend_for
+from grpo_ui.launch.plan import make_plan
+from grpo_ui.spec import form
+from grpo_ui.spec.model import with_changes
 from views import drafts
 
 

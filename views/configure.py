@@ -9,17 +9,29 @@ from dataclasses import replace
 
 import streamlit as st
 
-from grpo_ui import catalog, form, rules
-from grpo_ui.catalog import from_hf_config, parse_hf_config
-from grpo_ui.check import check
-from grpo_ui.drafts import Draft
-from grpo_ui.findings import SEVERITY_ICON, Finding, sort_findings
-from grpo_ui.fit import suggest
+from grpo_ui.checks import rules
+from grpo_ui.checks.check import check
+from grpo_ui.checks.fit import suggest
+from grpo_ui.core.findings import SEVERITY_ICON, Finding, sort_findings
 from grpo_ui.importer import import_uploads
-from grpo_ui.memory import ESTIMATE_MARGIN, estimate_spec
-from grpo_ui.render import render
-from grpo_ui.resolve import resolve
-from grpo_ui.spec import ARGS, GROUPS, ArgDecl, Decl, JobSpec, SpecError, spec_from_yaml, spec_to_yaml, with_changes
+from grpo_ui.jobs.drafts import Draft
+from grpo_ui.knowledge import catalog
+from grpo_ui.knowledge.catalog import from_hf_config, parse_hf_config
+from grpo_ui.launch.render import render
+from grpo_ui.memory.estimate import ESTIMATE_MARGIN, estimate_spec
+from grpo_ui.spec import form
+from grpo_ui.spec.model import (
+    ARGS,
+    GROUPS,
+    ArgDecl,
+    Decl,
+    JobSpec,
+    SpecError,
+    spec_from_yaml,
+    spec_to_yaml,
+    with_changes,
+)
+from grpo_ui.spec.resolve import resolve
 from views import drafts
 from views.memory_chart import memory_chart
 

@@ -1,13 +1,14 @@
 """The draft this browser tab edits: its id is in the tab's URL (?draft=<id>) and in the tab's session, so two tabs
-work on two drafts and Configure, Cluster and Launch of one tab all use the same one (grpo_ui.drafts)."""
+work on two drafts and Configure, Cluster and Launch of one tab all use the same one (grpo_ui.jobs.drafts)."""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from grpo_ui import drafts, ui_state
-from grpo_ui.drafts import Draft
-from grpo_ui.spec import JobSpec, spec_to_yaml
+from grpo_ui.jobs import drafts
+from grpo_ui.jobs.drafts import Draft
+from grpo_ui.spec.model import JobSpec, spec_to_yaml
+from grpo_ui.spec.presets import presets
 from views.service import store
 
 FORM_KEYS = ("f:", "nodes", "base_yaml", "saved_yaml", "draft_version")  # the Configure form's state of a draft
@@ -64,9 +65,9 @@ def draft_picker(draft: Draft, spec: JobSpec) -> None:
     with c2.popover("Delete", width="stretch"):
         st.write(f"Delete the draft **{draft.name}** for good?")
         st.button("Delete it", key="delete_draft", on_click=delete_draft, args=(draft.id,), type="primary")
-    chosen = st.selectbox("New draft from a preset", list(ui_state.presets()), key="preset_choice")
+    chosen = st.selectbox("New draft from a preset", list(presets()), key="preset_choice")
     st.button("Start from this preset", width="stretch", on_click=create,
-              args=(chosen, ui_state.presets()[chosen]))
+              args=(chosen, presets()[chosen]))
 
 
 def override_reason(draft_id: int, label: str, key: str) -> str | None:

@@ -8,10 +8,10 @@ import time
 
 import streamlit as st
 
-from grpo_ui.findings import SEVERITY_ICON, error_list, sort_findings
-from grpo_ui.jobs import LaunchError
-from grpo_ui.plan import LaunchPlan
-from grpo_ui.spec import JobSpec, SpecError, spec_to_yaml
+from grpo_ui.core.findings import SEVERITY_ICON, error_list, sort_findings
+from grpo_ui.jobs.service import LaunchError
+from grpo_ui.launch.plan import LaunchPlan
+from grpo_ui.spec.model import JobSpec, SpecError, spec_to_yaml
 from views import drafts
 from views.service import jobs
 

@@ -11,15 +11,15 @@ import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
-from grpo_ui.errors import UserError
-from grpo_ui.findings import SEVERITY_ICON, error_list
-from grpo_ui.jobs import HANDLE, STATUS, override_note
-from grpo_ui.monitor.curves import extra_curves
-from grpo_ui.monitor.memory_loop import comparison, record_peaks
-from grpo_ui.monitor.rootcause import first_error_index
-from grpo_ui.monitor.stacks import parse_dumps
-from grpo_ui.monitor.watch import STACKS, STACKS_AT, Watcher
-from grpo_ui.spec import spec_from_yaml
+from grpo_ui.core.errors import UserError
+from grpo_ui.core.findings import SEVERITY_ICON, error_list
+from grpo_ui.doctor.curves import extra_curves
+from grpo_ui.doctor.rootcause import first_error_index
+from grpo_ui.doctor.stacks import parse_dumps
+from grpo_ui.jobs.follow import STACKS, STACKS_AT, Watcher
+from grpo_ui.jobs.memory_loop import comparison, record_peaks
+from grpo_ui.jobs.service import HANDLE, STATUS, override_note
+from grpo_ui.spec.model import spec_from_yaml
 from views.boundary import guarded
 from views.service import jobs
 

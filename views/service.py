@@ -1,4 +1,4 @@
-"""The app's one jobs service (grpo_ui.jobs), shared by every page and browser session of this process: it follows
+"""The app's one jobs service (grpo_ui.jobs.service), shared by every page and browser session of this process: it follows
 running jobs and collects their GPU telemetry, whichever page is open; and the job store the pages read drafts and
 past jobs from."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from grpo_ui.jobs import Jobs
-from grpo_ui.store import Store, db_path
+from grpo_ui.jobs.service import Jobs
+from grpo_ui.jobs.store import Store, db_path
 
 
 @st.cache_resource

@@ -1,2 +1,2 @@
 """Execution backends: where and how a planned job runs (``base.Backend`` is the interface; ``ssh`` and ``slurm``
-implement it, and grpo_ui.jobs runs jobs through it)."""
+implement it, ``preflight`` checks the hosts, ``remote`` reaches them; grpo_ui.jobs.service runs jobs through it)."""

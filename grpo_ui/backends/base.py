@@ -2,8 +2,8 @@
 Kubernetes or Ray).
 
 A backend instance is one job spec bound to a way of running it. It does backend work only: it receives the launch
-plan (grpo_ui.plan: validated, estimated and rendered once), starts it and returns a handle, a JSON-able dict the
-jobs service (grpo_ui.jobs) stores with the job and hands back later, so a restarted app can poll and stop the job
+plan (grpo_ui.launch.plan: validated, estimated and rendered once), starts it and returns a handle, a JSON-able dict the
+jobs service (grpo_ui.jobs.service) stores with the job and hands back later, so a restarted app can poll and stop the job
 again. It never touches the store: job rows, the state machine, root causes, log offsets, metrics and alerts are the
 service's.
 
@@ -15,17 +15,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-from grpo_ui.errors import UserError
-from grpo_ui.findings import Finding
-from grpo_ui.remote.preflight import HostFacts
-from grpo_ui.remote.runner import Runner
-from grpo_ui.remote.ssh import Pool
-from grpo_ui.spec import JobSpec
-
-if TYPE_CHECKING:  # grpo_ui.plan → check → the Slurm backend's spec checks → this module
-    from grpo_ui.plan import LaunchPlan
+from grpo_ui.backends.preflight import HostFacts
+from grpo_ui.backends.remote.runner import Runner
+from grpo_ui.backends.remote.ssh import Pool
+from grpo_ui.core.errors import UserError
+from grpo_ui.core.findings import Finding
+from grpo_ui.launch.plan import LaunchPlan
+from grpo_ui.spec.model import JobSpec
 
 JobState = Literal["queued", "running", "succeeded", "failed", "stopped"]
 # unknown: the node could not be asked this time (its last known state stands)

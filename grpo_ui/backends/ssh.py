@@ -24,15 +24,15 @@ import tarfile
 import time
 from collections.abc import Callable
 
-from grpo_ui import shell
 from grpo_ui.backends.base import Backend, BackendError, JobStatus, NodeStatus, Progress
-from grpo_ui.errors import describe
-from grpo_ui.findings import Finding
-from grpo_ui.plan import LaunchPlan, PlannedNode
-from grpo_ui.remote.preflight import HostFacts, preflight
-from grpo_ui.remote.runner import Runner, Wrapped, parallel, runner_for
-from grpo_ui.remote.ssh import SshError
-from grpo_ui.render import secrets_file
+from grpo_ui.backends.preflight import HostFacts, preflight
+from grpo_ui.backends.remote.runner import Runner, Wrapped, parallel, runner_for
+from grpo_ui.backends.remote.ssh import SshError
+from grpo_ui.core import shell
+from grpo_ui.core.errors import describe
+from grpo_ui.core.findings import Finding
+from grpo_ui.launch.plan import LaunchPlan, PlannedNode
+from grpo_ui.launch.render import secrets_file
 
 SETTLE = 0.3  # seconds a node script must live to count as started (a missing command fails well within it)
 SECRETS_READ = 30.0  # seconds a started node script has to read (and delete) its secrets file

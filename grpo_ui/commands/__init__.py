@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from grpo_ui.spec import SpecError, check_name
+from grpo_ui.spec.model import SpecError, check_name
 
 
 def job_id(text: str) -> str:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import sys
 
-from grpo_ui.findings import format_findings, has_errors
-from grpo_ui.shell import join
-from grpo_ui.spec import load_spec
-from grpo_ui.swift_cli import rollout_command, train_command
+from grpo_ui.core.findings import format_findings, has_errors
+from grpo_ui.core.shell import join
+from grpo_ui.spec.model import load_spec
+from grpo_ui.spec.swift_cli import rollout_command, train_command
 
 
 def add_parser(sub) -> None:

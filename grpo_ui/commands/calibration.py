@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import sys
 
-from grpo_ui.monitor.memory_loop import export_rows
-from grpo_ui.store import Store
+from grpo_ui.jobs.memory_loop import export_rows
+from grpo_ui.jobs.store import Store
 
 
 def add_parser(sub) -> None:

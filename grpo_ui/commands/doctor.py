@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import sys
 
-from grpo_ui.findings import format_findings, has_errors, sort_findings
-from grpo_ui.monitor.doctor import diagnose
-from grpo_ui.monitor.logfiles import LogFileError, snapshot
-from grpo_ui.spec import load_spec
+from grpo_ui.core.findings import format_findings, has_errors, sort_findings
+from grpo_ui.doctor.diagnose import diagnose
+from grpo_ui.doctor.logfiles import LogFileError, snapshot
+from grpo_ui.spec.model import load_spec
 
 
 def add_parser(sub) -> None:

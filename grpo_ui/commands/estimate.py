@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import sys
 
-from grpo_ui.catalog import from_hf_config
-from grpo_ui.fit import suggest
-from grpo_ui.memory import estimate_spec, format_report
-from grpo_ui.resolve import resolve
-from grpo_ui.spec import load_spec
+from grpo_ui.checks.fit import suggest
+from grpo_ui.knowledge.catalog import from_hf_config
+from grpo_ui.memory.estimate import estimate_spec, format_report
+from grpo_ui.spec.model import load_spec
+from grpo_ui.spec.resolve import resolve
 
 
 def add_parser(sub) -> None:

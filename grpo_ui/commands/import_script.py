@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from grpo_ui.findings import format_findings
+from grpo_ui.core.findings import format_findings
 from grpo_ui.importer import import_scripts
-from grpo_ui.spec import SpecError, spec_to_yaml
+from grpo_ui.spec.model import SpecError, spec_to_yaml
 
 
 def add_parser(sub) -> None:

@@ -7,11 +7,11 @@ import os
 import time
 
 from grpo_ui.commands import job_id
-from grpo_ui.findings import format_findings
-from grpo_ui.jobs import Jobs, LaunchError
-from grpo_ui.plan import LaunchPlan
-from grpo_ui.spec import load_spec
-from grpo_ui.store import Store
+from grpo_ui.core.findings import format_findings
+from grpo_ui.jobs.service import Jobs, LaunchError
+from grpo_ui.jobs.store import Store
+from grpo_ui.launch.plan import LaunchPlan
+from grpo_ui.spec.model import load_spec
 
 
 def add_parser(sub) -> None:
@@ -62,7 +62,7 @@ def run(args) -> int:
 
 def follow(jobs: Jobs, job: str) -> int:
     """Watch the job until it ends (its GPUs sampled meanwhile); 0 when it succeeded."""
-    from grpo_ui.monitor.watch import Watcher
+    from grpo_ui.jobs.follow import Watcher
     watcher, state = Watcher(jobs), jobs.store.job(job)["state"]
     while state in ("starting", "running"):
         time.sleep(3)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from grpo_ui.findings import format_findings, has_errors
-from grpo_ui.jobs import backend_for
-from grpo_ui.plan import make_plan
-from grpo_ui.remote.ssh import Pool, UnknownHostKey, trust_host_key
-from grpo_ui.spec import Node, load_spec
+from grpo_ui.backends.remote.ssh import Pool, UnknownHostKey, trust_host_key
+from grpo_ui.core.findings import format_findings, has_errors
+from grpo_ui.jobs.service import backend_for
+from grpo_ui.launch.plan import make_plan
+from grpo_ui.spec.model import Node, load_spec
 
 
 def add_parser(sub) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 
 from grpo_ui.commands import job_id
-from grpo_ui.findings import format_findings, has_errors
-from grpo_ui.render import render, write_bundle
-from grpo_ui.spec import load_spec
+from grpo_ui.core.findings import format_findings, has_errors
+from grpo_ui.launch.render import render, write_bundle
+from grpo_ui.spec.model import load_spec
 
 
 def add_parser(sub) -> None:

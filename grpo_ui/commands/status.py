@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from grpo_ui.jobs import STATUS, Jobs
-from grpo_ui.monitor.watch import Watcher
-from grpo_ui.store import Store
+from grpo_ui.jobs.follow import Watcher
+from grpo_ui.jobs.service import STATUS, Jobs
+from grpo_ui.jobs.store import Store
 
 
 def add_parser(sub) -> None:

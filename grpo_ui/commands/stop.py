@@ -3,8 +3,8 @@ nothing is left."""
 
 from __future__ import annotations
 
-from grpo_ui.jobs import Jobs, LaunchError
-from grpo_ui.store import Store
+from grpo_ui.jobs.service import Jobs, LaunchError
+from grpo_ui.jobs.store import Store
 
 
 def add_parser(sub) -> None:

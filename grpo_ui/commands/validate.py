@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from grpo_ui.check import check
-from grpo_ui.findings import format_findings, has_errors, sort_findings
-from grpo_ui.spec import load_spec
+from grpo_ui.checks.check import check
+from grpo_ui.core.findings import format_findings, has_errors, sort_findings
+from grpo_ui.spec.model import load_spec
 
 
 def add_parser(sub) -> None:

@@ -12,7 +12,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from grpo_ui.findings import Finding, finding
+from grpo_ui.core.findings import Finding, finding
 from grpo_ui.importer import bash, topology
 from grpo_ui.importer.build import (
     CONFIG_SUFFIXES,
@@ -25,9 +25,9 @@ from grpo_ui.importer.build import (
     validated,
 )
 from grpo_ui.importer.decode import decode
-from grpo_ui.resolve import dialect_of
-from grpo_ui.spec import JobSpec, SpecError, spec_from_yaml
-from grpo_ui.swift_cli import SERVER_FLAGS, TRAIN_FLAGS
+from grpo_ui.spec.model import JobSpec, SpecError, spec_from_yaml
+from grpo_ui.spec.resolve import dialect_of
+from grpo_ui.spec.swift_cli import SERVER_FLAGS, TRAIN_FLAGS
 
 __all__ = ["import_scripts", "import_uploads"]
 

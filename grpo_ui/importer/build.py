@@ -11,10 +11,10 @@ from typing import Any
 
 import yaml
 
-from grpo_ui.findings import Finding, finding
+from grpo_ui.core.findings import Finding, finding
 from grpo_ui.importer.bash import Invocation, Notice, Word
-from grpo_ui.spec import JobSpec, SpecError, parse_version, validate_spec
-from grpo_ui.swift_cli import FLAG_LIFETIMES, coerce, flag_missing_in
+from grpo_ui.spec.model import JobSpec, SpecError, parse_version, validate_spec
+from grpo_ui.spec.swift_cli import FLAG_LIFETIMES, coerce, flag_missing_in
 
 LAUNCH_ENV = ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NPROC_PER_NODE", "CUDA_VISIBLE_DEVICES")
 SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)

@@ -5,10 +5,10 @@ what grpo-ui renders for that node is a finding, never a node env override."""
 
 from __future__ import annotations
 
-from grpo_ui.findings import Finding, finding
+from grpo_ui.core.findings import Finding, finding
 from grpo_ui.importer.build import LAUNCH_ENV, LOOPBACK, SECRET_ENV, Call, Draft
-from grpo_ui.resolve import resolve
-from grpo_ui.spec import JobSpec, parse_version
+from grpo_ui.spec.model import JobSpec, parse_version
+from grpo_ui.spec.resolve import resolve
 
 SHARED_WITH_ROLLOUT = ("model_type", "template", "external_plugins", "multi_turn_scheduler")  # rollout_command adds
 

@@ -1,0 +1,314 @@
+"""The doctor: turns metrics, log lines, stacks, GPU samples and node states into alerts, each with a plain
+explanation, the evidence (numbers, log lines) and a fix. The live watcher and the `doctor` command call the same
+``diagnose``; the rules on log lines live in failures.py."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import statistics
+from dataclasses import dataclass
+
+from grpo_ui.doctor import curves, failures  # noqa: F401 - failures registers the rules on log lines
+from grpo_ui.doctor.snapshot import RULES, Alert, Snapshot, last, overdue, rule
+from grpo_ui.doctor.stacks import disagreement
+
+
+def diagnose(s: Snapshot) -> list[Alert]:
+    return [a for r in RULES for a in r(s)]
+
+
+WINDOW = 3  # consecutive logged steps a stuck value must persist
+
+
+@rule
+def no_learning_signal(s):
+    std, frac = last(s, "reward_std", WINDOW), last(s, "frac_reward_zero_std", WINDOW)
+    if (len(std) == WINDOW and max(std) == 0) or (len(frac) == WINDOW and min(frac) >= 0.99):
+        yield Alert("NO-LEARNING-SIGNAL", "error", "No learning signal: every group has the same reward",
+                    "GRPO learns from reward differences inside each group of completions. With reward_std 0 (or "
+                    "frac_reward_zero_std ≈ 1) every advantage is 0, so the policy gets no gradient.",
+                    f"last {WINDOW} logged steps: reward_std {std}, frac_reward_zero_std {frac}, reward "
+                    f"{last(s, 'reward', WINDOW)}",
+                    "Check the reward function on a few completions (completions.jsonl with log_completions), make "
+                    "the task easier or the reward denser, raise temperature or num_generations; dynamic_sample "
+                    "resamples zero-spread groups.")
+
+
+@rule
+def kl_stuck_at_zero(s):
+    kl = last(s, "kl", WINDOW)
+    if s.beta > 0 and len(kl) == WINDOW and max(abs(v) for v in kl) == 0:
+        yield Alert("KL-STUCK-ZERO", "warning", "KL stays exactly 0: the policy is not moving",
+                    f"With beta {s.beta} the KL to the reference grows as soon as parameters change. Exactly 0 over "
+                    "several steps means they are not being updated (field report 001: ZeRO-3 with batch 1 and "
+                    "gradient accumulation), or there is no learning signal.",
+                    f"kl over the last {WINDOW} steps: {kl}; grad_norm {last(s, 'grad_norm', WINDOW)}",
+                    "If reward_std is also 0 fix the reward first; otherwise try ZeRO-2, or a larger per-device "
+                    "batch with less accumulation, and check the learning rate.")
+
+
+@rule
+def grad_norm_zero(s):
+    g = last(s, "grad_norm", WINDOW)
+    if len(g) == WINDOW and max(g) == 0:
+        yield Alert("GRAD-NORM-ZERO", "warning", "Gradient norm is 0",
+                    "No parameter received a gradient in the last steps.", f"grad_norm {g}",
+                    "Usually zero advantages (see reward_std) or frozen parameters: check tuner_type / "
+                    "target_modules and the reward.")
+
+
+@rule
+def completions_clipped(s):
+    c = last(s, "completions/clipped_ratio", WINDOW)
+    if len(c) == WINDOW and min(c) >= 0.95:
+        yield Alert("COMPLETIONS-CLIPPED", "warning", "Completions hit max_completion_length",
+                    "Nearly every completion is cut off, so answers are incomplete and length rewards mislead.",
+                    f"completions/clipped_ratio {c}, mean length {last(s, 'completions/mean_length', WINDOW)}",
+                    "Raise max_completion_length, add a length penalty (soft_overlong) or overlong_filter, or "
+                    "prompt for shorter answers.")
+
+
+@rule
+def kl_blowup(s):
+    kl = [v for _, v in s.metrics.get("kl", [])]
+    if len(kl) >= 4:
+        base = statistics.median(kl[:-1]) or 1e-9
+        if kl[-1] > 1.0 and kl[-1] > 10 * base:
+            yield Alert("KL-BLOWUP", "error", "KL is exploding",
+                        "The policy is moving away from the reference much faster than before; training is "
+                        "likely diverging.", f"kl now {kl[-1]:.4g}, median before {base:.4g}",
+                        "Lower the learning rate, raise beta, check for reward hacking in completions.jsonl.")
+
+
+NAN_KEYS = ("loss", "grad_norm", "reward", "reward_std", "kl")
+NAN_LINE = re.compile(r"contains either `inf`, `nan`|(?:loss|grad_norm|reward)\W+(?:nan|inf)\b", re.IGNORECASE)
+
+
+@rule
+def nan_metrics(s):
+    """NaN or inf in loss, grad_norm, reward, reward_std, kl or a reward function's mean, or a crash on non-finite
+    model outputs (sampling from NaN probabilities)."""
+    bad = [(k, step, v) for k, series in s.metrics.items() if k in NAN_KEYS or k.startswith("rewards/")
+           for step, v in series[-WINDOW:] if v is not None and not math.isfinite(v)]
+    crash = next(((node, line) for node, lines in s.logs.items() for line in lines if NAN_LINE.search(line)), None)
+    if not bad and not crash:
+        return
+    evidence = ", ".join(f"{k} {v} at step {step}" for k, step, v in bad[:8]) or crash[1].strip()[:400]
+    yield Alert("NAN-METRICS", "error", "NaN/inf in training", "Loss, gradients or rewards are no longer finite "
+                "numbers: once they are, every later update is garbage (and sampling from the model fails).",
+                evidence, "Resume from the last finite checkpoint with a lower learning_rate (warmup_ratio helps), "
+                "keep max_grad_norm on, use bf16 rather than fp16, and check that reward functions never return NaN "
+                "or inf.", crash[0] if crash and not bad else "")
+
+
+def _falling(values: list[float], ratio: float) -> bool:
+    """After one warm-up point: the last three points all below ``ratio`` × the best earlier one."""
+    body = values[1:]
+    return len(body) >= 5 and max(body[-3:]) < ratio * max(body[:-3])
+
+
+@rule
+def throughput_falling(s):
+    tps = curves.rollout_throughput(s.metrics)
+    lengths = [v for _, v in s.metrics.get("completions/mean_length", [])]
+    if not _falling([v for _, v in tps], 0.5) or statistics.median(lengths[-3:]) < 0.7 * statistics.median(lengths):
+        return  # (much shorter completions lower tokens per second by themselves: fixed costs per step weigh more)
+    step_time = last(s, "step_time", 4)
+    reward = sum(st.phase == "reward" for st in s.stacks)
+    yield Alert("THROUGHPUT-FALLING", "warning", "Rollout throughput is falling",
+                f"Completion tokens per second of step time fell from {max(v for _, v in tps[1:-3]):.3g} to "
+                f"{tps[-1][1]:.3g} (per completion; completion lengths lately {lengths[-4:]}): each step takes longer for "
+                f"the same work (step_time {step_time} s)."
+                + (f" {reward} of {len(s.stacks)} stack samples were in the reward function." if reward else ""),
+                "\n".join(f"step {k}: {v:.3g} tokens/s" for k, v in tps[-6:]),
+                "Find what grows: a reward service slowing down (time its calls), a growing KV cache or prefix "
+                "cache (vLLM), memory pressure forcing offload; compare with the GPU utilisation chart.")
+
+
+def _climbing(values: list[float]) -> bool:
+    """Rising over most of the last six points by more than 5 % in total: a leak rather than warm-up."""
+    tail = values[-6:]
+    if len(tail) < 6 or tail[0] <= 0:
+        return False
+    rises = sum(b > a for a, b in itertools.pairwise(tail))
+    return rises >= 4 and tail[-1] > 1.05 * tail[0]
+
+
+@rule
+def memory_climbing(s):
+    """GPU memory that keeps rising step after step: ms-swift's memory(GiB) (the peak reserved so far on rank 0)
+    past the first steps, or the per-step peak of any GPU from its samples."""
+    series = {"memory(GiB) (rank 0, peak reserved)": [v for _, v in s.metrics.get("memory(GiB)", [])][2:]}
+    series.update({f"{k} (MiB, peak per step)": [v for _, v in v_] for k, v_ in s.gpu_by_step.items()})
+    found = {k: v for k, v in series.items() if _climbing(v)}
+    if not found:
+        return
+    lengths = last(s, "completions/max_length", 6)
+    yield Alert("MEMORY-CLIMBING", "warning", "GPU memory keeps climbing", "Memory rises step after step instead "
+                "of levelling off after the first steps: a leak (tensors kept across steps, a growing cache) that "
+                "ends in an out-of-memory error, unless completions are getting longer (max length now "
+                f"{lengths}).", "\n".join(f"{k}: {[round(v, 2) for v in vals[-6:]]}" for k, vals in found.items()),
+                "Check what is kept between steps (log_completions buffers, reward caches, vLLM prefix cache with "
+                "sleep_level 0); PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True reduces fragmentation; "
+                "gc_collect_after_offload frees memory between the phases.")
+
+
+@rule
+def reward_latency(s):
+    """Stack samples of the ranks mostly inside the reward functions: reward scoring dominates the step."""
+    if len(s.stacks) < 2:
+        return
+    inside = [st for st in s.stacks if st.phase == "reward"]
+    if len(inside) * 2 <= len(s.stacks):
+        return
+    frames = {fn for st in inside for fn, path in st.frames[:1]}
+    yield Alert("REWARD-LATENCY", "warning", "Reward scoring dominates the step time",
+                f"{len(inside)} of {len(s.stacks)} stack samples of the ranks were inside the reward functions "
+                f"(innermost: {', '.join(sorted(frames))}): the GPUs wait while rewards are computed (step_time "
+                f"{last(s, 'step_time', 3)} s).", "\n".join(f"{st.label}: {st.summary}" for st in s.stacks[:8]),
+                "Make the reward cheaper or asynchronous: batch the calls to a reward service, use an AsyncORM "
+                "reward (ms-swift runs async rewards concurrently), cache repeated verifications, or move a reward "
+                "model to its own GPU.")
+
+
+def _gpu_signature(s: Snapshot) -> str:
+    recent = [g for g in s.gpu if g["ts"] >= s.now - 120]
+    if not recent:
+        return ""
+    util = statistics.mean(g["util"] for g in recent)
+    power = statistics.mean(g["power"] / g["power_limit"] for g in recent if g.get("power_limit"))
+    if util < 5:
+        return f" GPUs near 0% utilisation (mean {util:.0f}%) while holding memory."
+    if util > 90 and power < 0.35:
+        return (f" GPUs at {util:.0f}% utilisation but {power:.0%} of their power limit: the NCCL spin of ranks "
+                "waiting in a collective.")
+    return ""
+
+
+@rule
+def hang(s):
+    late = overdue(s)
+    if not late:
+        return
+    quiet, allowed = late
+    pace = f"{step[0]:.3g} s" if (step := last(s, "seconds_per_step", 1)) else "not logged yet"
+    first_quiet = min(s.last_output_at, key=s.last_output_at.get) if s.last_output_at else "?"
+    phases = "\n".join(f"{st.label}: {st.summary}" for st in s.stacks)
+    split = disagreement(s.stacks)
+    where = (f" Stacks: {split}." if split else f" Every rank is in {s.stacks[0].summary}." if s.stacks else
+             " Stacks of every rank are collected on the Monitor page (py-spy) when the job runs under grpo-ui.")
+    yield Alert("HANG", "error", "The job looks hung",
+                f"No sign of progress (no output, no tqdm update, no step) for {quiet / 60:.0f} min; a healthy run "
+                f"of this pace stays silent at most {allowed / 60:.0f} min (time per step {pace}, logging_steps "
+                f"{s.logging_steps}).{_gpu_signature(s)} "
+                f"The node that went quiet first: {first_quiet}.{where}",
+                (phases + "\n" if phases else "") + "last output per node: "
+                + ", ".join(f"{n}: {(s.now - t) / 60:.0f} min ago" for n, t in s.last_output_at.items()),
+                "Look at the ranks that disagree (or that node's last lines); common causes are a rank that crashed "
+                "silently, a weight sync or vLLM sleep/wake that never returned, or mismatched node settings. Stop "
+                "the job to free the GPUs.", first_quiet if first_quiet != "?" else "")
+
+
+BUSY, IDLE = 40.0, 10.0   # utilisation %: a GPU turns busy at ≥ BUSY and idle below IDLE (hysteresis between)
+DUTY_WINDOW_S = 300.0
+MIN_SPAN_S = 120.0        # less evidence than this after start-up says nothing
+MAX_GAP_S = 10.0          # a longer gap between samples (channel reconnecting) counts as this long
+
+
+@dataclass
+class Activity:
+    """One GPU over the window: the share of time busy, how often it switched busy ↔ idle, its stretch lengths."""
+
+    host: str
+    gpu: int
+    span: float
+    duty: float
+    switches: int
+    busy_s: list[float]
+    idle_s: list[float]
+
+
+def activity(rows: list[dict], first_step_at: float | None, now: float) -> Activity | None:
+    """Duty cycle of one GPU's samples (sorted by time) over the last DUTY_WINDOW_S. An idle stretch that opens the
+    window and ends before any step was logged is start-up (loading the model) and left out. None when there is
+    too little left to judge."""
+    rows = [r for r in rows if r["ts"] >= now - DUTY_WINDOW_S and r.get("util") is not None]
+    first_busy = next((k for k, r in enumerate(rows) if r["util"] >= BUSY), len(rows))
+    started = first_step_at is not None and (first_busy == len(rows) or first_step_at < rows[first_busy]["ts"])
+    if first_busy and not started:
+        rows = rows[first_busy:]
+    if len(rows) < 2 or rows[-1]["ts"] - rows[0]["ts"] < MIN_SPAN_S:
+        return None
+    stretches: list[list] = []  # [busy?, seconds]
+    busy = rows[0]["util"] >= BUSY
+    for a, b in itertools.pairwise(rows):
+        busy = a["util"] >= BUSY or (busy and a["util"] >= IDLE)
+        dt = min(b["ts"] - a["ts"], MAX_GAP_S)
+        if stretches and stretches[-1][0] == busy:
+            stretches[-1][1] += dt
+        else:
+            stretches.append([busy, dt])
+    span = sum(t for _, t in stretches)
+    return Activity(rows[0]["host"], rows[0]["gpu_index"], span, sum(t for b, t in stretches if b) / span,
+                    len(stretches) - 1, [t for b, t in stretches if b], [t for b, t in stretches if not b])
+
+
+def _underused(a: Activity) -> bool:
+    return a.duty < 0.6 or (a.switches >= 4 and a.duty < 0.85)
+
+
+def _median(values: list[float]) -> str:
+    return f"{statistics.median(values):.0f} s" if values else "—"
+
+
+def _levers(s: Snapshot, idle: list[float]) -> str:
+    """The settings that trade GPU time for memory or overlap, with the job's current values."""
+    cfg = s.settings
+    out = []
+    if idle and statistics.median(idle) < 10:
+        out.append(f"Short, frequent gaps point at input: raise dataloader_num_workers (now "
+                   f"{cfg.get('dataloader_num_workers')}).")
+    if s.server_mode:
+        out.append(f"Server mode: async_generate true (now {cfg.get('async_generate')}) trains on one batch while "
+                   "the rollout servers generate the next; if the trainers wait on generation, add rollout GPUs or "
+                   "vllm_data_parallel_size.")
+    else:
+        out.append(f"Colocate mode: the same GPUs generate, then train. sleep_level {cfg.get('sleep_level')}, "
+                   f"offload_model {cfg.get('offload_model')} and offload_optimizer {cfg.get('offload_optimizer')} "
+                   "free memory between the phases at the price of a wake-up and host↔GPU copies on every step: "
+                   "turn them off where the memory estimate allows. A higher vllm_gpu_memory_utilization (now "
+                   f"{cfg.get('vllm_gpu_memory_utilization')}) gives larger, faster generation batches; "
+                   f"steps_per_generation > 1 (now {cfg.get('steps_per_generation')}) reuses one rollout for several "
+                   "optimiser steps; server mode with async_generate overlaps generation and training on separate "
+                   "GPUs.")
+    if cfg.get("deepspeed") and "offload" in str(cfg["deepspeed"]):
+        out.append(f"deepspeed {cfg['deepspeed']} streams weights or optimizer states over PCIe: plain zero3 if it "
+                   "fits.")
+    return " ".join(out)
+
+
+@rule
+def gpu_duty_cycle(s):
+    if s.job_state != "running" or not s.now:
+        return
+    per_gpu: dict[tuple, list[dict]] = {}
+    for g in sorted(s.gpu, key=lambda g: g["ts"]):
+        per_gpu.setdefault((g["host"], g["gpu_index"]), []).append(g)
+    found = [a for rows in per_gpu.values() if (a := activity(rows, s.first_step_at, s.now)) and _underused(a)]
+    if not found:
+        return
+    found.sort(key=lambda a: a.duty)
+    idle = [t for a in found for t in a.idle_s]
+    lines = [f"{a.host} GPU {a.gpu}: busy {a.duty:.0%} of the last {a.span / 60:.0f} min, {a.switches} busy↔idle "
+             f"switches; median busy stretch {_median(a.busy_s)}, idle stretch {_median(a.idle_s)}" for a in found[:8]]
+    if len(found) > 8:
+        lines.append(f"… and {len(found) - 8} more GPUs alike")
+    oscillating = sum(a.switches >= 4 for a in found)
+    yield Alert("GPU-UNDERUSED", "warning", "GPUs are idle much of the time"
+                + (", alternating busy and idle" if oscillating else ""),
+                f"{len(found)} of {len(per_gpu)} GPUs were busy (utilisation ≥ {BUSY:.0f} %) less than they could "
+                "be: they wait on something else (rollout ↔ training hand-over, weight sync, host offload, data "
+                "loading) for a large share of the last minutes (field report 002).",
+                "\n".join(lines), _levers(s, idle))

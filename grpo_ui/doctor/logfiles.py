@@ -1,0 +1,174 @@
+"""Log files of any ms-swift run → the doctor's Snapshot (what the `doctor` command diagnoses).
+
+Each file is one node's (or rank's) output in node order, a ``logging.jsonl``, or ``py-spy dump`` output. What the
+doctor needs to know about the run comes from the job spec when given, else from ms-swift's own argument dump in the
+log (``args: RLHFArguments(`` … ``logging_steps=5,`` …).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import time
+from pathlib import Path
+
+from grpo_ui.doctor.logs import fold_cr
+from grpo_ui.doctor.metrics import parse_jsonl_line, parse_stdout_line
+from grpo_ui.doctor.rootcause import args_dump_lines, root_cause
+from grpo_ui.doctor.snapshot import Snapshot, job_settings
+from grpo_ui.doctor.stacks import THREAD, parse_dumps
+from grpo_ui.spec.model import JobSpec
+from grpo_ui.spec.resolve import DEFAULT_BETA, GROUP_PORT, resolve, rollout_steps
+
+END_OF_RUN = "End time of running main"
+CHILD_FAILED = "ChildFailedError"
+WORLD = re.compile(r"\bworld_size: (\d+)")
+SAVE = re.compile(r"Saving model checkpoint to (\S+)")
+RUN_SH = re.compile(r"^run sh: `(.*)`$")
+SERVER_MODE = re.compile(r"(?:Start connecting|Connected) to vLLM server")  # ms-swift logs these in server mode
+
+
+HEAD, TAIL = 4 << 20, 60 << 20  # bytes of a large log the doctor reads: its start and its end
+
+
+class LogFileError(Exception):
+    """A file the doctor cannot read, with its path."""
+
+
+def read_lines(path: Path) -> tuple[list[str], float]:
+    """The file's lines (tqdm's carriage-return updates folded to their last state) and its modification time. Of
+    a file over HEAD + TAIL bytes only its head (the command line, the argument dump) and its tail (the last steps,
+    how it ended) are read; give logging.jsonl too for every step's metrics."""
+    try:
+        with open(path, "rb") as f:
+            size, mtime = os.fstat(f.fileno()).st_size, os.fstat(f.fileno()).st_mtime
+            if size <= HEAD + TAIL:
+                data = f.read()
+            else:
+                head = f.read(HEAD)
+                f.seek(size - TAIL)
+                data = head + f"\n… {size - HEAD - TAIL} bytes left out …\n".encode() + f.read()
+    except OSError as e:
+        raise LogFileError(f"{path}: cannot read it ({e.strerror or e})") from None
+    return [fold_cr(line) for line in data.decode("utf-8", "replace").split("\n")], mtime
+
+
+def kind(lines: list[str]) -> str:
+    """'jsonl' (logging.jsonl), 'stacks' (py-spy dump output) or 'log'."""
+    body = [line for line in lines if line.strip()]
+    if body and all(line.lstrip().startswith("{") for line in body[:20]):
+        return "jsonl"
+    if any(line.startswith("Python v") for line in body) and any(THREAD.match(line) for line in body):
+        return "stacks"
+    return "log"
+
+
+def dumped_args(lines: list[str]) -> dict[str, str]:
+    """The run's arguments as its log shows them: the flags of the ``run sh:`` command line ms-swift prints first,
+    then its full argument dump (printed once the arguments are parsed): name → value as printed."""
+    out = {}
+    for line in lines:
+        if m := RUN_SH.match(line):
+            words = m[1].split()
+            out.update({w[2:]: v for w, v in zip(words, words[1:] + [""], strict=True) if w.startswith("--")})
+            break
+    for i in sorted(args_dump_lines(lines)):
+        name, sep, value = lines[i].strip().partition("=")
+        if sep:
+            out[name] = value.rstrip(",")
+    return out
+
+
+def _int(value, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _ports(value: str | None) -> tuple[int, ...]:
+    try:
+        ports = ast.literal_eval(value) if value else None
+    except (ValueError, SyntaxError):
+        return ()
+    ports = ports if isinstance(ports, list) else [ports]
+    return tuple(p for p in ports if isinstance(p, int))
+
+
+def _run_settings(args: dict[str, str], job: JobSpec | None) -> dict:
+    """The run's settings the rules need, from the job spec or else the argument dump."""
+    if job is not None:
+        return job_settings(resolve(job))
+    accum = _int(args.get("gradient_accumulation_steps"), 1)
+    steps = rollout_steps(_int(args.get("steps_per_generation"), accum), accum, _int(args.get("num_iterations"), 1))
+    return {"logging_steps": _int(args.get("logging_steps"), 1), "steps_per_generation": steps,
+            "beta": float(args["beta"]) if args.get("beta", "None") != "None" else DEFAULT_BETA,
+            "server_mode": args.get("use_vllm", "").lower() == "true" and args.get("vllm_mode") == "server",
+            "group_ports": _ports(args.get("vllm_server_group_port"))}
+
+
+def _state(logs: dict[str, list[str]]) -> str:
+    lines = [line for node in logs.values() for line in node]
+    if any(CHILD_FAILED in line for line in lines) or root_cause(logs) and not any(END_OF_RUN in x for x in lines):
+        return "failed"
+    return "succeeded" if any(END_OF_RUN in line for line in lines) else "running"
+
+
+def _checkpoints(logs: dict[str, list[str]]) -> dict[str, list[str]]:
+    """The checkpoint directories the logs name that exist here, with the files in them."""
+    out = {}
+    for lines in logs.values():
+        for line in lines:
+            if (m := SAVE.search(line)) and os.path.isdir(m[1]):
+                root = Path(m[1])
+                out[m[1]] = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    return out
+
+
+def snapshot(paths: list[str | Path], job: JobSpec | None = None, quiet_for: float | None = None,
+             now: float | None = None) -> Snapshot:
+    """Read the files and build the Snapshot the doctor diagnoses. ``quiet_for``: seconds since the logs last grew
+    (default: from the newest file's modification time)."""
+    now = time.time() if now is None else now
+    files = {}
+    newest = 0.0
+    for p in map(Path, paths):
+        files[p.name], mtime = read_lines(p)
+        newest = max(newest, mtime)
+    return from_lines(files, job, now - (quiet_for if quiet_for is not None else max(now - newest, 0.0)), now)
+
+
+def from_lines(files: dict[str, list[str]], job: JobSpec | None, last_grew: float, now: float) -> Snapshot:
+    """The Snapshot of files already read (name → lines, in node order) that last grew at ``last_grew``."""
+    logs: dict[str, list[str]] = {}
+    rows, stacks = [], []
+    for name, lines in files.items():
+        found = kind(lines)
+        if found == "jsonl":
+            rows += [r for r in map(parse_jsonl_line, lines) if r and r[0] is not None]
+        elif found == "stacks":
+            stacks += parse_dumps("\n".join(lines), name)
+        else:
+            logs[name] = lines
+    if len(logs) > 1:
+        logs = {f"node {k} ({name})": lines for k, (name, lines) in enumerate(logs.items())}
+    if not rows:  # no logging.jsonl given: the dicts rank 0 printed
+        rows = [r for lines in logs.values() for r in map(parse_stdout_line, lines) if r and r[0] is not None]
+    metrics: dict[str, list[tuple[int, float]]] = {}
+    for step, values in sorted(rows, key=lambda r: r[0]):
+        for k, v in values.items():
+            series = metrics.setdefault(k, [])
+            if series and series[-1][0] == step:
+                series[-1] = (step, v)
+            else:
+                series.append((step, v))
+    all_lines = [line for lines in logs.values() for line in lines]
+    settings = _run_settings(dumped_args(all_lines), job)
+    world = next((int(m[1]) for line in all_lines if (m := WORLD.search(line))), None)
+    server_mode = settings["server_mode"] or any(SERVER_MODE.search(line) for line in all_lines)
+    return Snapshot(metrics=metrics, logs=logs, beta=settings["beta"], now=now,
+                    last_output_at=dict.fromkeys(logs, last_grew), job_state=_state(logs),
+                    server_mode=server_mode, settings={"world_size": world},
+                    logging_steps=settings["logging_steps"], steps_per_generation=settings["steps_per_generation"],
+                    group_ports=settings["group_ports"] or (GROUP_PORT,), stacks=stacks, checkpoints=_checkpoints(logs))

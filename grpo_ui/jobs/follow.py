@@ -1,0 +1,236 @@
+"""One monitoring pass over a job: node states, new log lines, new metrics from rank 0, GPU samples, alerts.
+
+The app calls ``Watcher.poll`` from a timed fragment and the CLI from a loop; every offset and sample is kept in
+SQLite, so a restarted app continues where the last pass stopped. Offsets advance by compare-and-set, so two watchers
+(two browsers, the app and the CLI) never store a line twice or skip one. A job that ended while nobody watched gets
+one last pass when it is next seen (``reattach`` after a restart), which fetches what it wrote at the end. Each node
+fails alone: its error names the job and the host, and the other nodes and jobs go on.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import time
+
+from grpo_ui.backends.remote import pyspy
+from grpo_ui.backends.remote.ssh import SshError
+from grpo_ui.core import shell
+from grpo_ui.core.errors import describe
+from grpo_ui.doctor import curves, liveness, stacks
+from grpo_ui.doctor.diagnose import DUTY_WINDOW_S, Snapshot, diagnose
+from grpo_ui.doctor.logs import LogTail
+from grpo_ui.doctor.metrics import (
+    completions_file,
+    logging_file,
+    parse_completion_line,
+    parse_jsonl_line,
+    parse_stdout_line,
+)
+from grpo_ui.doctor.snapshot import job_settings, overdue
+from grpo_ui.jobs.memory_loop import record_peaks
+from grpo_ui.jobs.service import Jobs
+from grpo_ui.jobs.store import ACTIVE
+from grpo_ui.spec.model import JobSpec, spec_from_yaml
+from grpo_ui.spec.resolve import resolve
+
+LOGGING_PATH = "logging_jsonl"  # job_meta key: where rank 0 writes logging.jsonl, once known
+STACKS, STACKS_AT = "stacks", "stacks_at"  # job_meta keys: the last py-spy dumps of every rank, and when
+STACKS_EVERY_S = 300.0  # while a hang is suspected, stacks are dumped again at most this often
+DRAINED = "drained"  # job_meta key: the ended job's last lines and metrics were fetched
+ROLLOUT_LEVERS = ("async_generate", "sleep_level", "offload_model", "offload_optimizer", "vllm_gpu_memory_utilization",
+                  "move_model_batches")
+TRAIN_LEVERS = ("deepspeed", "dataloader_num_workers", "steps_per_generation")
+
+
+def _settings(spec: JobSpec) -> dict:
+    """The settings the doctor's fixes refer to, with the job's values."""
+    return {**{k: getattr(spec.rollout, k) for k in ROLLOUT_LEVERS}, **{k: getattr(spec.train, k) for k in TRAIN_LEVERS}}
+
+
+class Watcher:
+    def __init__(self, jobs: Jobs):
+        self.jobs = jobs
+        self.store = jobs.store
+
+    def needs_poll(self, job: dict) -> bool:
+        """Active, or ended without its last lines and metrics fetched yet."""
+        return job["state"] in ACTIVE or self.store.meta(job["id"], DRAINED) is None
+
+    def reattach(self) -> dict[str, list[str]]:
+        """After an app restart (or from ``status``): re-check every unfinished job and fetch what ended jobs wrote
+        last; job id → the errors that job alone had (each names the job and host), [] when none."""
+        out = {}
+        for job in self.store.jobs():
+            if self.needs_poll(job):
+                try:
+                    out[job["id"]] = self.poll(job["id"])["errors"]
+                except Exception as e:  # noqa: BLE001 - this job alone fails; the message names it
+                    out[job["id"]] = [f"job {job['id']}: {describe(e)}"]
+        return out
+
+    def poll(self, job_id: str) -> dict:
+        """Refresh the job; returns {'state', 'new_lines', 'new_steps', 'alerts', 'errors'}. Errors name the job and
+        the host; one node's error leaves the others polled."""
+        job = self.store.job(job_id)
+        if job is None:
+            return {"state": "unknown", "new_lines": 0, "new_steps": 0, "alerts": [], "errors": []}
+        errors: list[str] = []
+        state = job["state"]
+        try:
+            spec = spec_from_yaml(job["spec_yaml"])
+            if state in ACTIVE:
+                state = self.jobs.refresh(job_id)
+        except Exception as e:  # noqa: BLE001 - this job alone fails; the message names it
+            return {"state": state, "new_lines": 0, "new_steps": 0, "alerts": [],
+                    "errors": [f"job {job_id}: {describe(e)}"]}
+        ended = state not in ACTIVE  # decided before tailing: an ended job's files are complete
+        new_lines = new_steps = 0
+        nodes = self.store.nodes(job_id)
+        for n in nodes:
+            try:
+                runner = self.jobs.runner(spec, n["node_index"])
+                lines = self._tail(job_id, n, runner)
+                new_lines += len(lines)
+                if n["node_rank"] == 0:
+                    new_steps += self._metrics(job_id, spec, n, runner, lines)
+            except Exception as e:  # noqa: BLE001 - one node fails alone, named
+                errors.append(f"job {job_id}, node {n['node_index']} ({n['host']}): {describe(e)}")
+        if ended and not errors:
+            self.store.set_meta(job_id, DRAINED, "1")
+        record_peaks(self.store, job_id, spec)  # measured memory next to the launch's estimate
+        alerts = self._diagnose(job_id, spec, self.store.job(job_id), nodes)
+        return {"state": state, "new_lines": new_lines, "new_steps": new_steps, "alerts": alerts, "errors": errors}
+
+    def _tail(self, job_id: str, n: dict, runner) -> list[str]:
+        path = f"{n['run_dir']}/{n['script'].removesuffix('.sh')}.log"
+        start = self.store.offset(job_id, n["node_index"], path)
+        tail = LogTail(runner.read, path, start)
+        lines = tail.poll()
+        with self.store.claim(job_id, n["node_index"], path, start, tail.offset) as mine:
+            if mine:
+                self.store.add_log_lines(job_id, n["node_index"], lines)
+        mark = liveness.progress_mark(tail.pending)  # tqdm's bar moving on an unfinished line is progress too
+        if mark and mark != self.store.meta(job_id, f"pending:{n['node_index']}"):
+            self.store.set_meta(job_id, f"pending:{n['node_index']}", mark)
+            self.store.set_meta(job_id, f"progress_at:{n['node_index']}", str(time.time()))
+        return lines if mine else []
+
+    def _metrics(self, job_id: str, spec: JobSpec, n: dict, runner, new_lines: list[str]) -> int:
+        """New steps from rank 0's logging.jsonl; while there is none (yet), from the dicts it prints on stdout. A
+        step first taken from stdout is overwritten, not repeated, when logging.jsonl brings it."""
+        path = self.store.meta(job_id, LOGGING_PATH) or self._find_logging_path(job_id, spec, n, runner, new_lines)
+        new_steps = 0
+        if not path or self.store.offset(job_id, n["node_index"], path) == 0:  # no logging.jsonl read (yet)
+            new_steps = self._store_steps(job_id, [p for p in map(parse_stdout_line, new_lines) if p])
+        if path:
+            new_steps += self._tail_rows(job_id, n, runner, path, parse_jsonl_line, self._store_steps)
+            self._tail_rows(job_id, n, runner, completions_file(path), parse_completion_line,
+                            lambda job, rows: self.store.add_completions(job, [r for rs in rows for r in rs]))
+        return new_steps
+
+    def _store_steps(self, job_id: str, rows: list) -> int:
+        return sum(self.store.add_metrics(job_id, step, values) for step, values in rows if step is not None)
+
+    def _tail_rows(self, job_id: str, n: dict, runner, path: str, parse, store) -> int:
+        """Parse the new lines of a file next to the job (logging.jsonl, completions.jsonl) and ``store(job_id,
+        rows)`` them with the offset (compare-and-set); 0 when it cannot be read (yet) or another watcher was first."""
+        start = self.store.offset(job_id, n["node_index"], path)
+        tail = LogTail(runner.read, path, start)
+        try:
+            rows = [r for r in map(parse, tail.poll()) if r]
+        except (SshError, OSError):  # unreadable (permissions, a path that is a directory): try again next pass
+            return 0
+        with self.store.claim(job_id, n["node_index"], path, start, tail.offset) as mine:
+            return (store(job_id, rows) or 0) if mine else 0
+
+    def _find_logging_path(self, job_id: str, spec: JobSpec, n: dict, runner, new_lines: list[str]) -> str | None:
+        """From rank 0's log lines (new ones, then the stored window), else the newest versioned run dir written
+        since the job started; remembered once found, as those log lines later leave the window."""
+        found = logging_file(new_lines) or logging_file(
+            [t for _, t, _ in self.store.log_lines(job_id, n["node_index"], 1, contains="The logging file will be")
+             + self.store.log_lines(job_id, n["node_index"], 1, contains="] output_dir: ")])
+        workdir = spec.cluster.nodes[n["node_index"]].workdir or spec.cluster.workdir or n["run_dir"]
+        if found and not found.startswith(("/", "~/")):
+            found = f"{workdir}/{found}"
+        handle = self.jobs.handle(job_id)
+        if not found and handle:
+            since = self.jobs.backend(spec).launched_file(handle, n["node_index"])
+            found = self._newest_run_dir(spec, runner, workdir, since)
+        if found:
+            self.store.set_meta(job_id, LOGGING_PATH, found)
+        return found
+
+    @staticmethod
+    def _newest_run_dir(spec: JobSpec, runner, workdir: str, since: str) -> str | None:
+        """``<output_dir>/vN-YYYYMMDD-HHMMSS/logging.jsonl`` (or ``<output_dir>/logging.jsonl`` without versions)
+        modified after the file ``since`` (the backend wrote it at the start), the newest one: a listing where the
+        node's files are, by that machine's clock."""
+        out = resolve(spec).output_dir
+        out = out if out.startswith("/") else "./" + out  # swift's own argument: relative to the workdir
+        res = runner.run(f"cd {shell.path(workdir)} && find {shell.quote(out)} -maxdepth 2 -name logging.jsonl "
+                         f"-newer {shell.path(since)} -printf '%T@ %p\\n' 2>/dev/null", timeout=20)
+        stamped = [line.split(" ", 1) for line in res.out.splitlines() if " " in line]
+        if not stamped:
+            return None
+        path = max(stamped, key=lambda x: float(x[0]))[1]
+        return path if path.startswith("/") else posixpath.normpath(f"{workdir}/{path}")
+
+    def _diagnose(self, job_id: str, spec, job: dict, nodes: list[dict]) -> list[dict]:
+        now = time.time()
+        logs, last_out = {}, {}
+        for n in nodes:
+            label = f"node {n['node_index']} ({n['host']})"
+            rows = self.store.log_lines(job_id, n["node_index"], 400)
+            logs[label] = [r[1] for r in rows]
+            marks = [rows[-1][2]] if rows else []  # the last line, or tqdm's bar moving after it
+            if moved := self.store.meta(job_id, f"progress_at:{n['node_index']}"):
+                marks.append(float(moved))
+            if marks:
+                last_out[label] = max(marks)
+        metrics = self.store.metrics(job_id)
+        step_times = [tuple(r) for r in self.store.conn().execute(
+            "SELECT step, MIN(ts) FROM metrics WHERE job_id = ? GROUP BY step ORDER BY step", (job_id,))]
+        first, last = (step_times[0][1], step_times[-1][1]) if step_times else (None, None)
+        eff = resolve(spec)
+        snap = Snapshot(metrics=metrics, logs=logs, now=now, last_step_at=last, first_step_at=first,
+                        last_output_at=last_out, started_at=job["started"],
+                        gpu=self.store.gpu_samples(job_id, now - DUTY_WINDOW_S), job_state=job["state"],
+                        job_error=job["error"], settings={**_settings(spec), "world_size": eff.world_size},
+                        **job_settings(eff),
+                        gpu_by_step=curves.memory_per_gpu(  # the last steps are enough to see memory climb
+                            self.store.gpu_samples(job_id, step_times[-8][1] if len(step_times) > 8 else 0),
+                            step_times))
+        snap.stacks = self._stacks(job_id, spec, nodes, snap)
+        alerts = diagnose(snap)
+        for a in alerts:
+            self.store.upsert_alert(job_id, a.id, a.severity, a.title + ": " + a.explanation, a.evidence, a.fix)
+        return [a.__dict__ for a in alerts]
+
+    def _stacks(self, job_id: str, spec: JobSpec, nodes: list[dict], snap: Snapshot) -> list[stacks.RankStack]:
+        """While a hang is suspected: py-spy dumps of every rank on every node (again at most every
+        STACKS_EVERY_S), kept in job_meta for the Monitor page; the last dumps otherwise."""
+        kept = self.store.meta(job_id, STACKS) or ""
+        taken = float(self.store.meta(job_id, STACKS_AT) or 0)
+        if snap.job_state == "running" and overdue(snap) and snap.now - taken > STACKS_EVERY_S:
+            kept = self.dump_stacks(job_id, spec, nodes)
+            self.store.set_meta(job_id, STACKS, kept)
+            self.store.set_meta(job_id, STACKS_AT, str(snap.now))
+        return stacks.parse_dumps(kept)
+
+    def dump_stacks(self, job_id: str, spec: JobSpec, nodes: list[dict]) -> str:
+        """``py-spy dump`` of every rank of the job on every trainer node (the py-spy preflight installed, else the
+        node's python_env's, else PATH's), each dump under a '## node … rank …' line."""
+        backend, handle = self.jobs.backend(spec), self.jobs.handle(job_id)
+        out = []
+        for n in nodes:
+            if n["role"] != "trainer" or not handle:
+                continue
+            spy = pyspy.py_spy_candidates(spec.cluster.run_root, spec.cluster.nodes[n["node_index"]].python_env)
+            try:
+                res = backend.node_shell(handle, n["node_index"], n["host"]).run(
+                    pyspy.dump_command(backend.process_marker(handle, n["node_index"]), spy), timeout=120)
+            except SshError as e:
+                out.append(f"## node {n['node_index']} ({n['host']}): unreachable ({e})")
+                continue
+            out.append(pyspy.label_node(res.out, f"node {n['node_index']} ({n['host']})"))
+        return "\n".join(out)

@@ -1,0 +1,114 @@
+"""The memory estimate's closed loop: the estimate a job was launched with, the peak each of its GPUs reached
+(nvidia-smi's used memory per GPU, ms-swift's logged memory(GiB) on rank 0), side by side, and those pairs written as
+calibration rows (the format of tests/data/memory_measurements.jsonl) so users can contribute them."""
+
+from __future__ import annotations
+
+import time
+
+from grpo_ui.jobs.store import Store
+from grpo_ui.spec.model import JobSpec, spec_from_yaml
+from grpo_ui.spec.resolve import resolve
+
+EXPORTED = "grpo-ui export"  # the calibration rows' 'added' value
+
+
+def placement(store: Store, job_id: str, spec: JobSpec) -> dict[int, tuple[str, list[int]]]:
+    """Nodes whose machine the backend chose (Slurm) and whose GPUs were sampled there: node index → (host, the GPUs
+    sampled there in index order, i.e. the allocation's). Nodes on the spec's own hosts are not listed."""
+    sampled = store.sampled_gpus(job_id)
+    return {n["node_index"]: (n["host"], sampled[n["host"]]) for n in store.nodes(job_id)
+            if n["host"] != spec.cluster.nodes[n["node_index"]].host and n["host"] in sampled}
+
+
+def gpu_roles(spec: JobSpec, placed: dict[int, tuple[str, list[int]]] | None = None
+              ) -> dict[tuple[str, int], tuple[str, int | None]]:
+    """(host, GPU index) → (role, global rank) for every GPU the job uses: trainer GPUs in torchrun's rank order
+    (node rank × processes per node + local rank); vLLM's own GPUs (rollout nodes, ms-swift 3.2–3.4's spare GPUs)
+    have no rank. ``placed``: where the backend put nodes (``placement``)."""
+    out: dict[tuple[str, int], tuple[str, int | None]] = {}
+    nproc, node_rank = resolve(spec).nproc_per_node, 0
+    for i, node in enumerate(spec.cluster.nodes):
+        host, gpus = (placed or {}).get(i, (node.host, node.gpus))
+        for local, gpu in enumerate(gpus):
+            trainer = node.role == "trainer" and local < nproc
+            out[(host, gpu)] = ("trainer", node_rank * nproc + local) if trainer else ("rollout", None)
+        node_rank += node.role == "trainer"
+    return out
+
+
+def record_peaks(store: Store, job_id: str, spec: JobSpec) -> None:
+    """Raise the job's stored peaks to its latest samples (ms-swift logs memory(GiB) on global rank 0: node 0's first
+    GPU)."""
+    roles = gpu_roles(spec, placement(store, job_id, spec))
+    rank0 = next(((host, gpu) for (host, gpu), (_, rank) in roles.items() if rank == 0), None)
+    store.update_memory_peaks(job_id, rank0)
+
+
+def comparison(store: Store, job_id: str, spec: JobSpec) -> list[dict]:
+    """One row per GPU of the job: its role and rank, the estimate's peak for that role (what must fit) and what
+    nvidia-smi should show (with torch's cache), and the measured peaks."""
+    est = store.memory_estimate(job_id) or {}
+    roles = {r["role"]: r for r in est.get("roles", [])}
+    peaks = {(p["host"], p["gpu_index"], p["source"]): p["peak_gib"] for p in store.memory_peaks(job_id)}
+    rows = []
+    for (host, gpu), (role, rank) in gpu_roles(spec, placement(store, job_id, spec)).items():
+        r = roles.get(role, {})
+        rows.append({"host": host, "GPU": gpu, "role": role, "rank": rank, "estimated peak GiB": r.get("peak_gib"),
+                     "expected on nvidia-smi GiB": r.get("expected_gib"),
+                     "nvidia-smi peak GiB": _round(peaks.get((host, gpu, "nvidia-smi"))),
+                     "memory(GiB) logged": _round(peaks.get((host, gpu, "memory(GiB)")))})
+    return rows
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 2)
+
+
+def _config(spec: JobSpec) -> dict:
+    """A spec's training and rollout settings that differ from the defaults, with its layout, as a calibration row's
+    config."""
+    nodes = spec.trainer_nodes()
+    cfg = {"swift_version": spec.swift_version, **spec.train.model_dump(mode="json", exclude_defaults=True),
+           **spec.rollout.model_dump(mode="json", exclude_defaults=True),
+           "nodes": len(nodes), "gpus_per_node": len(nodes[0].gpus) if nodes else 1}
+    if spec.env:
+        cfg["env"] = dict(spec.env)
+    return cfg
+
+
+def export_rows(store: Store, job_ids: list[str]) -> list[dict]:
+    """Calibration rows for the jobs' trainer GPUs: the highest nvidia-smi peak (compare 'peak') and rank 0's
+    memory(GiB) (compare 'torch'), each with the estimate the job was launched with."""
+    out = []
+    for job_id in job_ids:
+        job = store.job(job_id)
+        if not job:
+            continue
+        spec = spec_from_yaml(job["spec_yaml"])
+        record_peaks(store, job_id, spec)
+        est = store.memory_estimate(job_id) or {}
+        trainer = next((r for r in est.get("roles", []) if r["role"] == "trainer"), {})
+        ranks = {key for key, (role, _) in gpu_roles(spec, placement(store, job_id, spec)).items() if role == "trainer"}
+        peaks = [p for p in store.memory_peaks(job_id) if (p["host"], p["gpu_index"]) in ranks]
+        launched = time.strftime("%Y-%m-%d", time.localtime(job["started"] or job["created"]))
+        node0 = spec.trainer_nodes()[0]
+        base = {"kind": "grpo", "workload": "grpo", "config": _config(spec), "gpu": node0.gpu_model,
+                "source": f"grpo-ui job {job_id} on {', '.join(n.host for n in spec.trainer_nodes())}, launched "
+                          f"{launched} (exported from its store)", "added": EXPORTED,
+                "estimated_gib": trainer.get("peak_gib"), "expected_gib": trainer.get("expected_gib")}
+        note = (f"Estimate at launch: {trainer.get('peak_gib')} GiB needed, {trainer.get('expected_gib')} GiB "
+                f"expected on nvidia-smi ({est.get('error', 'grpo-ui ' + str(trainer.get('verdict')))}). Sequence "
+                "lengths are the job's limits; the longest batch of the run may have been shorter.")
+        smi = [p for p in peaks if p["source"] == "nvidia-smi"]
+        if smi:
+            top = max(smi, key=lambda p: p["peak_gib"])
+            out.append({**base, "id": f"grpoui-{job_id}-nvidia-smi", "measured_gib": round(top["peak_gib"], 3),
+                        "unit": "MiB", "measures": f"nvidia-smi memory.used, highest of {len(smi)} trainer GPU(s) "
+                        f"({top['host']} GPU {top['gpu_index']})", "compare": "peak", "notes": note})
+        torch = [p for p in peaks if p["source"] == "memory(GiB)"]
+        if torch:
+            out.append({**base, "id": f"grpoui-{job_id}-memory", "measured_gib": round(torch[0]["peak_gib"], 3),
+                        "unit": "GiB", "measures": "memory(GiB) (torch max_memory_reserved) of global rank 0",
+                        "compare": "torch", "notes": note})
+    return out

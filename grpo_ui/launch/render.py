@@ -1,0 +1,212 @@
+"""Render a JobSpec into the files that run it: one script per trainer and rollout node, ms-swift YAML per node,
+a Slurm batch script, a secrets template and a README — all from one rendering, so nodes cannot disagree.
+
+Every value reaches bash through ``grpo_ui.core.shell`` (the templates' ``q`` filter is ``shell.quote``; paths go through
+``shell.path``).
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+import yaml
+
+from grpo_ui.checks import rules
+from grpo_ui.core import shell
+from grpo_ui.core.findings import Finding, finding
+from grpo_ui.spec.model import JobSpec, Node, check_name, sbatch_option
+from grpo_ui.spec.resolve import SLURM_MASTER_PORT, Resolved, resolve
+from grpo_ui.spec.swift_cli import TRAIN_FLAGS, coerce, rollout_command, train_command
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+EXECUTABLE = (".sh", ".sbatch")
+ROLLOUT_HOSTS = '"${ROLLOUT_HOSTS[@]}"'  # in job.sbatch: the rollout component's node addresses, known at run time
+
+
+_env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
+                          autoescape=False, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+_env.filters["q"] = shell.quote
+
+
+@dataclass
+class Bundle:
+    """Rendered files (name → text) and the findings rendering produced."""
+
+    job_id: str
+    files: dict[str, str]
+    findings: list[Finding] = field(default_factory=list)
+    node_files: dict[int, str] = field(default_factory=dict)      # trainer node index in cluster.nodes → file
+    rollout_files: dict[int, str] = field(default_factory=dict)   # rollout node index → file
+    added: list[tuple[str, str]] = field(default_factory=list)    # flags grpo-ui added on its own, with why
+
+    def zip_bytes(self) -> bytes:
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+            for name, text in sorted(self.files.items()):
+                info = zipfile.ZipInfo(f"{self.job_id}/{name}", date_time=(2026, 1, 1, 0, 0, 0))
+                info.external_attr = (0o755 if name.endswith(EXECUTABLE) else 0o644) << 16
+                info.compress_type = zipfile.ZIP_DEFLATED
+                z.writestr(info, text)
+        return buf.getvalue()
+
+
+def secrets_file(script: str) -> str:
+    """The 0600 file a script reads its secret values from and then deletes, next to it in the run directory:
+    node_<NODE_RANK>, rollout_<ROLLOUT_INDEX> or job (job.sbatch) .secrets.env. The scripts name it through
+    those variables, so node scripts still differ only in NODE_RANK."""
+    return script.rsplit(".", 1)[0] + ".secrets.env"
+
+
+def run_dir(spec: JobSpec, job_id: str) -> str:
+    """The job's run directory on every node, as written in the scripts."""
+    return spec.cluster.run_root.rstrip("/") + "/" + job_id
+
+
+def _node_context(spec: JobSpec, node: Node, job_id: str) -> dict:
+    rd = run_dir(spec, job_id)
+    workdir = node.workdir or spec.cluster.workdir
+    return {"job_id": job_id, "run_dir": shell.path(rd), "env": sorted({**spec.env, **node.env}.items()),
+            "python_env": shell.path(node.python_env) if node.python_env else "",
+            "workdir": shell.path(workdir) if workdir else '"$RUN_DIR"',
+            "cuda_visible_devices": ",".join(map(str, node.gpus))}
+
+
+def swift_line(argv: list[str], raw: tuple[int, int, str] | None = None) -> str:
+    """``swift`` and its arguments, one flag with its values per line (continued with backslashes, as ms-swift's
+    own examples are written); ``raw`` (start, end, text): argv[start:end] replaced by shell text, unquoted."""
+    words = [shell.quote(a) for a in argv]
+    if raw:
+        start, end, text = raw
+        words[start:end] = [text]
+        argv = [*argv[:start], text, *argv[end:]]
+    lines = [["swift"]]
+    for arg, word in zip(argv, words, strict=True):
+        if arg.startswith("--") and len(lines[-1]) > 1:
+            lines.append([])
+        lines[-1].append(word)
+    return " \\\n    ".join(" ".join(line) for line in lines)
+
+
+def slurm_gpus(spec: JobSpec, nodes: list[Node], role: str) -> int:
+    """GPUs per node a job.sbatch component asks for (--gres=gpu:N): slurm.gpus_per_node for the trainers, by
+    default (and always for the rollout servers) the nodes' GPU count."""
+    wanted = spec.slurm.gpus_per_node if role == "trainer" else None
+    return len(nodes[0].gpus) if wanted is None else wanted
+
+
+def _sbatch_options(spec: JobSpec, nodes: list[Node], role: str) -> list[str]:
+    """The #SBATCH options of one job component: its node count, one task per node, GPUs, the slurm fields."""
+    s, gpus = spec.slurm, slurm_gpus(spec, nodes, role)
+    named = {"partition": s.partition, "account": s.account, "qos": s.qos, "time": s.time_limit,
+             "constraint": s.constraint, "cpus-per-task": s.cpus_per_task}
+    return [f"--nodes={len(nodes)}", "--ntasks-per-node=1", *([f"--gres=gpu:{gpus}"] if gpus else []),
+            *(f"--{k}={v}" for k, v in named.items() if v is not None), *map(sbatch_option, s.extra_sbatch)]
+
+
+def _sbatch_context(spec: JobSpec, trainers: list[Node], rollouts: list[Node], train_argv: list[str],
+                    rollout_argv: list[str] | None) -> dict:
+    """job.sbatch: the trainers as the job's first component and, in server mode, the rollout nodes as a second
+    (heterogeneous) one. A heterogeneous job rather than a separate rollout job: Slurm allocates both at once (no
+    trainer waiting in the queue while its servers already run, or the reverse), one scancel ends both, and the
+    trainers learn the servers' addresses from the allocation itself."""
+    ctx = {"trainer_sbatch": _sbatch_options(spec, trainers, "trainer"), "rollout_sbatch": [],
+           "command": swift_line(train_argv), "allocated_servers_port": None}
+    if rollout_argv is not None:
+        ctx["rollout_sbatch"] = _sbatch_options(spec, rollouts, "rollout")
+        ctx["rollout_command"] = swift_line(rollout_argv)
+        # The trainers talk to the cluster's rollout nodes: in the job, those are the rollout component's nodes.
+        if "--vllm_server_host" in train_argv and not spec.rollout.vllm_server_host:
+            start, end = train_argv.index("--vllm_server_host") + 1, train_argv.index("--vllm_server_port")
+            ctx["command"] = swift_line(train_argv, (start, end, ROLLOUT_HOSTS))
+            ctx["servers"], ctx["allocated_servers_port"] = [], spec.server.port
+    return ctx
+
+
+def _yaml_config(argv: list[str], env: dict[str, str]) -> str:
+    """ms-swift ≥ 4.1 config: each --flag becomes a key with the launch env in ENV. Values take their declared
+    field's type (a system prompt 'true' stays a string); flags we do not declare (extra_args) stay strings."""
+    data: dict = {"ENV": env}
+    tokens: dict[str, list[str]] = {}
+    key = None
+    for tok in argv[1:]:
+        if tok.startswith("--"):
+            key = tok[2:]
+            tokens[key] = []
+        elif key is not None:
+            tokens[key].append(tok)
+    for key, values in tokens.items():
+        decl = TRAIN_FLAGS.get(key)
+        data[key] = coerce(decl, values) if decl else (values[0] if len(values) == 1 else values)
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=120)
+
+
+def render(job: JobSpec | Resolved, job_id: str) -> Bundle:
+    """All files for the job (its spec or Resolved values). ``job_id`` names the run directory (spec.check_name:
+    SpecError otherwise)."""
+    check_name(job_id)
+    eff = resolve(job)
+    spec = eff.spec
+    train = train_command(eff)
+    findings = list(train.findings)
+    findings += [f for f in rules.validate(eff) if f.id in ("MASTER-LOOPBACK", "SEED-NODE-DIFFER",
+                                                            "TRAINER-GPU-COUNT", "ROLLOUT-GPUS")]
+    trainers = [(i, n) for i, n in enumerate(spec.cluster.nodes) if n.role == "trainer"]
+    rollouts = [(i, n) for i, n in enumerate(spec.cluster.nodes) if n.role == "rollout"]
+    files: dict[str, str] = {}
+    bundle = Bundle(job_id, files, findings, added=list(train.added))
+    common = {"nnodes": eff.nnodes, "master_addr": eff.master_addr, "master_port": eff.master_port,
+              "nproc": eff.nproc_per_node, "servers": list(eff.server_endpoints) if eff.server else [],
+              "server_timeout": int(spec.rollout.vllm_server_timeout)}
+    yaml_ok = eff.version >= (4, 1, 0)
+    for rank, (i, node) in enumerate(trainers):
+        name = f"node_{rank}.sh"
+        ctx = {**common, **_node_context(spec, node, job_id), "rank": rank, "command": swift_line(train.argv),
+               "secrets_file": "node_${NODE_RANK}.secrets.env"}
+        files[name] = _env.get_template("node.sh.j2").render(ctx)
+        bundle.node_files[i] = name
+        if yaml_ok:
+            files[f"swift_{rank}.yaml"] = _yaml_config(train.argv, {**eff.launch_env(rank, node), **dict(ctx["env"])})
+    if not yaml_ok:
+        findings.append(finding("RENDER-NO-YAML", "info", "swift_version",
+                                f"ms-swift {spec.swift_version} cannot take a positional YAML config (added in 4.1); "
+                                "no swift_<rank>.yaml was written.", "Use the node scripts, or ms-swift ≥ 4.1."))
+    servers = rollout_command(eff) if eff.server and rollouts else None  # every server on server.port (sbatch)
+    if servers:
+        findings += servers.findings
+        for k, (i, node) in enumerate(rollouts):
+            roll = rollout_command(eff, index=k)
+            bundle.added += [(f"{flags} (rollout_{k}.sh)", why) for flags, why in roll.added]
+            name = f"rollout_{k}.sh"
+            ctx = {**_node_context(spec, node, job_id), "index": k, "command": swift_line(roll.argv),
+                   "secrets_file": "rollout_${ROLLOUT_INDEX}.secrets.env"}
+            files[name] = _env.get_template("rollout.sh.j2").render(ctx)
+            bundle.rollout_files[i] = name
+    if trainers:
+        files["job.sbatch"] = _env.get_template("job.sbatch.j2").render(
+            {**common, "master_port": spec.cluster.master_port or SLURM_MASTER_PORT,
+             **_node_context(spec, trainers[0][1], job_id), "secrets_file": secrets_file("job.sbatch"),
+             **_sbatch_context(spec, [n for _, n in trainers], [n for _, n in rollouts], train.argv,
+                               servers.argv if servers else None)})
+    files["secrets.env.example"] = "".join(f"{name}=\n" for name in spec.secret_env) or "# no secrets declared\n"
+    files["README.txt"] = _env.get_template("README.txt.j2").render(
+        job_id=job_id, swift_version=spec.swift_version, files=sorted([*files, "README.txt"]),
+        run_dir_text=run_dir(spec, job_id),
+        node_files=[(bundle.node_files[i], n.host) for i, n in trainers],
+        rollout_files=[(bundle.rollout_files[i], n.host) for i, n in rollouts if i in bundle.rollout_files])
+    return bundle
+
+
+def write_bundle(bundle: Bundle, out_dir: str | Path) -> list[Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, text in bundle.files.items():
+        p = out / name
+        p.write_text(text)
+        p.chmod(0o755 if name.endswith(EXECUTABLE) else 0o644)
+        paths.append(p)
+    return paths

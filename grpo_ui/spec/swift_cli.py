@@ -1,0 +1,200 @@
+"""JobSpec → ms-swift command lines for a target version's dialect (the importer, ``grpo_ui.importer``, goes back).
+
+Dialects: ≥ 4.1 (tuner_type, positional YAML), 4.0 (tuner_type, --config), 3.5–3.12 (train_type, vllm_mode),
+3.2–3.4 (train_type, colocate expressed as num_infer_workers). Exactly the set fields are rendered (unset ones mean
+ms-swift's default); a set field the target does not accept is a Finding, never a silently dropped flag. What grpo-ui
+adds on its own is listed on the Command with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, get_args, get_origin
+
+import yaml
+from pydantic import TypeAdapter, ValidationError
+
+from grpo_ui.core.findings import Finding, finding
+from grpo_ui.spec.model import ARGS, ArgDecl, JobSpec, parse_version
+from grpo_ui.spec.resolve import Resolved, resolve
+
+LAUNCH_ENV = ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NPROC_PER_NODE", "CUDA_VISIBLE_DEVICES")
+SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
+# Flags grpo-ui does not model that exist only in some versions: (first version with it, first without it, what to
+# do instead). Outside that range ms-swift rejects them (reference §2 'history'; gc_collect_after_offload: bbf3bc4c4).
+FLAG_LIFETIMES = {
+    "num_infer_workers": (None, "3.6", "use --vllm_mode colocate (workers == GPUs) or a swift rollout server"),
+    "vllm_device": (None, "3.6", "use --vllm_mode colocate, or vllm_mode server with swift rollout nodes"),
+    "gc_collect_after_offload": ("3.2.1", "3.10", "remove it; ms-swift collects garbage after offload itself"),
+    "use_lmdeploy": (None, "3.5", "use vLLM (--use_vllm true)"),
+    "multi_turn_func": (None, "3.10", "use --multi_turn_scheduler"),
+    "config": ("3.10", "4.1", "pass the YAML file as the first positional argument: swift rlhf cfg.yaml"),
+}
+
+
+def flag_missing_in(name: str, version: str) -> str | None:
+    """Why ``--name`` does not exist in that version ('added in …' / 'removed in …'), or None."""
+    if name not in FLAG_LIFETIMES:
+        return None
+    since, until, _ = FLAG_LIFETIMES[name]
+    v = parse_version(version)
+    if since and v < parse_version(since):
+        return f"added in {since}"
+    if until and v >= parse_version(until):
+        return f"removed in {until}"
+    return None
+
+
+def format_value(value: Any) -> list[str]:
+    """A field value as argv tokens: true/false, space-separated lists, JSON dicts."""
+    if isinstance(value, bool):
+        return ["true" if value else "false"]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in format_value(v)]
+    if isinstance(value, dict):
+        return [json.dumps(value)]
+    return [str(value)]
+
+
+@dataclass
+class Command:
+    """argv after ``swift`` (e.g. ['rlhf', '--rlhf_type', 'grpo', ...]), env for every node, findings, and the flags
+    grpo-ui added on its own: [(flag tokens, why)]."""
+
+    argv: list[str]
+    env: dict[str, str]
+    findings: list[Finding] = field(default_factory=list)
+    added: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _emit(spec: JobSpec, section: str, version: str, skip: frozenset[str] = frozenset()):
+    """(flag tokens, findings) for one section's set fields. None and [] have no argv form: they mean the default."""
+    out: list[str] = []
+    findings: list[Finding] = []
+    obj = getattr(spec, section)
+    for d in (d for d in ARGS if d.section == section and d.name in obj.model_fields_set and d.name not in skip):
+        value = getattr(obj, d.name)
+        if value is None or value == [] or (not d.accepted_in(version) and value == d.default):
+            continue  # no argv form, or the default a version without the flag behaves as
+        if not d.accepted_in(version):
+            when = f"added in {d.since}" if d.since and parse_version(version) < parse_version(d.since) \
+                else f"removed in {d.until}"
+            findings.append(finding(
+                "VERSION-FLAG-UNSUPPORTED", "error", d.path,
+                f"--{d.flag} is set to {value!r} but ms-swift {version} does not accept it ({when}).",
+                f"Clear {d.path} (ms-swift's default applies) or target an ms-swift version that has it.",
+                {d.path: d.default}))
+            continue
+        out += [f"--{d.flag_for(version)}", *format_value(value)]
+    return out, findings
+
+
+def _too_many_servers(count: int, version: str, cmd: Command) -> bool:
+    """Before 3.7 vllm_server_host took one host."""
+    if parse_version(version) >= (3, 7, 0) or count < 2:
+        return False
+    cmd.findings.append(finding("VERSION-MULTI-SERVER", "error", "rollout.vllm_server_host",
+                                f"ms-swift {version} accepts one rollout server; {count} are set.",
+                                "Use one rollout server, or ms-swift ≥ 3.7 for several."))
+    return True
+
+
+def _rollout_nodes_as_servers(eff: Resolved, version: str, cmd: Command) -> None:
+    """Server mode without vllm_server_host: the trainer is pointed at the cluster's rollout nodes."""
+    endpoints = eff.server_endpoints
+    if not endpoints:
+        return
+    if _too_many_servers(len(endpoints), version, cmd):
+        endpoints = endpoints[:1]
+    hosts, ports = [h for h, _ in endpoints], [str(p) for _, p in endpoints]
+    flags = ["--vllm_server_host", *hosts, "--vllm_server_port", *ports]
+    cmd.argv += flags
+    cmd.added.append((" ".join(flags), "server mode: the trainer talks to the cluster's rollout nodes"))
+
+
+def _for_version(job: JobSpec | Resolved, version: str | None) -> Resolved:
+    """The job's effective values for the target version (default: the spec's)."""
+    eff = resolve(job)
+    if version is None or version == eff.spec.swift_version:
+        return eff
+    return resolve(eff.spec.model_copy(update={"swift_version": version}), eff.arch)
+
+
+def train_command(job: JobSpec | Resolved, version: str | None = None) -> Command:
+    """``swift rlhf`` argv for the target version (default: the spec's)."""
+    eff = _for_version(job, version)
+    spec, version, dialect = eff.spec, eff.spec.swift_version, eff.dialect
+    cmd = Command(["rlhf", "--rlhf_type", "grpo"], dict(spec.env),
+                  added=[("--rlhf_type grpo", "swift rlhf runs DPO unless told otherwise")])
+    # 3.2–3.4 had no vllm_mode: colocate is num_infer_workers (below), server is vllm_server_host
+    skip = frozenset({"vllm_mode"}) if dialect == "3.2-3.4" else frozenset()
+    for section in ("train", "rollout"):
+        flags, findings = _emit(spec, section, version, skip)
+        cmd.argv += flags
+        cmd.findings += findings
+    r = spec.rollout
+    if "vllm_server_host" in r.model_fields_set:
+        _too_many_servers(len(r.vllm_server_host or []), version, cmd)
+    elif eff.server:
+        _rollout_nodes_as_servers(eff, version, cmd)
+    if dialect == "3.2-3.4" and eff.colocate and "num_infer_workers" not in r.model_fields_set:
+        workers = str(eff.nproc_per_node)
+        cmd.argv += ["--num_infer_workers", workers]
+        cmd.added.append((f"--num_infer_workers {workers}", f"ms-swift {version} colocates vLLM on every training "
+                          "GPU only when num_infer_workers equals the GPUs per node (its default is 1)"))
+    cmd.argv += spec.extra_args
+    return cmd
+
+
+def rollout_command(job: JobSpec | Resolved, version: str | None = None, index: int = 0) -> Command:
+    """``swift rollout`` argv for rollout node ``index`` (server mode): the policy model, the server section's set
+    fields and rollout_extra_args; the trainer's model_type, template and plugin settings are added unless those say
+    them, and the port the trainer's vllm_server_port gives this node when it is not server.port."""
+    eff = _for_version(job, version)
+    spec, version = eff.spec, eff.spec.swift_version
+    cmd = Command(["rollout"] + (["--model", spec.train.model] if spec.train.model else []), dict(spec.env))
+    for name in ("model_type", "template", "external_plugins", "multi_turn_scheduler"):
+        value = getattr(spec.train, name)
+        if value and f"--{name}" not in spec.rollout_extra_args:
+            cmd.argv += [f"--{name}", *format_value(value)]
+            cmd.added.append((f"--{name}", f"the rollout server uses the trainer's {name}"))
+    flags, cmd.findings = _emit(spec, "server", version)
+    cmd.argv += flags + spec.rollout_extra_args
+    port = eff.rollout_port(index)
+    if port != spec.server.port:
+        cmd.argv += ["--port", str(port)]
+        cmd.added.append((f"--port {port}", f"the trainer's vllm_server_port names {port} for rollout node {index}"))
+    return cmd
+
+
+def _lookup(section_names: tuple[str, ...]) -> dict[str, ArgDecl]:
+    """Flag name (and pre-rename name) → declaration."""
+    table: dict[str, ArgDecl] = {}
+    for d in ARGS:
+        if d.section in section_names:
+            table.setdefault(d.flag, d)
+            if d.old_name:
+                table.setdefault(d.old_name, d)
+    return table
+
+
+TRAIN_FLAGS = _lookup(("train", "rollout"))
+SERVER_FLAGS = _lookup(("server",))
+
+
+def coerce(decl: ArgDecl, values: list[str]) -> Any:
+    """argv tokens → the field's type (the final spec validation names the field if they don't fit)."""
+    ann = decl.annotation
+    is_list = get_origin(ann) is list or any(get_origin(a) is list for a in get_args(ann))
+    raw: Any = values if is_list else (" ".join(values) if values else "true")  # a bare flag means true
+    adapter = TypeAdapter(ann)
+    try:
+        return adapter.validate_strings(raw)
+    except ValidationError:
+        pass
+    try:  # e.g. Literal[0, 1, 2] from "1": read the token as YAML would
+        return adapter.validate_python([yaml.safe_load(v) for v in raw] if is_list else yaml.safe_load(raw))
+    except (ValidationError, yaml.YAMLError):
+        return raw
