@@ -32,8 +32,11 @@ from grpo_ui.memory.estimate import (
     inputs_from_spec,
     weights_only_gib,
 )
-from grpo_ui.spec.model import JobSpec, RolloutArgs, ServerArgs, TrainArgs, parse_version, with_changes
+from grpo_ui.spec.fields import parse_version
+from grpo_ui.spec.model import JobSpec
+from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.resolve import sft_grad_accum
+from grpo_ui.spec.swift_args import RolloutArgs, ServerArgs, TrainArgs
 
 REQUIRED = ("id", "kind", "workload", "source", "config", "gpu", "measured_gib", "unit", "measures", "compare",
             "notes", "added")

@@ -7,7 +7,7 @@ import time
 
 from grpo_ui.checks.fit import suggest
 from grpo_ui.memory.estimate import estimate_spec, weights_only_gib
-from grpo_ui.spec.model import load_spec
+from grpo_ui.spec.yaml_io import load_spec
 
 
 def per_call(fn, n):

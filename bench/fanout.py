@@ -17,7 +17,7 @@ from grpo_ui.backends.remote.runner import parallel  # noqa: E402
 from grpo_ui.backends.remote.ssh import Pool  # noqa: E402
 from grpo_ui.jobs.service import Jobs  # noqa: E402
 from grpo_ui.jobs.store import Store  # noqa: E402
-from grpo_ui.spec.model import validate_spec  # noqa: E402
+from grpo_ui.spec.yaml_io import validate_spec
 from tests.hosts import HostNet  # noqa: E402
 
 WORKLOAD = "#!/bin/bash\nexec sleep 3\n"

@@ -27,8 +27,8 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         os.environ["GRPO_UI_HOME"], os.environ["GRPO_UI_DB"] = d, str(Path(d) / "db.sqlite")
         from grpo_ui.jobs.store import Store
-        from grpo_ui.spec.model import spec_to_yaml
         from grpo_ui.spec.presets import presets
+        from grpo_ui.spec.yaml_io import spec_to_yaml
 
         empty = Path(d) / "empty.py"
         empty.write_text("import streamlit as st\nst.write('x')\n")

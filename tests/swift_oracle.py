@@ -239,7 +239,8 @@ def evaluate(workdir: Path) -> list[CaseResult]:
     from grpo_ui.core.findings import finding
     from grpo_ui.importer import import_scripts
     from grpo_ui.launch.render import render, write_bundle
-    from grpo_ui.spec.model import SpecError, with_changes
+    from grpo_ui.spec.errors import SpecError
+    from grpo_ui.spec.paths import with_changes
 
     stubs = make_stubs(workdir / "stubs")
     pending = []  # (case, [(script run, rendered run)], findings, problems)

@@ -162,8 +162,8 @@ def test_draft_survives_an_app_restart(tmp_path, monkeypatch):
 def test_every_page_renders_with_a_job_in_the_store(tmp_path, monkeypatch):
     """Cluster, Launch, Monitor and History load over a store that holds a finished job with metrics and alerts."""
     from grpo_ui.jobs.store import Store
-    from grpo_ui.spec.model import spec_to_yaml
     from grpo_ui.spec.presets import presets
+    from grpo_ui.spec.yaml_io import spec_to_yaml
 
     monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
     monkeypatch.setenv("GRPO_UI_DB", str(tmp_path / "db.sqlite"))
@@ -208,8 +208,8 @@ def test_monitor_draws_the_extra_curves_and_the_ranks_stacks(tmp_path, monkeypat
     py-spy dumped (a real dump of the reward_slowing capture) as a phase per rank."""
     from grpo_ui.jobs.follow import STACKS, STACKS_AT
     from grpo_ui.jobs.store import Store
-    from grpo_ui.spec.model import spec_to_yaml
     from grpo_ui.spec.presets import presets
+    from grpo_ui.spec.yaml_io import spec_to_yaml
 
     monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
     monkeypatch.setenv("GRPO_UI_DB", str(tmp_path / "db.sqlite"))
@@ -307,7 +307,8 @@ def test_a_form_round_trip_keeps_every_field_and_table_edits_land(tmp_path, monk
     """Every setting (node identity_file, workdir, env, gpu_memory_gib, Slurm, job env and extra arguments …) comes
     back unchanged when another field is edited, hidden or not (master_addr is an SSH setting: hidden on Slurm); a
     cell edited in the node table changes that field only."""
-    from grpo_ui.spec.model import load_spec, with_changes
+    from grpo_ui.spec.paths import with_changes
+    from grpo_ui.spec.yaml_io import load_spec
 
     monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
     (tmp_path / "draft.yaml").write_text(EVERY_SETTING.read_text())

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_ui.spec.model import spec_to_yaml, validate_spec
+from grpo_ui.spec.yaml_io import spec_to_yaml, validate_spec
 from tests.hosts import stop_active_jobs
 from tests.tiny_job import ASSETS, tiny_spec_data
 
@@ -143,7 +143,7 @@ def feed_gpu_side(db: Path) -> str:
     it (a CPU run logs none). A stand-in: no GPU here. Returns the GPU 0 figure the Monitor should show."""
     from grpo_ui.backends.remote.gpu import parse_smi_line
     from grpo_ui.jobs.store import Store
-    from grpo_ui.spec.model import spec_from_yaml
+    from grpo_ui.spec.yaml_io import spec_from_yaml
 
     store = Store(db)
     job = store.jobs()[0]

@@ -16,7 +16,7 @@ import pytest
 
 from grpo_ui.jobs.service import HANDLE
 from grpo_ui.jobs.store import Store
-from grpo_ui.spec.model import spec_to_yaml, validate_spec
+from grpo_ui.spec.yaml_io import spec_to_yaml, validate_spec
 from tests.hosts import stop_active_jobs
 from tests.slurm import describe
 from tests.test_browser import CHROMIUM, nav, page, serve, shot  # noqa: F401 - fixture

@@ -13,8 +13,10 @@ from grpo_ui.jobs.store import Store
 from grpo_ui.launch.render import render
 from grpo_ui.memory.estimate import estimate_spec
 from grpo_ui.spec import form
-from grpo_ui.spec.model import ARGS_BY_PATH, spec_to_yaml, with_changes
+from grpo_ui.spec.model import ARGS_BY_PATH
+from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.presets import presets
+from grpo_ui.spec.yaml_io import spec_to_yaml
 from views.memory_chart import memory_chart
 
 ROOT = Path(__file__).parent.parent

@@ -21,7 +21,7 @@ from grpo_ui.jobs.follow import STACKS, Watcher
 from grpo_ui.jobs.service import Jobs
 from grpo_ui.jobs.store import Store
 from grpo_ui.knowledge.compat import conflicts, row_for, satisfies
-from grpo_ui.spec.model import validate_spec
+from grpo_ui.spec.yaml_io import validate_spec
 from tests.hosts import stop_active_jobs
 from tests.test_launcher import job_pids, launch, wait_for
 from tests.tiny_job import SWIFT_VENV

@@ -7,8 +7,9 @@ import pytest
 
 from grpo_ui.jobs.drafts import latest_spec, open_draft
 from grpo_ui.jobs.store import Store
-from grpo_ui.spec.model import spec_to_yaml, with_changes
+from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.presets import presets
+from grpo_ui.spec.yaml_io import spec_to_yaml
 from tests.test_browser import ARGS, CHROMIUM, serve
 
 

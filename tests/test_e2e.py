@@ -16,7 +16,7 @@ from bench.calibration import problems
 from grpo_ui.backends.remote.gpu import SmiChannel
 from grpo_ui.backends.remote.ssh import Pool
 from grpo_ui.jobs.store import Store
-from grpo_ui.spec.model import spec_to_yaml, validate_spec
+from grpo_ui.spec.yaml_io import spec_to_yaml, validate_spec
 from tests.hosts import stop_active_jobs
 from tests.test_launcher import job_pids, wait_for
 from tests.test_monitor import collect

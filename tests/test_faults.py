@@ -19,7 +19,7 @@ from grpo_ui.backends.remote.runner import SshRunner
 from grpo_ui.jobs.follow import Watcher
 from grpo_ui.jobs.service import Jobs, LaunchError
 from grpo_ui.jobs.store import Store
-from grpo_ui.spec.model import spec_to_yaml, validate_spec
+from grpo_ui.spec.yaml_io import spec_to_yaml, validate_spec
 from tests.hosts import stop_active_jobs
 from tests.test_launcher import env_dir, job_pids, jobs, launch, wait_for, workload_spec  # noqa: F401 - fixtures
 

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from grpo_ui.spec import form
-from grpo_ui.spec.model import ARGS, SETTINGS, JobSpec, load_spec, with_changes
+from grpo_ui.spec.model import ARGS, SETTINGS, JobSpec
+from grpo_ui.spec.paths import with_changes
+from grpo_ui.spec.yaml_io import load_spec
 from tests.test_swift_acceptance import sample_values
 
 EVERY_SETTING = Path(__file__).parent / "fixtures" / "every_setting.yaml"

@@ -22,8 +22,9 @@ from grpo_ui.checks.rules import validate
 from grpo_ui.jobs.follow import Watcher
 from grpo_ui.jobs.service import Jobs
 from grpo_ui.jobs.store import Store
-from grpo_ui.spec.model import SpecError, spec_from_yaml, spec_to_yaml, validate_spec
+from grpo_ui.spec.errors import SpecError
 from grpo_ui.spec.swift_cli import train_command
+from grpo_ui.spec.yaml_io import spec_from_yaml, spec_to_yaml, validate_spec
 
 ROOT = Path(__file__).parent.parent
 
@@ -119,7 +120,8 @@ def test_deep_yaml_breaks_the_parsers_themselves(loader):
 
 CHECK_IN_SUBPROCESS = """
 import sys
-from grpo_ui.spec.model import SpecError, spec_from_yaml
+from grpo_ui.spec.errors import SpecError
+from grpo_ui.spec.yaml_io import spec_from_yaml
 try:
     spec_from_yaml(sys.stdin.read(), "upload.yaml")
     print("loaded")

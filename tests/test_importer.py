@@ -10,9 +10,10 @@ from grpo_ui.core.findings import has_errors
 from grpo_ui.importer import import_scripts, import_uploads
 from grpo_ui.importer.bash import parse
 from grpo_ui.launch.render import render
-from grpo_ui.spec.model import SpecError, spec_to_yaml
+from grpo_ui.spec.errors import SpecError
 from grpo_ui.spec.resolve import resolve
 from grpo_ui.spec.swift_cli import train_command
+from grpo_ui.spec.yaml_io import spec_to_yaml
 
 HEAD = "swift rlhf --rlhf_type grpo --dataset d --reward_funcs format "
 

@@ -17,7 +17,7 @@ import pytest
 from grpo_ui.backends.remote.ssh import Connection
 from grpo_ui.jobs.service import HANDLE, Jobs, LaunchError
 from grpo_ui.jobs.store import Store
-from grpo_ui.spec.model import validate_spec
+from grpo_ui.spec.yaml_io import validate_spec
 from tests.hosts import stop_active_jobs
 from tests.tiny_job import SWIFT_VENV
 

@@ -51,8 +51,10 @@ from grpo_ui.memory.estimate import (
     vllm_kv,
     vllm_weight_bytes,
 )
-from grpo_ui.spec.model import JobSpec, load_spec, spec_to_yaml, with_changes
+from grpo_ui.spec.model import JobSpec
+from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.resolve import resolve
+from grpo_ui.spec.yaml_io import load_spec, spec_to_yaml
 
 ROOT = Path(__file__).parent.parent
 BASE = {"train.model": "Qwen/Qwen2.5-7B-Instruct", "train.dataset": ["d"], "train.reward_funcs": ["accuracy"],

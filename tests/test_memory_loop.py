@@ -18,7 +18,7 @@ from grpo_ui.jobs.store import Store
 from grpo_ui.knowledge.catalog import fetch_hf_config
 from grpo_ui.launch.plan import estimate_at_launch
 from grpo_ui.memory.estimate import estimate_spec
-from grpo_ui.spec.model import spec_to_yaml, validate_spec
+from grpo_ui.spec.yaml_io import spec_to_yaml, validate_spec
 from tests.test_catalog import QWEN25_7B_CONFIG
 from tests.test_monitor import V3_LINE
 

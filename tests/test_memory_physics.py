@@ -13,7 +13,8 @@ import pytest
 
 from grpo_ui.knowledge.catalog import ModelArch
 from grpo_ui.memory.estimate import CKPT_RECOMPUTE, inputs_from_spec, layer_activation_bytes, logits
-from grpo_ui.spec.model import JobSpec, with_changes
+from grpo_ui.spec.model import JobSpec
+from grpo_ui.spec.paths import with_changes
 
 PROBE = Path(__file__).parent / "memory_probe.py"
 QWEN3 = {"model_type": "qwen3", "hidden_size": 256, "num_attention_heads": 8, "num_key_value_heads": 2,

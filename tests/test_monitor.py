@@ -29,7 +29,7 @@ from grpo_ui.doctor.metrics import (
 from grpo_ui.jobs.follow import Watcher
 from grpo_ui.jobs.service import Jobs
 from grpo_ui.jobs.store import Store
-from grpo_ui.spec.model import validate_spec
+from grpo_ui.spec.yaml_io import validate_spec
 from tests.hosts import stop_active_jobs
 
 DATA = Path(__file__).parent / "data"

@@ -15,7 +15,7 @@ import pytest
 
 from grpo_ui.backends.preflight import preflight
 from grpo_ui.backends.remote.ssh import Pool
-from grpo_ui.spec.model import validate_spec
+from grpo_ui.spec.yaml_io import validate_spec
 from tests.tiny_job import SWIFT_VENV
 
 GPU0, GPU1 = "GPU-0b7c3a6e-2b4d-4c8e-9f10-1a2b3c4d5e6f", "GPU-5f1c9d2a-7e3b-4f6a-8c1d-2e3f4a5b6c7d"

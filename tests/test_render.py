@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from grpo_ui.launch.render import render, write_bundle
-from grpo_ui.spec.model import JobSpec, with_changes
+from grpo_ui.spec.model import JobSpec
+from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.swift_cli import train_command
 
 BASE = {"train.model": "Qwen/Qwen2.5-7B-Instruct", "train.dataset": ["AI-MO/NuminaMath-TIR#1000"],

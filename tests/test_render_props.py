@@ -14,7 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from grpo_ui.launch.render import render
-from grpo_ui.spec.model import ARGS, JobSpec, SpecError, check_host, with_changes
+from grpo_ui.spec.errors import SpecError
+from grpo_ui.spec.model import ARGS, JobSpec
+from grpo_ui.spec.names import check_host
+from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.resolve import resolve
 from grpo_ui.spec.swift_cli import train_command
 

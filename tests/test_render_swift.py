@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 from grpo_ui.launch.render import render, write_bundle
-from grpo_ui.spec.model import validate_spec
+from grpo_ui.spec.yaml_io import validate_spec
 from tests.tiny_job import ASSETS, tiny_spec_data
 
 

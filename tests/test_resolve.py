@@ -12,7 +12,8 @@ from grpo_ui.checks import check, rules
 from grpo_ui.knowledge.catalog import find_model, from_hf_config
 from grpo_ui.launch import render
 from grpo_ui.spec import resolve
-from grpo_ui.spec.model import JobSpec, with_changes
+from grpo_ui.spec.model import JobSpec
+from grpo_ui.spec.paths import with_changes
 
 BATCH_ERRORS = {"GRPO-GEN-BATCH-DIV", "GRPO-GEN-BATCH-MISMATCH", "GRPO-STEPS-PER-GEN", "GRPO-BATCH-DIV"}
 

@@ -7,7 +7,9 @@ import pytest
 from grpo_ui.checks.check import check
 from grpo_ui.checks.rules import RULES, validate
 from grpo_ui.importer import import_scripts
-from grpo_ui.spec.model import JobSpec, load_spec, with_changes
+from grpo_ui.spec.model import JobSpec
+from grpo_ui.spec.paths import with_changes
+from grpo_ui.spec.yaml_io import load_spec
 
 BASE = {"train.model": "Qwen/Qwen2.5-7B-Instruct", "train.dataset": ["d"], "train.reward_funcs": ["accuracy"],
         "train.num_generations": 4, "train.dataloader_num_workers": 4, "rollout.use_vllm": True,

@@ -23,7 +23,8 @@ from grpo_ui.jobs.service import ENDED, HANDLE, STATUS, Jobs
 from grpo_ui.jobs.store import Store
 from grpo_ui.launch.plan import make_plan
 from grpo_ui.launch.render import render
-from grpo_ui.spec.model import SpecError, spec_to_yaml, validate_spec
+from grpo_ui.spec.errors import SpecError
+from grpo_ui.spec.yaml_io import spec_to_yaml, validate_spec
 from tests.hosts import stop_active_jobs
 from tests.slurm import describe
 from tests.test_launcher import SERVER_WORKLOAD, wait_for

@@ -2,20 +2,13 @@
 
 import pytest
 
-from grpo_ui.spec.model import (
-    ARGS,
-    ARGS_BY_PATH,
-    GROUPS,
-    JobSpec,
-    Node,
-    SpecError,
-    get_path,
-    parse_version,
-    spec_from_yaml,
-    spec_to_yaml,
-    with_changes,
-)
+from grpo_ui.spec.cluster import Node
+from grpo_ui.spec.errors import SpecError
+from grpo_ui.spec.fields import GROUPS, parse_version
+from grpo_ui.spec.model import ARGS, ARGS_BY_PATH, JobSpec
+from grpo_ui.spec.paths import get_path, with_changes
 from grpo_ui.spec.resolve import resolve
+from grpo_ui.spec.yaml_io import spec_from_yaml, spec_to_yaml
 
 
 def full_spec() -> JobSpec:

@@ -15,7 +15,8 @@ from grpo_ui.core.private import PrivateFileError, home
 from grpo_ui.jobs.service import Jobs, LaunchError
 from grpo_ui.jobs.store import DuplicateJob, Store, StoreError
 from grpo_ui.launch.render import render
-from grpo_ui.spec.model import SpecError, validate_spec
+from grpo_ui.spec.errors import SpecError
+from grpo_ui.spec.yaml_io import validate_spec
 
 ROOT = Path(__file__).parent.parent
 

@@ -11,7 +11,8 @@ from typing import Literal, Union, get_args, get_origin
 
 import pytest
 
-from grpo_ui.spec.model import ARGS, JobSpec, with_changes
+from grpo_ui.spec.model import ARGS, JobSpec
+from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.swift_cli import rollout_command, train_command
 
 PROBE = r"""

@@ -7,9 +7,11 @@ import pytest
 from grpo_ui.checks.check import check
 from grpo_ui.core.shell import join as shell_join
 from grpo_ui.importer import import_scripts
-from grpo_ui.spec.model import JobSpec, spec_from_yaml, spec_to_yaml, with_changes
+from grpo_ui.spec.model import JobSpec
+from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.resolve import dialect_of, effective_output_dir, model_name
 from grpo_ui.spec.swift_cli import rollout_command, train_command
+from grpo_ui.spec.yaml_io import spec_from_yaml, spec_to_yaml
 
 BASE = {"train.model": "Qwen/Qwen2.5-7B-Instruct", "train.dataset": ["AI-MO/NuminaMath-TIR#1000"],
         "train.reward_funcs": ["accuracy", "format"], "train.num_generations": 4, "train.tuner_type": "lora",

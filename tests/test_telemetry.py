@@ -16,7 +16,7 @@ from grpo_ui.doctor.diagnose import diagnose
 from grpo_ui.doctor.snapshot import Snapshot
 from grpo_ui.jobs.service import Jobs
 from grpo_ui.jobs.store import Store
-from grpo_ui.spec.model import validate_spec
+from grpo_ui.spec.yaml_io import validate_spec
 from tests.test_launcher import launch, wait_for
 
 DATA = Path(__file__).parent / "data" / "nvidia-smi"

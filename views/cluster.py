@@ -12,7 +12,7 @@ from grpo_ui.core.findings import SEVERITY_ICON, sort_findings
 from grpo_ui.jobs.service import backend_for
 from grpo_ui.launch.plan import make_plan
 from grpo_ui.spec import form
-from grpo_ui.spec.model import with_changes
+from grpo_ui.spec.paths import with_changes
 from views import drafts
 
 

@@ -20,18 +20,12 @@ from grpo_ui.knowledge.catalog import from_hf_config, parse_hf_config
 from grpo_ui.launch.render import render
 from grpo_ui.memory.estimate import ESTIMATE_MARGIN, estimate_spec
 from grpo_ui.spec import form
-from grpo_ui.spec.model import (
-    ARGS,
-    GROUPS,
-    ArgDecl,
-    Decl,
-    JobSpec,
-    SpecError,
-    spec_from_yaml,
-    spec_to_yaml,
-    with_changes,
-)
+from grpo_ui.spec.errors import SpecError
+from grpo_ui.spec.fields import GROUPS, ArgDecl, Decl
+from grpo_ui.spec.model import ARGS, JobSpec
+from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.resolve import resolve
+from grpo_ui.spec.yaml_io import spec_from_yaml, spec_to_yaml
 from views import drafts
 from views.memory_chart import memory_chart
 

@@ -7,8 +7,9 @@ import streamlit as st
 
 from grpo_ui.jobs import drafts
 from grpo_ui.jobs.drafts import Draft
-from grpo_ui.spec.model import JobSpec, spec_to_yaml
+from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.presets import presets
+from grpo_ui.spec.yaml_io import spec_to_yaml
 from views.service import store
 
 FORM_KEYS = ("f:", "nodes", "base_yaml", "saved_yaml", "draft_version")  # the Configure form's state of a draft

@@ -12,7 +12,7 @@ import streamlit as st
 from grpo_ui.core.findings import error_list
 from grpo_ui.jobs.memory_loop import comparison
 from grpo_ui.jobs.service import HANDLE, override_note
-from grpo_ui.spec.model import spec_from_yaml
+from grpo_ui.spec.yaml_io import spec_from_yaml
 from views import drafts
 from views.service import store
 

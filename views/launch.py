@@ -11,7 +11,9 @@ import streamlit as st
 from grpo_ui.core.findings import SEVERITY_ICON, error_list, sort_findings
 from grpo_ui.jobs.service import LaunchError
 from grpo_ui.launch.plan import LaunchPlan
-from grpo_ui.spec.model import JobSpec, SpecError, spec_to_yaml
+from grpo_ui.spec.errors import SpecError
+from grpo_ui.spec.model import JobSpec
+from grpo_ui.spec.yaml_io import spec_to_yaml
 from views import drafts
 from views.service import jobs
 

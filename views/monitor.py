@@ -19,7 +19,7 @@ from grpo_ui.doctor.stacks import parse_dumps
 from grpo_ui.jobs.follow import STACKS, STACKS_AT, Watcher
 from grpo_ui.jobs.memory_loop import comparison, record_peaks
 from grpo_ui.jobs.service import HANDLE, STATUS, override_note
-from grpo_ui.spec.model import spec_from_yaml
+from grpo_ui.spec.yaml_io import spec_from_yaml
 from views.boundary import guarded
 from views.service import jobs
 

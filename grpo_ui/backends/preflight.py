@@ -17,7 +17,9 @@ from grpo_ui.backends.remote.ssh import Pool, SshError, UnknownHostKey
 from grpo_ui.core import shell
 from grpo_ui.core.findings import Finding, finding
 from grpo_ui.knowledge.compat import conflicts
-from grpo_ui.spec.model import JobSpec, Node, parse_version
+from grpo_ui.spec.cluster import Node
+from grpo_ui.spec.fields import parse_version
+from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.resolve import Resolved, resolve
 
 PACKAGES = ("ms-swift", "torch", "vllm", "trl", "transformers", "deepspeed")

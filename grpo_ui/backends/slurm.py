@@ -28,7 +28,7 @@ from grpo_ui.core import shell
 from grpo_ui.core.findings import Finding, finding
 from grpo_ui.launch.plan import LaunchPlan
 from grpo_ui.launch.render import Bundle, secrets_file, slurm_gpus
-from grpo_ui.spec.model import Node
+from grpo_ui.spec.cluster import Node
 
 PROBE_WAIT = 20  # seconds the preflight's srun waits for an allocation (--immediate) before giving up
 STOP_WAIT = 60   # seconds, on top of the grace, a cancelled job may stay COMPLETING while Slurm kills its tasks

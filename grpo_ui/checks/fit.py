@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from itertools import combinations
 
 from grpo_ui.memory.estimate import estimate_spec
-from grpo_ui.spec.model import JobSpec, SpecError, with_changes
+from grpo_ui.spec.errors import SpecError
+from grpo_ui.spec.model import JobSpec
+from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.resolve import Resolved, resolve
 
 

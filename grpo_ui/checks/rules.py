@@ -11,8 +11,9 @@ from collections.abc import Callable, Iterator
 
 from grpo_ui.core.findings import Finding, finding
 from grpo_ui.knowledge.catalog import find_model, params_from_name
-from grpo_ui.spec.model import BUILTIN_REWARDS, JobSpec
+from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.resolve import Resolved, resolve
+from grpo_ui.spec.swift_args import BUILTIN_REWARDS
 
 # id → (what it checks, the ms-swift check or field report it covers)
 RULES: dict[str, tuple[str, str]] = {

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from grpo_ui.spec.model import SpecError, check_name
+from grpo_ui.spec.errors import SpecError
+from grpo_ui.spec.names import check_name
 
 
 def job_id(text: str) -> str:

@@ -9,7 +9,7 @@ import sys
 from grpo_ui.core.findings import format_findings, has_errors, sort_findings
 from grpo_ui.doctor.diagnose import diagnose
 from grpo_ui.doctor.logfiles import LogFileError, snapshot
-from grpo_ui.spec.model import load_spec
+from grpo_ui.spec.yaml_io import load_spec
 
 
 def add_parser(sub) -> None:

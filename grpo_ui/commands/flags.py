@@ -6,7 +6,8 @@ from __future__ import annotations
 import typing
 
 from grpo_ui.spec import form
-from grpo_ui.spec.model import ARGS, GROUPS, SETTINGS
+from grpo_ui.spec.fields import GROUPS
+from grpo_ui.spec.model import ARGS, SETTINGS
 
 DIALECT_VERSIONS = {"≥ 4.1": "4.6", "4.0": "4.0", "3.5–3.12": "3.12", "3.2–3.4": "3.4"}
 

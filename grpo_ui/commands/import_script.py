@@ -7,7 +7,8 @@ from pathlib import Path
 
 from grpo_ui.core.findings import format_findings
 from grpo_ui.importer import import_scripts
-from grpo_ui.spec.model import SpecError, spec_to_yaml
+from grpo_ui.spec.errors import SpecError
+from grpo_ui.spec.yaml_io import spec_to_yaml
 
 
 def add_parser(sub) -> None:

@@ -11,7 +11,7 @@ from grpo_ui.core.findings import format_findings
 from grpo_ui.jobs.service import Jobs, LaunchError
 from grpo_ui.jobs.store import Store
 from grpo_ui.launch.plan import LaunchPlan
-from grpo_ui.spec.model import load_spec
+from grpo_ui.spec.yaml_io import load_spec
 
 
 def add_parser(sub) -> None:

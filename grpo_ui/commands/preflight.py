@@ -10,7 +10,8 @@ from grpo_ui.backends.remote.ssh import Pool, UnknownHostKey, trust_host_key
 from grpo_ui.core.findings import format_findings, has_errors
 from grpo_ui.jobs.service import backend_for
 from grpo_ui.launch.plan import make_plan
-from grpo_ui.spec.model import Node, load_spec
+from grpo_ui.spec.cluster import Node
+from grpo_ui.spec.yaml_io import load_spec
 
 
 def add_parser(sub) -> None:

@@ -7,7 +7,7 @@ import time
 from grpo_ui.commands import job_id
 from grpo_ui.core.findings import format_findings, has_errors
 from grpo_ui.launch.render import render, write_bundle
-from grpo_ui.spec.model import load_spec
+from grpo_ui.spec.yaml_io import load_spec
 
 
 def add_parser(sub) -> None:

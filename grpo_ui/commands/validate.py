@@ -6,7 +6,7 @@ import json
 
 from grpo_ui.checks.check import check
 from grpo_ui.core.findings import format_findings, has_errors, sort_findings
-from grpo_ui.spec.model import load_spec
+from grpo_ui.spec.yaml_io import load_spec
 
 
 def add_parser(sub) -> None:

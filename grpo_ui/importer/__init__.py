@@ -25,9 +25,11 @@ from grpo_ui.importer.build import (
     validated,
 )
 from grpo_ui.importer.decode import decode
-from grpo_ui.spec.model import JobSpec, SpecError, spec_from_yaml
+from grpo_ui.spec.errors import SpecError
+from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.resolve import dialect_of
 from grpo_ui.spec.swift_cli import SERVER_FLAGS, TRAIN_FLAGS
+from grpo_ui.spec.yaml_io import spec_from_yaml
 
 __all__ = ["import_scripts", "import_uploads"]
 

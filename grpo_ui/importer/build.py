@@ -13,8 +13,11 @@ import yaml
 
 from grpo_ui.core.findings import Finding, finding
 from grpo_ui.importer.bash import Invocation, Notice, Word
-from grpo_ui.spec.model import JobSpec, SpecError, parse_version, validate_spec
+from grpo_ui.spec.errors import SpecError
+from grpo_ui.spec.fields import parse_version
+from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.swift_cli import FLAG_LIFETIMES, coerce, flag_missing_in
+from grpo_ui.spec.yaml_io import validate_spec
 
 LAUNCH_ENV = ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NPROC_PER_NODE", "CUDA_VISIBLE_DEVICES")
 SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)

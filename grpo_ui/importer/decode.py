@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from grpo_ui.core.findings import Finding, finding
-from grpo_ui.spec.model import SpecError
+from grpo_ui.spec.errors import SpecError
 
 MAX_BYTES = 1 << 20  # a launch script is a few KiB; anything this large is a log, a checkpoint or the wrong file
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from grpo_ui.core.findings import Finding, finding
 from grpo_ui.importer.build import LAUNCH_ENV, LOOPBACK, SECRET_ENV, Call, Draft
-from grpo_ui.spec.model import JobSpec, parse_version
+from grpo_ui.spec.fields import parse_version
+from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.resolve import resolve
 
 SHARED_WITH_ROLLOUT = ("model_type", "template", "external_plugins", "multi_turn_scheduler")  # rollout_command adds

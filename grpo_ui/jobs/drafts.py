@@ -12,8 +12,10 @@ from dataclasses import dataclass
 
 from grpo_ui.core.private import home, private_file
 from grpo_ui.jobs.store import Store
-from grpo_ui.spec.model import JobSpec, SpecError, spec_from_yaml, spec_to_yaml
+from grpo_ui.spec.errors import SpecError
+from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.presets import presets
+from grpo_ui.spec.yaml_io import spec_from_yaml, spec_to_yaml
 
 
 @dataclass(frozen=True)

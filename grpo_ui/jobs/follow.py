@@ -30,8 +30,9 @@ from grpo_ui.doctor.snapshot import job_settings, overdue
 from grpo_ui.jobs.memory_loop import record_peaks
 from grpo_ui.jobs.service import Jobs
 from grpo_ui.jobs.store import ACTIVE
-from grpo_ui.spec.model import JobSpec, spec_from_yaml
+from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.resolve import resolve
+from grpo_ui.spec.yaml_io import spec_from_yaml
 
 LOGGING_PATH = "logging_jsonl"  # job_meta key: where rank 0 writes logging.jsonl, once known
 STACKS, STACKS_AT = "stacks", "stacks_at"  # job_meta keys: the last py-spy dumps of every rank, and when

@@ -7,8 +7,9 @@ from __future__ import annotations
 import time
 
 from grpo_ui.jobs.store import Store
-from grpo_ui.spec.model import JobSpec, spec_from_yaml
+from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.resolve import resolve
+from grpo_ui.spec.yaml_io import spec_from_yaml
 
 EXPORTED = "grpo-ui export"  # the calibration rows' 'added' value
 

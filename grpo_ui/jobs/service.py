@@ -34,7 +34,8 @@ from grpo_ui.jobs.store import DuplicateJob, Store
 from grpo_ui.jobs.telemetry import Collector
 from grpo_ui.knowledge.catalog import fetch_hf_config
 from grpo_ui.launch.plan import LaunchPlan, make_plan
-from grpo_ui.spec.model import JobSpec, spec_from_yaml, spec_to_yaml
+from grpo_ui.spec.model import JobSpec
+from grpo_ui.spec.yaml_io import spec_from_yaml, spec_to_yaml
 
 HANDLE, STATUS, OWNER, OVERRIDE = "backend_handle", "backend_status", "launcher", "override"  # job_meta keys
 BACKENDS: dict[str, type[Backend]] = {"ssh": SshBackend, "slurm": SlurmBackend}

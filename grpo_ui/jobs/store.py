@@ -19,7 +19,7 @@ from pathlib import Path
 
 from grpo_ui.core.errors import UserError
 from grpo_ui.core.private import data_dir_path, private_dir, private_file, safe_parent
-from grpo_ui.spec.model import check_name
+from grpo_ui.spec.names import check_name
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (

@@ -18,8 +18,11 @@ import yaml
 from grpo_ui.checks import rules
 from grpo_ui.core import shell
 from grpo_ui.core.findings import Finding, finding
-from grpo_ui.spec.model import JobSpec, Node, check_name, sbatch_option
+from grpo_ui.spec.cluster import Node
+from grpo_ui.spec.model import JobSpec
+from grpo_ui.spec.names import check_name
 from grpo_ui.spec.resolve import SLURM_MASTER_PORT, Resolved, resolve
+from grpo_ui.spec.slurm import sbatch_option
 from grpo_ui.spec.swift_cli import TRAIN_FLAGS, coerce, rollout_command, train_command
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"

@@ -14,7 +14,10 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from grpo_ui.spec.model import ARGS, SETTINGS, Decl, JobSpec, SettingDecl, SpecError, with_changes
+from grpo_ui.spec.errors import SpecError
+from grpo_ui.spec.fields import Decl, SettingDecl
+from grpo_ui.spec.model import ARGS, SETTINGS, JobSpec
+from grpo_ui.spec.paths import with_changes
 
 # The fields drawn as widgets (the node settings are the node table's columns).
 FORM_FIELDS: tuple[Decl, ...] = (*ARGS, *(d for d in SETTINGS if not d.per_node))

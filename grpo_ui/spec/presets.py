@@ -5,7 +5,8 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from grpo_ui.spec.model import JobSpec, spec_from_yaml
+from grpo_ui.spec.model import JobSpec
+from grpo_ui.spec.yaml_io import spec_from_yaml
 
 PRESETS = Path(__file__).parents[1] / "knowledge" / "data" / "presets"
 

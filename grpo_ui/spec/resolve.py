@@ -18,7 +18,9 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from grpo_ui.knowledge.catalog import ModelArch, find_gpu, find_model, from_hf_config
-from grpo_ui.spec.model import JobSpec, Node, parse_version
+from grpo_ui.spec.cluster import Node
+from grpo_ui.spec.fields import parse_version
+from grpo_ui.spec.model import JobSpec
 
 DIALECTS = {"4.1+": "ms-swift ≥ 4.1", "4.0": "ms-swift 4.0", "3.5-3.12": "ms-swift 3.5–3.12",
             "3.2-3.4": "ms-swift 3.2–3.4"}

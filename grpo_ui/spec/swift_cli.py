@@ -17,7 +17,8 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from grpo_ui.core.findings import Finding, finding
-from grpo_ui.spec.model import ARGS, ArgDecl, JobSpec, parse_version
+from grpo_ui.spec.fields import ArgDecl, parse_version
+from grpo_ui.spec.model import ARGS, JobSpec
 from grpo_ui.spec.resolve import Resolved, resolve
 
 LAUNCH_ENV = ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NPROC_PER_NODE", "CUDA_VISIBLE_DEVICES")

@@ -15,7 +15,7 @@ import paramiko
 
 from grpo_ui.backends.remote.ssh import Connection, Pool, Result, SshError
 from grpo_ui.core import shell
-from grpo_ui.spec.model import Node
+from grpo_ui.spec.cluster import Node
 
 
 class Runner(Protocol):

@@ -1,0 +1,70 @@
+"""Names that reach a shell, a file system or another host: job names and ids, host names and addresses,
+environment variable names, and which of them are secrets (their values travel in a 0600 file, never in a spec)."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+from grpo_ui.spec.errors import SpecError
+
+# Set by the node scripts themselves (GRPO_UI_RUN by the launcher): a spec's env must not change them.
+RESERVED_ENV = ("NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NNODES", "NPROC_PER_NODE", "CUDA_VISIBLE_DEVICES",
+                "GRPO_UI_RUN")
+SECRET_NAME = re.compile(r"(_TOKEN|_KEY)$|PASSWORD|SECRET", re.IGNORECASE)  # values travel in the secrets file
+
+
+def check_env_names(names, reserved: tuple[str, ...] = RESERVED_ENV):
+    """Variable names as bash exports them (they reach scripts unquoted), none of them ``reserved``; ValueError lists
+    the bad ones."""
+    bad = [k for k in names if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
+    if bad:
+        raise ValueError(f"not valid environment variable names: {bad}")
+    taken = [k for k in names if k in reserved]
+    if taken:
+        raise ValueError(f"{', '.join(taken)} cannot be set in env: grpo-ui sets it on every node from the cluster "
+                         "settings" + (" (CUDA_VISIBLE_DEVICES from each node's gpus)" if "CUDA_VISIBLE_DEVICES" in
+                                       taken else ""))
+    return names
+
+
+def check_no_secrets(env: dict[str, str]) -> dict[str, str]:
+    """A spec loaded whole has token-like names moved to secret_env already; one changed field by field must not
+    bring them back (ValueError names them)."""
+    found = [k for k in env if SECRET_NAME.search(k)]
+    if found:
+        raise ValueError(f"{', '.join(found)} look(s) like secrets: list the name in secret_env instead (the value "
+                         "travels in a 0600 file at launch, never in the spec)")
+    return env
+
+
+def check_name(value: str, what: str = "job id", longest: int = 128) -> str:
+    """A name that becomes a file or directory name (job ids, job names): letters, digits, '.', '_' and '-', not
+    starting with '.' or '-' (so never '..' or an option), at most ``longest`` characters. Raises SpecError."""
+    if not re.fullmatch(rf"[A-Za-z0-9_][A-Za-z0-9._-]{{0,{longest - 1}}}", value or ""):
+        raise SpecError([(what, f"{value!r} is not usable as a {what}: use up to {longest} letters, digits, '.', "
+                                "'_' or '-', starting with a letter, digit or '_'")])
+    return value
+
+
+_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+_ALIAS = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}")
+
+
+def check_host(value: str, alias: bool = False) -> str:
+    """An IPv4 or IPv6 address (without brackets: ms-swift adds them in URLs), a host name (RFC 1123) or, with
+    ``alias``, an ~/.ssh/config alias (letters, digits, '.', '_', '-'). ValueError says which forms are accepted."""
+    forms = "an IPv4/IPv6 address, a host name" + (" or an ~/.ssh/config alias" if alias else "")
+    if value.startswith("[") and value.endswith("]"):
+        raise ValueError(f"write the IPv6 address {value[1:-1]!r} without brackets")
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    labels = value.removesuffix(".").split(".")
+    if len(value) <= 253 and all(_LABEL.fullmatch(x) for x in labels) and not all(x.isdigit() for x in labels):
+        return value
+    if alias and _ALIAS.fullmatch(value) and not value.replace(".", "").isdigit():
+        return value
+    raise ValueError(f"{value!r} is not {forms}")

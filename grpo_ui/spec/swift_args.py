@@ -1,0 +1,243 @@
+"""ms-swift's arguments grpo-ui models, each declared once (field names are the ms-swift 4.x flag names): ``swift rlhf``'s
+training arguments (TrainArgs), the trainer's rollout arguments (RolloutArgs) and ``swift rollout``'s (ServerArgs).
+
+Set vs default: a field is *set* when it is in its section's ``model_fields_set`` (the user, a preset, an imported
+script or the YAML gave it); otherwise ms-swift's own default for the target version applies. Declared defaults are
+ms-swift's (a test checks them against its argument classes), so rules read effective values from unset fields;
+rendering, YAML export and presets carry exactly the set fields.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from grpo_ui.spec.fields import arg
+from grpo_ui.spec.names import check_host
+
+SUPPORTED_VERSIONS = ("3.2", "3.3", "3.4", "3.5", "3.6", "3.7", "3.8", "3.9", "3.10", "3.11", "3.12",
+                      "4.0", "4.1", "4.2", "4.3", "4.4", "4.5", "4.6")
+DEEPSPEED_PRESETS = ("zero0", "zero1", "zero2", "zero3", "zero2_offload", "zero3_offload")
+TUNER_TYPES = ("lora", "full", "lora_llm", "longlora", "adalora", "llamapro", "adapter", "vera", "boft",
+               "fourierft", "reft", "bone")
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "real", "fipo")
+BUILTIN_REWARDS = ("accuracy", "format", "cosine", "repetition", "soft_overlong", "math", "toolbench", "react_format")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class TrainArgs(_Section):
+    """Arguments of ``swift rlhf --rlhf_type grpo`` other than rollout/vLLM."""
+
+    # model & tuner
+    model: str | None = arg(None, "Hub id or local path of the policy model.", group="model")
+    model_type: str | None = arg(None, "ms-swift model type; auto-detected from the model when empty.", group="model")
+    template: str | None = arg(None, "Chat template; auto-detected when empty.", group="model")
+    system: str | None = arg(None, "System prompt, or a path to a text file with it.", group="model")
+    tuner_type: Literal[TUNER_TYPES] = arg("lora", "lora trains adapters on a frozen base; full trains every weight.",
+                                           group="model", old_name="train_type", renamed_in="4.0")
+    lora_rank: int = arg(8, "LoRA rank r.", group="model", ge=1, le=1024)
+    lora_alpha: int = arg(32, "LoRA alpha (scale = alpha / r).", group="model", ge=1)
+    lora_dropout: float = arg(0.05, "LoRA dropout.", group="model", ge=0, lt=1)
+    target_modules: list[str] = arg(["all-linear"], "Modules that get LoRA adapters: all-linear or name suffixes.",
+                                    group="model")
+    torch_dtype: Literal["bfloat16", "float16", "float32"] | None = arg(
+        None, "Parameter dtype; empty = from config.json.", group="model")
+    attn_impl: str | None = arg(None, "Attention kernel; padding_free needs flash_attn.", group="model",
+                                choices=("flash_attn", "sdpa", "eager"))
+    quant_bits: Literal[4, 8] | None = arg(None, "Load the base model quantized (QLoRA).", group="model")
+    quant_method: Literal["bnb", "hqq", "eetq"] | None = arg(None, "Quantization backend for quant_bits.",
+                                                             group="model")
+    deepspeed: str | None = arg(None, "DeepSpeed preset (zero0…zero3_offload), a JSON file path or a JSON string.",
+                                group="model", choices=DEEPSPEED_PRESETS)
+    fsdp: str | None = arg(None, "fsdp2 or a path to an FSDP2 JSON config; exclusive with deepspeed.", group="model",
+                           choices=("fsdp2",))
+    ref_model: str | None = arg(None, "Separate reference model (full tuning only; default: the initial policy).",
+                                group="model")
+
+    # batch & generation
+    per_device_train_batch_size: int = arg(1, "Completions per device per micro-step.", group="batch", ge=1)
+    per_device_eval_batch_size: int = arg(1, "Completions per device per eval step.", group="batch", ge=1)
+    gradient_accumulation_steps: int | None = arg(None, "Micro-steps per optimizer step (GRPO default 1).",
+                                                  group="batch", ge=1)
+    generation_batch_size: int | None = arg(None, "Completions per rollout (default per_device × world × "
+                                            "steps_per_generation).", group="batch", ge=1, since="3.5")
+    steps_per_generation: int | None = arg(None, "Optimizer micro-steps per rollout (default "
+                                           "gradient_accumulation_steps).", group="batch", since="3.5")
+    num_generations: int = arg(8, "Completions per prompt (the group size G).", group="batch", ge=1)
+    num_generations_eval: int | None = arg(None, "Completions per prompt at evaluation (default num_generations).",
+                                           group="batch", ge=1, since="3.12")
+    max_length: int | None = arg(None, "Prompt length limit in tokens (GRPO).", group="batch", ge=1)
+    max_completion_length: int = arg(512, "Longest completion in tokens.", group="batch", ge=1)
+    truncation_strategy: Literal["left", "delete", "right", "split"] | None = arg(
+        None, "Over-long prompts: left-truncate or delete (GRPO allows only these two).", group="batch")
+    temperature: float = arg(0.9, "Sampling temperature for rollouts.", group="batch", ge=0)
+    top_k: int = arg(-1, "Top-k sampling (-1 = off).", group="batch", old_default=(50, "4.1"))
+    top_p: float = arg(1.0, "Top-p sampling.", group="batch", gt=0, le=1, old_default=(0.9, "4.1"))
+    repetition_penalty: float = arg(1.0, "Repetition penalty.", group="batch", gt=0)
+    stop_words: list[str] = arg([], "Extra stop words for generation.", group="batch")
+
+    # RL loss
+    beta: float | None = arg(None, "KL coefficient (default 0.04); 0 skips the reference model.", group="rl", ge=0)
+    epsilon: float = arg(0.2, "Clip range ε.", group="rl", gt=0)
+    epsilon_high: float | None = arg(None, "Upper clip range (DAPO clip-higher).", group="rl", gt=0)
+    delta: float | None = arg(None, "Two-sided GRPO clip δ.", group="rl", gt=0)
+    num_iterations: int = arg(1, "Updates per rollout batch (μ).", group="rl", ge=1)
+    loss_type: Literal[LOSS_TYPES] | None = arg(None, "Loss normalisation (default grpo).", group="rl")
+    importance_sampling_level: Literal["token", "sequence", "sequence_token"] = arg(
+        "token", "Importance ratio per token (GRPO) or per sequence (GSPO).", group="rl", since="3.7")
+    advantage_estimator: Literal["grpo", "rloo", "reinforce_plus_plus"] = arg(
+        "grpo", "Advantage estimator.", group="rl", since="3.10")
+    scale_rewards: Literal["group", "batch", "none", "gdpo"] | None = arg(
+        None, "Reward normalisation (default follows the estimator).", group="rl", since="3.10")
+    kl_in_reward: bool | None = arg(None, "Put the KL penalty in the reward instead of the loss.", group="rl")
+    dynamic_sample: bool = arg(False, "DAPO dynamic sampling: resample groups with zero reward spread.", group="rl")
+    max_resample_times: int = arg(3, "Resampling rounds for dynamic_sample.", group="rl", ge=0)
+    overlong_filter: bool = arg(False, "Drop truncated completions from the loss.", group="rl")
+    sync_ref_model: bool = arg(False, "Periodically sync the reference model to the policy.", group="rl")
+    log_entropy: bool = arg(False, "Log token entropy statistics.", group="rl", since="3.7")
+    top_entropy_quantile: float = arg(1.0, "Train only on the top-entropy quantile of tokens.", group="rl",
+                                      gt=0, le=1, since="3.7")
+
+    # reward
+    reward_funcs: list[str] = arg([], "Reward functions: built-in names or ones registered by external_plugins.",
+                                  group="reward", choices=BUILTIN_REWARDS)
+    reward_weights: list[float] | None = arg(None, "One weight per reward function and reward model.",
+                                             group="reward")
+    reward_model: list[str] | None = arg(None, "Reward models (hub ids or paths), scored after reward_funcs.",
+                                         group="reward")
+    reward_model_plugin: list[str] | None = arg(None, "One plugin per reward model.", group="reward")
+    external_plugins: list[str] = arg([], "Python files that register rewards or schedulers.", group="reward")
+    soft_max_length: int | None = arg(None, "soft_overlong: length where the penalty reaches its maximum.",
+                                      group="reward", ge=1)
+    soft_cache_length: int | None = arg(None, "soft_overlong: penalty-free margin below soft_max_length.",
+                                        group="reward", ge=1)
+    multi_turn_scheduler: str | None = arg(None, "Multi-turn rollout scheduler name.", group="reward")
+    max_turns: int | None = arg(None, "Maximum turns for multi-turn rollouts.", group="reward", ge=1)
+
+    # data
+    dataset: list[str] = arg([], "Training datasets: id_or_path[:subset][#N].", group="data")
+    val_dataset: list[str] = arg([], "Validation datasets.", group="data")
+    split_dataset_ratio: float = arg(0.0, "Fraction of the training set held out for evaluation.", group="data",
+                                     ge=0, lt=1, old_default=(0.01, "3.6"))
+    dataset_num_proc: int = arg(1, "Processes for dataset preprocessing.", group="data", ge=1)
+    load_from_cache_file: bool = arg(False, "Reuse the datasets preprocessing cache.", group="data")
+    dataset_shuffle: bool = arg(True, "Shuffle the training set.", group="data")
+    dataloader_num_workers: int | None = arg(None, "Dataloader worker processes per rank.", group="data", ge=0)
+
+    # training
+    num_train_epochs: float = arg(3, "Epochs over the dataset.", group="training", gt=0)
+    max_steps: int = arg(-1, "Stop after this many optimizer steps (-1 = epochs decide).", group="training")
+    learning_rate: float | None = arg(None, "Learning rate (default 1e-5 full / 1e-4 LoRA).", group="training",
+                                      gt=0)
+    warmup_ratio: float = arg(0.0, "Warm-up fraction of the steps.", group="training", ge=0, lt=1)
+    warmup_steps: int = arg(0, "Warm-up steps (exclusive with warmup_ratio).", group="training", ge=0)
+    gradient_checkpointing: bool = arg(True, "Recompute activations in backward (less memory, ~30% slower).",
+                                       group="training")
+    use_liger_kernel: bool = arg(False, "Liger fused kernels (chunked log-prob loss, no full logits).",
+                                 group="training")
+    padding_free: bool = arg(False, "Pack sequences without padding (needs flash_attn).", group="training")
+    sequence_parallel_size: int = arg(1, "Ulysses sequence-parallel degree.", group="training", ge=1)
+    ddp_backend: Literal["nccl", "gloo", "hccl", "mpi"] | None = arg(None, "torch.distributed backend.",
+                                                                     group="training")
+    ddp_timeout: int = arg(18000000, "Collective timeout in seconds.", group="training", ge=1)
+    seed: int = arg(42, "Random seed.", group="training")
+    resume_from_checkpoint: str | None = arg(None, "Checkpoint directory to resume from.", group="training")
+
+    # output & logging
+    output_dir: str | None = arg(None, "Where runs are written (a versioned vN-YYYYMMDD-HHMMSS dir inside); "
+                                 "default output/<model name>.", group="output")
+    logging_steps: int = arg(5, "Log metrics every N steps.", group="output", ge=1)
+    save_strategy: Literal["steps", "epoch", "no"] = arg("steps", "When to save checkpoints.", group="output")
+    save_steps: int = arg(500, "Save every N steps.", group="output", ge=1)
+    save_total_limit: int | None = arg(None, "Keep at most N checkpoints.", group="output", ge=1)
+    save_only_model: bool = arg(False, "Skip optimizer state in checkpoints.", group="output")
+    save_on_each_node: bool = arg(False, "Every node saves (needed when output_dir is not shared).",
+                                  group="output")
+    eval_strategy: Literal["steps", "epoch", "no"] | None = arg(None, "When to evaluate.", group="output")
+    eval_steps: int | None = arg(None, "Evaluate every N steps.", group="output", ge=1)
+    report_to: list[str] = arg(["tensorboard"], "Experiment trackers.", group="output",
+                               choices=("tensorboard", "wandb", "swanlab", "none"))
+    log_completions: bool = arg(False, "Write completions.jsonl with prompts, completions and rewards.",
+                                group="output")
+
+    @field_validator("dataset", "reward_funcs", "target_modules", "report_to", "external_plugins")
+    @classmethod
+    def _no_blank_items(cls, v: list[str]) -> list[str]:
+        if any(not str(x).strip() for x in v):
+            raise ValueError("empty entry in the list; remove it")
+        return v
+
+
+class RolloutArgs(_Section):
+    """Trainer-side rollout settings: vLLM colocated with training, or external ``swift rollout`` servers."""
+
+    use_vllm: bool = arg(False, "Generate with vLLM (off: slow transformers generate).", group="rollout")
+    vllm_mode: Literal["colocate", "server"] | None = arg(
+        None, "colocate: vLLM shares the training GPUs; server: separate swift rollout nodes.",
+        group="rollout", since="3.5")
+    vllm_gpu_memory_utilization: float = arg(0.9, "Share of each GPU vLLM reserves (colocate).", group="rollout",
+                                             gt=0, le=1, applies="colocate")
+    vllm_max_model_len: int | None = arg(None, "vLLM context length (colocate); default from the model.",
+                                         group="rollout", ge=1, applies="colocate")
+    vllm_tensor_parallel_size: int = arg(1, "vLLM tensor parallel size (colocate).", group="rollout", ge=1,
+                                         since="3.4", old_name="tensor_parallel_size", renamed_in="3.5",
+                                         applies="colocate")
+    vllm_max_num_seqs: int | None = arg(None, "vLLM concurrent sequences (colocate).", group="rollout", ge=1,
+                                        applies="colocate")
+    num_infer_workers: int | None = arg(
+        None, "ms-swift 3.2–3.4: vLLM engines per node. Empty or the node's GPU count: vLLM shares the training "
+        "GPUs; fewer: vLLM takes the node's last N GPUs and training the others (NPROC_PER_NODE = GPUs − N).",
+        group="rollout", ge=1, until="3.5", applies="colocate")  # 3.5 warns that it is deprecated; 3.6 removed it
+    vllm_enable_prefix_caching: bool = arg(True, "vLLM prefix caching.", group="rollout")
+    vllm_enable_lora: bool = arg(False, "Sync only LoRA deltas to vLLM.", group="rollout", since="3.10")
+    vllm_enforce_eager: bool = arg(False, "Disable CUDA graphs in vLLM (saves memory, slower).", group="rollout")
+    sleep_level: Literal[0, 1, 2] = arg(0, "Colocate, while training: 1 frees vLLM's KV cache and moves its weights "
+                                        "to CPU RAM, 2 discards both.",
+                                        group="rollout", since="3.2.1", applies="colocate")
+    offload_model: bool = arg(False, "Colocate: move the policy to CPU during rollout.", group="rollout",
+                              since="3.2.1", applies="colocate")
+    offload_optimizer: bool = arg(False, "Colocate: move optimizer states to CPU during rollout.",
+                                  group="rollout", since="3.2.1", applies="colocate")
+    move_model_batches: int | None = arg(None, "Sync weights to vLLM in N layer batches (ZeRO-3).",
+                                         group="rollout", ge=1)
+    async_generate: bool = arg(False, "Server mode: roll out the next batch while training.", group="rollout",
+                               applies="server")
+    vllm_server_host: list[str] | None = arg(None, "Rollout server hosts (default: the rollout nodes of the "
+                                             "cluster).", group="rollout", since="3.3.1", applies="server")
+    vllm_server_port: list[int] = arg([8000], "One HTTP port per server host.", group="rollout", since="3.3.1",
+                                      applies="server")
+    vllm_server_group_port: list[int] | None = arg(None, "NCCL weight-sync ports (default 51216 + i).",
+                                                   group="rollout", since="3.12", applies="server")
+    vllm_server_timeout: float = arg(240.0, "Seconds the trainer waits for the servers' /health/.",
+                                     group="rollout", gt=0, applies="server")
+
+    @field_validator("vllm_server_host")
+    @classmethod
+    def _hosts_ok(cls, v: list[str] | None) -> list[str] | None:
+        for i, host in enumerate(v or []):
+            try:
+                check_host(host)
+            except ValueError as e:
+                raise ValueError(f"item {i}: {e}") from None
+        return v
+
+
+class ServerArgs(_Section):
+    """Arguments of ``swift rollout`` on rollout nodes (server mode)."""
+
+    vllm_tensor_parallel_size: int = arg(1, "Tensor parallel size per vLLM engine.", group="server", ge=1,
+                                         old_name="tensor_parallel_size", renamed_in="3.7")
+    vllm_data_parallel_size: int = arg(1, "vLLM engines per rollout node (TP × DP ≤ GPUs).", group="server",
+                                       ge=1, old_name="data_parallel_size", renamed_in="3.7")
+    vllm_gpu_memory_utilization: float = arg(0.9, "Share of each rollout GPU vLLM reserves.", group="server",
+                                             gt=0, le=1, old_name="gpu_memory_utilization", renamed_in="3.7")
+    vllm_max_model_len: int | None = arg(None, "vLLM context length on the server.", group="server", ge=1,
+                                         old_name="max_model_len", renamed_in="3.7")
+    vllm_enable_lora: bool = arg(False, "Accept LoRA adapter syncs.", group="server", since="3.10")
+    vllm_max_lora_rank: int = arg(16, "Largest LoRA rank accepted (≥ train lora_rank).", group="server", ge=1,
+                                  since="3.10")
+    port: int = arg(8000, "HTTP port of each server.", group="server", ge=1, le=65535)
