@@ -22,16 +22,9 @@ import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from grpo_ui.memory.estimate import (
-    GIB,
-    Inputs,
-    MemoryReport,
-    deepspeed_zero2_model_states,
-    deepspeed_zero3_model_states,
-    estimate,
-    inputs_from_spec,
-    weights_only_gib,
-)
+from grpo_ui.memory.estimate import estimate
+from grpo_ui.memory.inputs import Inputs, inputs_from_spec
+from grpo_ui.memory.report import GIB, MemoryReport
 from grpo_ui.spec.fields import parse_version
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.paths import with_changes
@@ -253,3 +246,37 @@ def summary(results: list[Result], pick=lambda r: r.ours) -> Summary | None:
     p90 = errors[0] if len(errors) == 1 else statistics.quantiles(errors, n=10, method="inclusive")[8]
     return Summary(len(pairs), statistics.median(errors), p90, sum(s < -10 for s in signed) / len(signed),
                    statistics.median(signed))
+
+
+# Baselines users have today (for the accuracy benchmark): weights only, and DeepSpeed's model-states estimators.
+
+def weights_only_gib(params: float, bytes_per_param: float = 2.0) -> float:
+    """What `accelerate estimate-memory`-style tools report for inference: parameters × bytes."""
+    return params * bytes_per_param / GIB
+
+
+def deepspeed_zero2_model_states(total_params: int, gpus_per_node: int = 1, nodes: int = 1, cpu_offload: bool = True,
+                                 buffer_factor: float = 1.5) -> tuple[int, int]:
+    """(cpu bytes, gpu bytes) per DeepSpeed's ZeRO-2 estimator: 4 B/param + 16 B/param ÷ GPUs on the GPU without
+    offload (2 B/param with); host: max(4 × GPUs, 16) B/param × 1.5 with offload, else 4 B × GPUs per node × 1.5."""
+    gpus = nodes * gpus_per_node
+    if cpu_offload:
+        return int(total_params * max(4 * gpus, 16) * buffer_factor), int(2 * total_params)
+    return int(total_params * 4 * gpus_per_node * buffer_factor), int(4 * total_params + int(16 * total_params / gpus))
+
+
+def deepspeed_zero3_model_states(total_params: int, largest_layer_params: int, gpus_per_node: int = 1, nodes: int = 1,
+                                 cpu_offload: bool = True, cpu_offload_params: bool = True, zero_init: bool = True,
+                                 buffer_factor: float = 1.5) -> tuple[int, int]:
+    """(cpu bytes, gpu bytes) per DeepSpeed's ZeRO-3 estimator: the largest layer in fp32 (4 B/param) is live on
+    the GPU, plus 18 B/param ÷ GPUs without offload (2 B/param ÷ GPUs when only the optimizer is offloaded)."""
+    gpus, per_node = nodes * gpus_per_node, 1 / nodes
+    largest = 4 * largest_layer_params
+    if cpu_offload and cpu_offload_params:
+        factor = 18 * per_node if zero_init else max(4 * gpus_per_node, 18 * per_node)
+        return int(total_params * factor * buffer_factor), int(largest)
+    if cpu_offload:
+        factor = 16 * per_node if zero_init else max(4 * gpus_per_node, 16 * per_node)
+        return int(total_params * factor * buffer_factor), int(largest + int(2 * total_params / gpus))
+    cpu = largest_layer_params * 4 * gpus_per_node if zero_init else total_params * 4 * gpus_per_node
+    return int(cpu * buffer_factor), int(largest + int(18 * total_params / gpus))

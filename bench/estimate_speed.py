@@ -5,8 +5,9 @@ Baseline in the same run: a weights-only estimate (params × 2 bytes) for the sa
 
 import time
 
+from bench.calibration import weights_only_gib
 from grpo_ui.checks.fit import suggest
-from grpo_ui.memory.estimate import estimate_spec, weights_only_gib
+from grpo_ui.memory.estimate import estimate_spec
 from grpo_ui.spec.yaml_io import load_spec
 
 

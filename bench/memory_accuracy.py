@@ -15,7 +15,7 @@ tuning it: their line is the out-of-sample check (they also take their place in 
 from collections import defaultdict
 
 from bench.calibration import MARGIN_COVERAGE, covered, evaluate, held_out, load, margin, source_key, summary
-from grpo_ui.memory.estimate import ESTIMATE_MARGIN
+from grpo_ui.memory.report import ESTIMATE_MARGIN
 
 DATA = "tests/data/memory_measurements.jsonl"
 FRESH = "fresh"  # "added" prefix of the rows collected after tuning stopped

@@ -13,6 +13,8 @@ import pytest
 from bench.calibration import (
     COMPARE,
     covered,
+    deepspeed_zero2_model_states,
+    deepspeed_zero3_model_states,
     evaluate,
     held_out,
     inputs_of,
@@ -28,29 +30,12 @@ from grpo_ui.checks.fit import suggest
 from grpo_ui.importer import import_scripts
 from grpo_ui.knowledge.catalog import UnknownGpu, find_model, models
 from grpo_ui.knowledge.engines import EngineConfigError
-from grpo_ui.memory.estimate import (
-    ALLOCATOR_RESERVE,
-    ESTIMATE_MARGIN,
-    GENERATE_RESERVE,
-    GIB,
-    UnknownModel,
-    activations,
-    autocast_cache,
-    deepspeed_zero2_model_states,
-    deepspeed_zero3_model_states,
-    estimate,
-    estimate_spec,
-    format_report,
-    inputs_from_spec,
-    logits,
-    lora_params,
-    model_states,
-    sharding_buffers,
-    step_temporaries,
-    vision_activations,
-    vllm_kv,
-    vllm_weight_bytes,
-)
+from grpo_ui.memory.dynamic import activations, autocast_cache, logits, step_temporaries, vision_activations
+from grpo_ui.memory.estimate import ALLOCATOR_RESERVE, GENERATE_RESERVE, estimate, estimate_spec
+from grpo_ui.memory.inputs import inputs_from_spec
+from grpo_ui.memory.report import ESTIMATE_MARGIN, GIB, UnknownModel, format_report
+from grpo_ui.memory.states import lora_params, model_states, sharding_buffers
+from grpo_ui.memory.vllm import vllm_kv, vllm_weight_bytes
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.resolve import resolve

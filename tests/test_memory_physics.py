@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from grpo_ui.knowledge.catalog import ModelArch
-from grpo_ui.memory.estimate import CKPT_RECOMPUTE, inputs_from_spec, layer_activation_bytes, logits
+from grpo_ui.memory.dynamic import CKPT_RECOMPUTE, layer_activation_bytes, logits
+from grpo_ui.memory.inputs import inputs_from_spec
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.paths import with_changes
 

@@ -18,7 +18,8 @@ from grpo_ui.jobs.drafts import Draft
 from grpo_ui.knowledge import catalog
 from grpo_ui.knowledge.catalog import from_hf_config, parse_hf_config
 from grpo_ui.launch.render import render
-from grpo_ui.memory.estimate import ESTIMATE_MARGIN, estimate_spec
+from grpo_ui.memory.estimate import estimate_spec
+from grpo_ui.memory.report import ESTIMATE_MARGIN
 from grpo_ui.spec import form
 from grpo_ui.spec.errors import SpecError
 from grpo_ui.spec.fields import GROUPS, ArgDecl, Decl

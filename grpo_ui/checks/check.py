@@ -9,7 +9,8 @@ from grpo_ui.checks.slurm import slurm_findings
 from grpo_ui.core.findings import Finding, finding
 from grpo_ui.knowledge.catalog import UnknownGpu
 from grpo_ui.knowledge.engines import EngineConfigError
-from grpo_ui.memory.estimate import ESTIMATE_MARGIN, UnknownModel, estimate_spec
+from grpo_ui.memory.estimate import estimate_spec
+from grpo_ui.memory.report import ESTIMATE_MARGIN, UnknownModel
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.resolve import Resolved, resolve
 from grpo_ui.spec.swift_cli import rollout_command, train_command

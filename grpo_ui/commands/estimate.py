@@ -8,7 +8,8 @@ import sys
 
 from grpo_ui.checks.fit import suggest
 from grpo_ui.knowledge.catalog import from_hf_config
-from grpo_ui.memory.estimate import estimate_spec, format_report
+from grpo_ui.memory.estimate import estimate_spec
+from grpo_ui.memory.report import format_report
 from grpo_ui.spec.resolve import resolve
 from grpo_ui.spec.yaml_io import load_spec
 

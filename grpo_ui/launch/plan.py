@@ -16,7 +16,8 @@ from grpo_ui.core.errors import UserError
 from grpo_ui.core.findings import Finding
 from grpo_ui.knowledge.catalog import from_hf_config
 from grpo_ui.launch.render import Bundle, render, run_dir, secrets_file
-from grpo_ui.memory.estimate import UnknownModel, estimate_spec
+from grpo_ui.memory.estimate import estimate_spec
+from grpo_ui.memory.report import UnknownModel
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.names import check_name
 from grpo_ui.spec.resolve import Resolved, resolve
