@@ -1,0 +1,24 @@
+"""Validation: ms-swift's own GRPO checks (argument parsing and trainer init) done up front, plus field advisories.
+
+Each rule is a small function ``(spec, eff) -> findings`` (``eff``: the job's effective values, grpo_ui.spec.resolve)
+registered with ``@rule`` in one module per concern; base.RULES lists every finding id with the ms-swift check or
+field report it stands for.
+"""
+
+from __future__ import annotations
+
+from grpo_ui.checks.rules import batch, cluster, inputs, rewards, rollout, seeds
+from grpo_ui.checks.rules.base import RULES, rules_in
+from grpo_ui.core.findings import Finding
+from grpo_ui.spec.model import JobSpec
+from grpo_ui.spec.resolve import Resolved, resolve
+
+__all__ = ["RULES", "validate"]
+
+ORDER = (inputs, rollout, batch, rewards, cluster, seeds)  # the order findings are reported in
+
+
+def validate(job: JobSpec | Resolved) -> list[Finding]:
+    """Every finding for the job (a spec, or its Resolved values), in rule order."""
+    eff = resolve(job)
+    return [f for module in ORDER for check in rules_in(module) for f in check(eff.spec, eff)]

@@ -1,0 +1,112 @@
+"""The rules' registry: every finding id with the ms-swift check (reference §3 V#/R#) or field report it stands for,
+the ``@rule`` decorator each rule module registers with, and what the rules say about the model."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+
+from grpo_ui.core.findings import Finding
+from grpo_ui.knowledge.catalog import params_from_name
+from grpo_ui.spec.model import JobSpec
+from grpo_ui.spec.resolve import Resolved
+
+# id → (what it checks, the ms-swift check or field report it covers)
+RULES: dict[str, tuple[str, str]] = {
+    "SPEC-MODEL-MISSING": ("a model is given", "swift arg parsing"),
+    "MODEL-BARE-NAME": ("a catalogue model is given as its Hub id (owner/name), not its bare name", "download"),
+    "SPEC-DATASET-MISSING": ("a training dataset is given", "V2"),
+    "IMPORT-UNRESOLVED": ("no value is left to the imported script's shell", "import"),
+    "TRUNCATION-STRATEGY": ("GRPO allows only left or delete truncation", "V4"),
+    "REF-MODEL-LORA": ("no ref_model with LoRA", "V5"),
+    "SOFT-OVERLONG-CACHE": ("soft_overlong needs soft_cache_length < soft_max_length", "V6"),
+    "WARMUP-BOTH": ("warmup_ratio and warmup_steps are exclusive", "V7"),
+    "VLLM-MODE-WITHOUT-VLLM": ("vllm_mode only with use_vllm", "V8"),
+    "VLLM-MODE-REQUIRED": ("vllm_mode required with use_vllm (3.12+)", "V8"),
+    "VLLM-SERVER-NO-HOST": ("server mode needs servers", "V9"),
+    "ASYNC-NEEDS-SERVER": ("async_generate needs server mode", "V10"),
+    "ASYNC-MULTI-TURN": ("async_generate does not support multi-turn", "V11"),
+    "TRAINER-GPU-COUNT": ("every trainer node uses the same number of GPUs (NPROC_PER_NODE)", "V12"),
+    "VLLM-SERVER-PORTS": ("one port (and group port) per server host", "V13"),
+    "VLLM-SERVER-MAX-LEN": ("vllm_max_model_len is ignored in server mode", "V14"),
+    "VLLM-TP-WITHOUT-VLLM": ("TP is reset to 1 without vLLM", "V15"),
+    "VLLM-TP-WORLD": ("colocate TP divides the world size and fits within a node", "V16"),
+    "FSDP-DEEPSPEED": ("FSDP2 and DeepSpeed are exclusive", "V18"),
+    "GRPO-GEN-BATCH-DIV": ("generation_batch_size divisible by the global batch", "V21"),
+    "GRPO-GEN-BATCH-MISMATCH": ("generation_batch_size == per_device × world × steps_per_generation", "V22"),
+    "GRPO-STEPS-PER-GEN": ("steps_per_generation > 0", "V23"),
+    "GRPO-BATCH-DIV": ("generation batch divisible by num_generations", "V24"),
+    "GRPO-EVAL-BATCH-DIV": ("eval batch divisible by num_generations_eval", "V25"),
+    "GRPO-NUM-GEN-MIN": ("num_generations ≥ 2", "V26"),
+    "REWARD-MISSING": ("some reward function or model", "V28"),
+    "REWARD-UNKNOWN": ("reward names are built in or come from external_plugins", "V29"),
+    "REWARD-WEIGHTS-COUNT": ("one weight per reward source", "V30"),
+    "REWARD-PLUGIN-COUNT": ("one reward_model_plugin per reward model", "V30"),
+    "LOSS-REAL-SCALE": ("loss_type real forces scale_rewards none", "V32"),
+    "LIGER-INCOMPATIBLE": ("Liger kernel incompatibilities", "V33"),
+    "PADDING-FREE-ATTN": ("padding_free needs flash attention", "V34"),
+    "VLLM-LORA": ("vllm_enable_lora needs LoRA; server max_lora_rank ≥ lora_rank", "V20 / rollout args"),
+    "SLEEP-LEVEL-IGNORED": ("sleep_level is forced to 0 without colocated vLLM", "rlhf_args.py:346"),
+    "SLEEP-LEVEL-GAS": ("3.2.1–3.3 force gradient_accumulation_steps 1 with sleep_level", "issue #3943"),
+    "OFFLOAD-IGNORED": ("offload_model/offload_optimizer act only in colocate mode", "rollout_mixin"),
+    "VERSION-GEN-AND-STEPS": ("4.0–4.3 reject generation_batch_size and steps_per_generation together", "V22"),
+    "VERSION-FLAG-UNSUPPORTED": ("a set field the target version lacks (reported by swift_cli)", "V1"),
+    "VERSION-MULTI-SERVER": ("one rollout server before 3.7 (reported by swift_cli)", "V13"),
+    "ROLLOUT-GPUS": ("TP × DP fits the rollout node's GPUs", "R4"),
+    "CLUSTER-NO-TRAINER": ("at least one trainer node", "launch"),
+    "CLUSTER-ROLLOUT-UNUSED": ("rollout nodes only in server mode", "launch"),
+    "CLUSTER-GPU-OVERLAP": ("no two nodes on one host share a GPU", "launch / seed 000"),
+    "MASTER-LOOPBACK": ("MASTER_ADDR is routable when NNODES > 1", "seed 003, issue #2485"),
+    "PORT-CLASH": ("rendezvous, server and group ports differ", "launch"),
+    "PATH-RELATIVE-NO-WORKDIR": ("relative model/dataset paths need a workdir to be read from", "hub_utils.py"),
+    "SEED-ZERO3-KL0": ("ZeRO-3, per-device batch 1 and accumulation: parameters not updating", "seed 001"),
+    "SEED-OFFLOAD-STALL": ("offload on a large model stalls between rollout and training", "seed 000"),
+    "SEED-VLLM-UTIL-LOW": ("vLLM share too small for the model's weights and KV cache", "seeds 000, 004"),
+    "SEED-TP-SPANS-NODE": ("colocated TP over every GPU with async/offload on them", "seed 000"),
+    "SEED-OFFLOAD-SMALL": ("offload on a small model leaves GPUs idle", "seed 002"),
+    "SEED-DATALOADER-WORKERS": ("too few dataloader workers starve the GPUs", "seed 002"),
+    "SEED-NODE-DIFFER": ("per-node settings differ in more than NODE_RANK", "seed 003"),
+    "SEED-REF-MODEL": ("beta > 0 with full tuning loads a second full model", "Qwen2_5_32B_full.sh"),
+    "ENV-SECRET-MOVED": ("token-like names in env become secret_env names, their values dropped", "SECURITY.md"),
+}
+
+Rule = Callable[[JobSpec, Resolved], Iterator[Finding]]
+_RULES: list[Rule] = []
+
+
+def rule(fn: Rule) -> Rule:
+    """Register a rule (each rule module's rules, in the order they are written)."""
+    _RULES.append(fn)
+    return fn
+
+
+def rules_in(module) -> list[Rule]:
+    """The rules ``module`` registered, in its order."""
+    return [fn for fn in _RULES if fn.__module__ == module.__name__]
+
+
+# What the rules say about the model (its effective values come from grpo_ui.spec.resolve)
+
+def model_size_b(eff: Resolved) -> float | None:
+    """Billions of parameters: the model's architecture, else its name."""
+    return eff.arch.total_params() / 1e9 if eff.arch else params_from_name(eff.spec.train.model or "")
+
+
+def size_label(eff: Resolved) -> str:
+    """'32B' for Qwen2.5-32B (the size its name gives, not the 32.8 counted), else two significant digits."""
+    named = params_from_name(eff.spec.train.model or "")
+    size = named or model_size_b(eff) or 0
+    return f"{size:g}B" if named else f"{float(f'{size:.2g}'):g}B"
+
+
+def is_multimodal(eff: Resolved) -> bool:
+    """A vision(-language) policy: its architecture has a vision tower, or its name says VL/vision/omni."""
+    return bool(eff.arch and eff.arch.vision) or bool(re.search(
+        r"(?i)(\bvl\b|-vl|vl-|vision|omni|llava|internvl|qvq)", eff.spec.train.model or ""))
+
+
+def _near(values, current, k=2) -> list[int]:
+    """Up to k values on each side of current, nearest first."""
+    below = sorted((v for v in values if v < current), reverse=True)[:k]
+    above = sorted(v for v in values if v > current)[:k]
+    return sorted(below + above, key=lambda v: (abs(v - current), v))
