@@ -5,27 +5,22 @@ parse, and errors (an OOM verdict too) hold export and launch unless overridden 
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import streamlit as st
 
 from grpo_ui.checks import rules
-from grpo_ui.checks.check import check
-from grpo_ui.checks.fit import suggest
-from grpo_ui.core.findings import SEVERITY_ICON, Finding, sort_findings
+from grpo_ui.checks.assess import Assessment, assess
+from grpo_ui.core.findings import SEVERITY_ICON, Finding, by_id, sort_findings
 from grpo_ui.importer import import_uploads
 from grpo_ui.jobs.drafts import Draft
 from grpo_ui.knowledge import catalog
 from grpo_ui.knowledge.catalog import from_hf_config, parse_hf_config
-from grpo_ui.launch.render import render
-from grpo_ui.memory.estimate import estimate_spec
+from grpo_ui.launch.render import Bundle, render
 from grpo_ui.memory.report import ESTIMATE_MARGIN
 from grpo_ui.spec import form
 from grpo_ui.spec.errors import SpecError
 from grpo_ui.spec.fields import GROUPS, ArgDecl, Decl
 from grpo_ui.spec.model import ARGS, JobSpec
 from grpo_ui.spec.paths import with_changes
-from grpo_ui.spec.resolve import resolve
 from grpo_ui.spec.yaml_io import spec_from_yaml, spec_to_yaml
 from views import drafts
 from views.memory_chart import memory_chart
@@ -46,10 +41,10 @@ def base_spec(draft: Draft) -> JobSpec:
     return spec_from_yaml(st.session_state["base_yaml"])
 
 
-def autosave(draft: Draft, spec: JobSpec) -> bool:
-    """Save the form's spec over the tab's draft when it changed; False (nothing saved) when another tab saved the
-    draft since this tab loaded it."""
-    if (text := spec_to_yaml(spec)) != st.session_state["saved_yaml"]:
+def autosave(draft: Draft, spec: JobSpec, text: str) -> bool:
+    """Save the form's spec (``text``: its YAML) over the tab's draft when it changed; False (nothing saved) when
+    another tab saved the draft since this tab loaded it."""
+    if text != st.session_state["saved_yaml"]:
         if not drafts.save(draft, spec):
             return False
         st.session_state["saved_yaml"], st.session_state["draft_version"] = text, draft.version + 1
@@ -136,14 +131,17 @@ def apply_fix(spec: JobSpec, changes: dict) -> None:
     reset_to(with_changes(spec, changes))
 
 
-def dedup(findings: list[Finding]) -> list[Finding]:
-    """One finding per id: the first one's message, every field any of them names, all their one-click changes."""
-    by_id: dict[str, Finding] = {}
-    for f in findings:
-        kept = by_id.get(f.id)
-        by_id[f.id] = f if kept is None else replace(kept, fields=tuple(dict.fromkeys(kept.fields + f.fields)),
-                                                       apply={**kept.apply, **f.apply})
-    return list(by_id.values())
+@st.cache_resource(max_entries=64, show_spinner=False)
+def assessed(text: str, _spec: JobSpec) -> Assessment:
+    """The spec's one assessment, by its content (its YAML): an unchanged spec is not assessed again, in any
+    session of this process."""
+    return assess(_spec)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def rendered(text: str, _a: Assessment, job_id: str) -> Bundle:
+    """The assessed spec's scripts (for the downloads and the preview), by the spec's content and the job id."""
+    return render(_a, job_id)
 
 
 @st.cache_resource
@@ -181,9 +179,8 @@ def gpu_picker(spec: JobSpec, where) -> None:
                     help="As nvidia-smi names it; per node in the Cluster table below when they differ.")
 
 
-def fit_cards(eff, spec: JobSpec) -> None:
+def fit_cards(options, spec: JobSpec) -> None:
     """Make-it-fit: each option as a card with the change it makes and the peak it leads to."""
-    options = suggest(eff)
     if not options:
         return
     st.markdown("**Make it fit** — each option alone, with the trainer GPU's peak it leads to:")
@@ -302,8 +299,9 @@ with st.sidebar:
 
 values = {d.path: field_value(d, base) for d in form.FORM_FIELDS} | values  # hidden ones: as last set
 spec, parse_errors = form.build_spec(base, values, list(nodes))
-eff = resolve(spec)  # the job's effective values, for every step below
-findings = dedup(sort_findings(check(eff))) if not parse_errors else []
+text = spec_to_yaml(spec)
+a = None if parse_errors else assessed(text, spec)  # the job's values, findings, memory and make-it-fit, once
+findings = by_id(sort_findings(a.findings)) if a else []
 said: set[str] = set()
 for path, slot in slots.items():
     cluster_wide = ("cluster", "slurm", "spec")
@@ -313,7 +311,7 @@ for path, slot in slots.items():
         "; ".join(f"{p}: {m}" for p, m in parse_errors.items() if p.startswith(("cluster", "slurm")))
         if path == "cluster"
         else None))
-if draft.version != st.session_state["draft_version"] or not parse_errors and not autosave(draft, spec):
+if draft.version != st.session_state["draft_version"] or not parse_errors and not autosave(draft, spec, text):
     with conflict_slot:
         drafts.changed_elsewhere(draft, spec)
 with picker_slot:
@@ -340,11 +338,10 @@ else:
                     st.button("Apply fix", key=f"fix:{f.id}", on_click=apply_fix, args=(spec, f.apply))
     with left:
         st.markdown("**GPU memory per device**")
-        try:
-            report = estimate_spec(eff)
-        except ValueError as e:  # an unknown model or GPU, an unreadable DeepSpeed/FSDP config
-            st.info(str(e))
-        if report:
+        report = a.memory
+        if report is None:  # an unknown model or GPU, an unreadable DeepSpeed/FSDP config
+            st.info(a.memory_error)
+        else:
             cols = st.columns(len(report.roles) + 1)
             cols[0].metric("Verdict", report.verdict.upper(),
                            help=f"FITS: the peak plus the estimate's measured error margin (+{ESTIMATE_MARGIN:.0%} of "
@@ -363,8 +360,8 @@ else:
                 st.caption(f"{SEVERITY_ICON['warning']} {note}{where}")
             st.plotly_chart(memory_chart(report), width="stretch")
     if report:
-        fit_cards(eff, spec)
-if spec.train.model and (eff.arch is None or spec.train.model in spec.hf_configs):  # unknown, or known from it
+        fit_cards(a.suggestions, spec)
+if a and spec.train.model and (a.resolved.arch is None or spec.train.model in spec.hf_configs):  # unknown, or known from it
     with config_slot:
         config_json_import(spec)
 
@@ -379,14 +376,14 @@ elif blockers:
     override = override_box(draft.id, blockers)
 c1, c2 = st.columns(2)
 held = bool(parse_errors) or bool(blockers and not override)
-c1.download_button("Download job YAML", spec_to_yaml(spec), file_name=f"{spec.name}.yaml", key="dl_yaml",
+c1.download_button("Download job YAML", text, file_name=f"{spec.name}.yaml", key="dl_yaml",
                    disabled=held)
 with steps_slot:
     steps_indicator(spec, findings, parse_errors, report.verdict if report else None, held)
-bundle = None if parse_errors else render(eff, spec.name)
-c2.download_button("Download node scripts (zip)", bundle.zip_bytes() if bundle and not held else b"", disabled=held,
+bundle = None if parse_errors or held else rendered(text, a, spec.name)
+c2.download_button("Download node scripts (zip)", bundle.zip_bytes() if bundle else b"", disabled=held,
                    file_name=f"{spec.name}.zip", key="dl_zip")
-if bundle and not held:
+if bundle:
     first = "node_0.sh" if "node_0.sh" in bundle.files else sorted(bundle.files)[0]
     with st.expander(f"{first} (the Launch page shows every file)"):
         st.code(bundle.files[first], language="bash", wrap_lines=True)
