@@ -54,8 +54,8 @@ def test_root_cause_is_torchruns_first_failure_with_its_error_line(capture, wher
     found, snap = alerts(capture)
     failed = found["NODE-FAILED"]
     assert failed.where == f"{capture}, {where}" and exit_text in failed.title and error in failed.explanation
-    lines = failed.evidence.split("\n")
-    assert len(lines) == 31 and error in lines[-1]  # the error line and the 30 lines before it
+    lines = failed.evidence.split("\n")  # the error line first, then the 30 lines before it
+    assert error in lines[0] and lines[1] == "… the lines before it:" and len(lines) == 32
     assert "TRACEBACK" not in found and snap.job_state == "failed"
 
 

@@ -1,0 +1,271 @@
+"""The errors in a log, wherever they stand: ``scan`` finds each line that tells of a failure (a signature's message,
+or the exception line that ends a Python traceback — also one whose traceback is cut off or mangled) and says what
+it is (signatures.py), who printed it (rank, process), when, and where the code was when it failed: in a reward
+function, a checkpoint save, the weight sync to vLLM, vLLM's sleep/wake, DeepSpeed, the argument checks.
+
+Works on any excerpt: no torchrun header, logging.jsonl or job spec needed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from grpo_ui.doctor import signatures as sig
+from grpo_ui.doctor.lines import Line, parse
+from grpo_ui.doctor.signatures import CAUSE, CONSEQUENCE, NOISE, REPORT, Signature
+
+TB_START = "Traceback (most recent call last):"
+EXCEPTION = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure))"
+                       r"(?::\s?(?P<message>.*))?$")
+FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+), in (?P<function>.+)$')
+NATIVE_FRAME = re.compile(r"^\s*(?:frame #\d+: |#\d+ |\d+ 0x[0-9a-f]+ )(?P<function>.+)$|^\S+\((?P<symbol>[^)]*)\)")
+CARET = re.compile(r"^\s*[\^~]+\s*$")
+PY_WARNING = re.compile(r"^\S+:\d+: \w*Warning: ")  # warnings.warn's line: path:line: UserWarning: …
+ARGS_DUMP_START = re.compile(r"\bargs: \w+Arguments\($")
+ARGS_DUMP_LINE = re.compile(r"^[A-Za-z_][\w.]*=.*,?$")
+NCCL_RANK = re.compile(r"\[(?:PG [^\]]*)?Rank (\d+)\]")
+LOCAL_RANK = re.compile(r"local_rank: (\d+)")
+EXIT_CODE = re.compile(r"exitcode: (-?\d+)")
+SIGNALS = {1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL",
+           11: "SIGSEGV", 13: "SIGPIPE", 15: "SIGTERM"}
+
+# Where the code was: function names (frames) and words (the message, the lines around) of each phase.
+REWARD_FRAMES = re.compile(r"^(?:_?compute_rewards(?:_per_func)?|_?score_completions|_calculate_rewards|"
+                           r"compute_score|_compute_reward\w*)$")
+REWARD_WORDS = re.compile(r"\b\w*reward\w*\(\)")
+SAVE_FRAMES = re.compile(r"(?:^|::|\.)(?:_save_checkpoint|save_model|_save|save_pretrained|save_checkpoint|"
+                         r"_save_optimizer_and_scheduler|save_state|get_state_dict|save_16bit_model|"
+                         r"_zero3_consolidated_16bit_state_dict|save_file|_save_to_state_dict|writeRecord|"
+                         r"PyTorchStreamWriter\w*)\b")
+SAVE_WORDS = re.compile(r"on_model_save|Saving model checkpoint|save_checkpoint|consolidated_16bit_state_dict")
+SYNC_FRAMES = re.compile(r"^(?:update_weights?|update_named_param|update_flattened_params|update_adapter_\w+|"
+                         r"init_communicator|_move_model_to_vllm|_sync_\w*weights?\w*|sync_weights|"
+                         r"_fast_infer_update_weights|broadcast_weights?)$")
+SYNC_WORDS = re.compile(r"\bupdate[_ ]weights?\b|update_named_param|update_flattened_params|init_communicator|"
+                        r"/update_\w+/|\bweight[_ ]sync|sync_weights|_move_model_to_vllm")
+SLEEP_WORDS = re.compile(r"seconds to (?:fall asleep|wake up)|Sleep mode freed|\bwake_up\(|\.sleep\(level")
+ARGS_FILES = re.compile(r"/arguments?/|_args\.py$|arguments\.py$|_config\.py$")
+DEEPSPEED_WORDS = re.compile(r"\bZeRO\b|DeepSpeed|deepspeed")
+NEAR = 8          # lines around an error that tell what the run was doing
+SLEEP_NEAR = 30   # a crash this close after vLLM's sleep/wake lines happened at the switch
+MAX_TRACEBACK = 400
+
+
+@dataclass
+class Event:
+    """One error line of one log and what it means."""
+
+    log: str                 # the log's label (file or node)
+    index: int               # its line in that log
+    line: Line
+    sig: Signature
+    exception: bool = False  # the exception line of a traceback (or a bare one)
+    frames: list[tuple[str, str, str]] = field(default_factory=list)  # (file, line, function) outermost first
+    context: frozenset[str] = frozenset()  # reward / save / sync / sleep / deepspeed / args
+    detail: list[str] = field(default_factory=list)  # lines after it that belong to it
+    traceback: list[str] = field(default_factory=list)  # the traceback it ends
+    before: list[str] = field(default_factory=list)  # without a traceback: the lines before it
+
+    @property
+    def rank(self) -> int | None:
+        if self.line.rank is not None:
+            return self.line.rank
+        m = NCCL_RANK.search(self.line.body)
+        return int(m[1]) if m else None
+
+    @property
+    def local_rank(self) -> int | None:
+        m = LOCAL_RANK.search(self.line.body)
+        return int(m[1]) if m else None
+
+    @property
+    def exit(self) -> str | None:
+        """How the process ended, where the line says: "exit code 1", "signal 11 (SIGSEGV)"."""
+        m = EXIT_CODE.search(self.line.body)
+        if not m:
+            return None
+        code = int(m[1])
+        return f"signal {-code} ({SIGNALS.get(-code, '?')})" if code < 0 else f"exit code {code}"
+
+    @property
+    def where(self) -> str:
+        parts = [self.log]
+        if self.line.process:
+            parts.append(self.line.process)
+        if self.rank is not None:
+            parts.append(f"rank {self.rank}")
+        elif self.local_rank is not None:
+            parts.append(f"local rank {self.local_rank}")
+        return ", ".join(parts)
+
+    @property
+    def own_frame(self) -> tuple[str, str, str] | None:
+        """The innermost frame outside installed packages (the user's code: a reward plugin, a script)."""
+        return next((f for f in reversed(self.frames) if not re.search(r"site-packages|dist-packages|/lib/python",
+                                                                       f[0])), None)
+
+    def evidence(self) -> str:
+        """The error line first, then what belongs to it, then the traceback or the lines before it."""
+        out = [self.line.text, *self.detail]
+        if self.traceback:
+            out += ["… its traceback:", *self.traceback]
+        elif self.before:
+            out += ["… the lines before it:", *self.before]
+        return "\n".join(out)
+
+
+def args_dump_lines(lines: list[str]) -> set[int]:
+    """Indexes of the lines of ms-swift's ``args: RLHFArguments(`` dump (one ``key=value,`` per line, then ``)``)."""
+    out: set[int] = set()
+    inside = False
+    for i, line in enumerate(lines):
+        inside = inside or bool(ARGS_DUMP_START.search(line))
+        if inside:
+            out.add(i)
+            inside = line.strip() != ")"
+    return out
+
+
+def _traceback(parsed: list[Line], i: int) -> tuple[list[int], list[tuple[str, str, str]]]:
+    """The lines of the traceback that ends at ``parsed[i]`` (its frames, code and carets, back to its
+    'Traceback' line or as far as the excerpt goes) and its frames, outermost first."""
+    span, frames = [], []
+    k = i - 1
+    while k >= 0 and i - k <= MAX_TRACEBACK:
+        body = parsed[k].body
+        if m := FRAME.match(body):
+            frames.append((m["file"], m["line"], m["function"].strip()))
+        elif TB_START in body:
+            span.append(k)
+            break
+        elif not (body[:1] in (" ", "\t") or CARET.match(body) or not body.strip()):
+            break
+        span.append(k)
+        k -= 1
+    return span[::-1], frames[::-1]
+
+
+def _native_frames(parsed: list[Line], i: int) -> list[str]:
+    """The function names of a crash dump printed after a crash line (``File "<unknown>", line 0, in f``,
+    ``frame #3: f``, ``/lib/x.so(f+0x1)``)."""
+    out = []
+    for ln in parsed[i + 1:i + 60]:
+        if m := FRAME.match(ln.body):
+            out.append(m["function"])
+        elif m := NATIVE_FRAME.match(ln.body.strip()):
+            out.append(m["function"] or m["symbol"] or "")
+        elif ln.body.strip() and not ln.body.startswith(("=", "[")):
+            break
+    return out
+
+
+def _context(parsed: list[Line], i: int, frames: list[tuple[str, str, str]], native: list[str], message: str,
+             group_ports: set[int]) -> frozenset[str]:
+    functions = [fn.rsplit(".", 1)[-1] for _, _, fn in frames]
+    files = [f for f, _, _ in frames]
+    near = " ".join(ln.body for ln in parsed[max(0, i - NEAR):i + NEAR + 1])
+    found = set()
+    if (any(REWARD_FRAMES.match(fn) for fn in functions) or REWARD_WORDS.search(message)
+            or any("reward" in f.rsplit("/", 1)[-1] for f in files)):
+        found.add("reward")
+    if (any(SAVE_FRAMES.search(fn) for fn in functions + native) or SAVE_WORDS.search(message)
+            or any(fn == "save" and f.endswith("serialization.py") for f, _, fn in frames)):
+        found.add("save")
+    ports = "|".join(str(p) for p in sorted(group_ports))
+    if (any(SYNC_FRAMES.match(fn) for fn in functions) or SYNC_WORDS.search(near)
+            or (ports and re.search(rf"connect(?:ing)? to \(?\S*?[:,] ?(?:{ports})\b", near))):
+        found.add("sync")
+    if (any(SLEEP_WORDS.search(ln.body) for ln in parsed[max(0, i - SLEEP_NEAR):i])
+            or any(fn in ("wake_up", "sleep") and "vllm" in f for f, _, fn in frames)):
+        found.add("sleep")
+    if (files and "deepspeed/" in files[-1]) or DEEPSPEED_WORDS.search(message):
+        found.add("deepspeed")
+    if files and (ARGS_FILES.search(files[-1]) or functions[-1] == "__post_init__"):
+        found.add("args")
+    return frozenset(found)
+
+
+def _message_sign(body: str, level: str | None) -> Signature | None:
+    for s in sig.MESSAGE_SIGNS:
+        if s.pattern.search(body) and (level != "warning" or s.warning_level):
+            return s
+    return sig.PROCESS_DIED if sig.PROCESS_DIED.pattern.search(body) and level != "warning" else None
+
+
+def _refine(found: Signature | None, exception: bool, context: frozenset[str], message: str) -> Signature | None:
+    """What the error is, given where it was raised: an NCCL failure during the weight sync is the weight sync's,
+    a crash at vLLM's sleep/wake is sleep mode's; an exception no message signature names is classed by the code
+    it came from (a reward function, a save, the weight sync, DeepSpeed, the argument checks)."""
+    if found is not None:
+        if found.id in ("NCCL-ERROR", "DIST-INIT") and "sync" in context:
+            return sig.SYNC_FAILED
+        if found.id == "NATIVE-CRASH" and "sleep" in context:
+            return sig.SLEEP_CRASH
+        return found
+    if not exception:
+        return None
+    if "reward" in context:
+        return sig.REWARD_FAILED
+    late = next((s for s in sig.LATE_SIGNS if s.pattern.search(message)), None)
+    if late:
+        return late
+    for name, s in (("save", sig.SAVE_FAILED), ("sync", sig.SYNC_FAILED), ("deepspeed", sig.DEEPSPEED_ERROR),
+                    ("args", sig.ARGS_INVALID)):
+        if name in context:
+            return s
+    return sig.TRACEBACK
+
+
+def _nccl_detail(parsed: list[Line], i: int) -> list[str]:
+    """NCCL's 'Last error:' and the line after it, printed right after torch's NCCL error line."""
+    for k in range(i + 1, min(i + 5, len(parsed))):
+        if parsed[k].body.strip() == "Last error:" and k + 1 < len(parsed):
+            return [parsed[j].text for j in range(i + 1, k + 2)]
+    return []
+
+
+def scan(log: str, lines: list[str], group_ports: set[int] = frozenset()) -> list[Event]:
+    """Every error line of one log, in order."""
+    parsed = [parse(line) for line in lines]
+    skip = args_dump_lines(lines)
+    events: list[Event] = []
+    for i, ln in enumerate(parsed):
+        body = ln.body
+        if i in skip or ln.level == "info" or not body.strip() or FRAME.match(body) or PY_WARNING.match(body):
+            continue
+        if body[:1] in (" ", "\t") and i and FRAME.match(parsed[i - 1].body):
+            continue  # the code line of a frame (it may quote an error message)
+        exc = EXCEPTION.match(body) if ln.level != "warning" else None
+        found = _message_sign(body, ln.level)
+        if found is None and not exc:
+            continue
+        span, frames = _traceback(parsed, i) if exc else ([], [])
+        native = _native_frames(parsed, i) if found is sig.NATIVE_CRASH else []
+        message = body if not exc else (exc["message"] or "")
+        context = _context(parsed, i, frames, native, message, set(group_ports))
+        what = _refine(found, bool(exc), context, message)
+        if what is None:
+            continue
+        before = [] if span else [parsed[k].text for k in range(max(0, i - 3), i) if parsed[k].body.strip()]
+        detail = _nccl_detail(parsed, i) if what.id in ("NCCL-ERROR", "WEIGHT-SYNC-FAILED") else []
+        events.append(Event(log, i, ln, what, bool(exc), frames, context, detail, [parsed[k].text for k in span],
+                            before))
+    return _merge_details(events)
+
+
+def _merge_details(events: list[Event]) -> list[Event]:
+    """An NCCL error whose 'Last error:' line names a more specific cause (two ranks on one GPU) is that cause."""
+    detailed = {(e.log, e.index) for e in events if e.sig.id == "GPU-DUPLICATE"}
+    return [e for e in events
+            if not (e.detail and any((e.log, e.index + k) in detailed for k in range(1, len(e.detail) + 1)))]
+
+
+ROLE_ORDER = {CAUSE: 0, REPORT: 0, CONSEQUENCE: 1, NOISE: 2}
+
+
+def first_failure(events: list[Event]) -> Event | None:
+    """The error one log shows first: its first cause or death report (what follows a process's death in its own
+    log is mostly its consequence), else its first consequence (a collective timing out, a dead engine), else
+    the noise a failure leaves."""
+    return min(events, key=lambda e: (ROLE_ORDER[e.sig.role], e.index), default=None)
