@@ -1,6 +1,7 @@
 """The doctor: turns metrics, log lines, stacks, GPU samples and node states into alerts, each with a plain
-explanation, the evidence (numbers, log lines) and a fix. The live watcher and the `doctor` command call the same
-``diagnose``; the rules on log lines live in failures.py."""
+explanation, the evidence (numbers, log lines) and a fix. The live watcher calls ``diagnose``; the `doctor` command
+and the Diagnose page call ``report`` (the same alerts, with the run's state and its first error); the rules on log
+lines live in failures.py."""
 
 from __future__ import annotations
 
@@ -11,12 +12,39 @@ import statistics
 from dataclasses import dataclass
 
 from grpo_ui.doctor import curves, failures  # noqa: F401 - failures registers the rules on log lines
+from grpo_ui.doctor.rootcause import Failure
+from grpo_ui.doctor.signatures import REPORT
 from grpo_ui.doctor.snapshot import RULES, Alert, Snapshot, last, overdue, rule
 from grpo_ui.doctor.stacks import disagreement
 
 
 def diagnose(s: Snapshot) -> list[Alert]:
     return [a for r in RULES for a in r(s)]
+
+
+@dataclass
+class Report:
+    """What the doctor says of a set of logs: its alerts, the run's state, the first error and the last step."""
+
+    alerts: list[Alert]
+    state: str              # running / succeeded / failed / unknown (an excerpt that cannot tell)
+    first: Failure | None   # the first error across the logs
+    last_step: int | None
+
+    @property
+    def headline(self) -> str | None:
+        """One line naming the first error: where, what, and the line that says so."""
+        f = self.first
+        if f is None:
+            return None
+        what = f.event.sig.title if f.event and f.event.sig.role != REPORT else "the process died"
+        line = f.event.line.text if f.event else f.error.strip()
+        return f"first error: {f.where}: {what}{f' ({f.exit})' if f.exit else ''} — {line[:300]}"
+
+
+def report(s: Snapshot) -> Report:
+    steps = [step for series in s.metrics.values() for step, _ in series]
+    return Report(diagnose(s), s.job_state, s.first_failure, max(steps, default=None))
 
 
 WINDOW = 3  # consecutive logged steps a stuck value must persist

@@ -16,6 +16,8 @@ from grpo_ui.doctor.lines import Line, parse
 from grpo_ui.doctor.signatures import CAUSE, CONSEQUENCE, NOISE, REPORT, Signature
 
 TB_START = "Traceback (most recent call last):"
+TB_CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
+LAUNCHER_FILES = re.compile(r"torch/distributed/(?:run|launcher|elastic)|runpy\.py$|/bin/torchrun$")
 EXCEPTION = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure))"
                        r"(?::\s?(?P<message>.*))?$")
 FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+), in (?P<function>.+)$')
@@ -107,7 +109,7 @@ class Event:
 
     def evidence(self) -> str:
         """The error line first, then what belongs to it, then the traceback or the lines before it."""
-        out = [self.line.text, *self.detail]
+        out = [self.line.text.strip(), *self.detail]
         if self.traceback:
             out += ["… its traceback:", *self.traceback]
         elif self.before:
@@ -127,23 +129,66 @@ def args_dump_lines(lines: list[str]) -> set[int]:
     return out
 
 
-def _traceback(parsed: list[Line], i: int) -> tuple[list[int], list[tuple[str, str, str]]]:
-    """The lines of the traceback that ends at ``parsed[i]`` (its frames, code and carets, back to its
-    'Traceback' line or as far as the excerpt goes) and its frames, outermost first."""
-    span, frames = [], []
-    k = i - 1
+def _same_rank(ln: Line, rank: int | None) -> bool:
+    return rank is None or ln.rank is None or ln.rank == rank
+
+
+def _traceback(parsed: list[Line], i: int) -> tuple[list[int], list[int], list[tuple[str, str, str]]]:
+    """The traceback that ends at the exception line ``parsed[i]``: its lines (frames, code, carets, back to its
+    'Traceback' line or as far as the excerpt goes, and through the exceptions chained before it; another rank's
+    lines left out), the chained exception lines, and the frames, outermost first."""
+    rank = parsed[i].rank
+    span, chained, frames = [], [], []
+    k, expect_exception = i - 1, False
     while k >= 0 and i - k <= MAX_TRACEBACK:
         body = parsed[k].body
+        if not _same_rank(parsed[k], rank):
+            k -= 1
+            continue
         if m := FRAME.match(body):
             frames.append((m["file"], m["line"], m["function"].strip()))
         elif TB_START in body:
             span.append(k)
-            break
+            j = k - 1
+            while j >= 0 and (not _same_rank(parsed[j], rank) or not parsed[j].body.strip()):
+                span += [j] if _same_rank(parsed[j], rank) else []
+                j -= 1
+            if j < 0 or not parsed[j].body.strip().startswith(TB_CHAIN):
+                span = [x for x in span if x > j]  # blank lines before the first 'Traceback' are not its
+                break
+            span.append(j)
+            k, expect_exception = j - 1, True
+            continue
+        elif expect_exception and EXCEPTION.match(body):
+            chained.append(k)
+            expect_exception = False
         elif not (body[:1] in (" ", "\t") or CARET.match(body) or not body.strip()):
             break
         span.append(k)
         k -= 1
-    return span[::-1], frames[::-1]
+    return sorted(span), sorted(chained), frames[::-1]
+
+
+def _chained_on(parsed: list[Line], i: int) -> bool:
+    """Whether the exception line ``parsed[i]`` hands over to an exception chained after it."""
+    rank = parsed[i].rank
+    k = next((k for k in range(i + 1, min(len(parsed), i + 50))
+              if _same_rank(parsed[k], rank) and parsed[k].body.strip()), None)
+    return k is not None and parsed[k].body.strip().startswith(TB_CHAIN)
+
+
+def _cut_traceback(parsed: list[Line], i: int) -> list[tuple[str, str, str]] | None:
+    """The frames of a traceback that starts at ``parsed[i]`` and never reaches its exception line (the excerpt
+    ends, or other output follows); None when it does reach one."""
+    rank, frames = parsed[i].rank, []
+    for ln in parsed[i + 1:i + MAX_TRACEBACK]:
+        if not _same_rank(ln, rank):
+            continue
+        if m := FRAME.match(ln.body):
+            frames.append((m["file"], m["line"], m["function"].strip()))
+        elif not (ln.body[:1] in (" ", "\t") or CARET.match(ln.body) or not ln.body.strip()):
+            return None if EXCEPTION.match(ln.body) else frames
+    return frames
 
 
 def _native_frames(parsed: list[Line], i: int) -> list[str]:
@@ -237,21 +282,54 @@ def scan(log: str, lines: list[str], group_ports: set[int] = frozenset()) -> lis
         if body[:1] in (" ", "\t") and i and FRAME.match(parsed[i - 1].body):
             continue  # the code line of a frame (it may quote an error message)
         exc = EXCEPTION.match(body) if ln.level != "warning" else None
+        if exc and _chained_on(parsed, i):
+            continue  # told with the exception chained after it
         found = _message_sign(body, ln.level)
-        if found is None and not exc:
+        if exc:
+            event = _raised(log, parsed, i, found, group_ports)
+        elif found:
+            native = _native_frames(parsed, i) if found is sig.NATIVE_CRASH else []
+            context = _context(parsed, i, [], native, body, group_ports)
+            event = Event(log, i, ln, _refine(found, False, context, body), False, [], context,
+                          before=_before(parsed, i))
+        elif TB_START in body and (frames := _cut_traceback(parsed, i)) is not None:
+            launcher = bool(frames) and all(LAUNCHER_FILES.search(f) for f, _, _ in frames)
+            event = Event(log, i, ln, sig.NOISE_SIGNS if launcher else sig.TRACEBACK_CUT, False, frames,
+                          before=_before(parsed, i))
+        else:
             continue
-        span, frames = _traceback(parsed, i) if exc else ([], [])
-        native = _native_frames(parsed, i) if found is sig.NATIVE_CRASH else []
-        message = body if not exc else (exc["message"] or "")
-        context = _context(parsed, i, frames, native, message, set(group_ports))
-        what = _refine(found, bool(exc), context, message)
-        if what is None:
-            continue
-        before = [] if span else [parsed[k].text for k in range(max(0, i - 3), i) if parsed[k].body.strip()]
-        detail = _nccl_detail(parsed, i) if what.id in ("NCCL-ERROR", "WEIGHT-SYNC-FAILED") else []
-        events.append(Event(log, i, ln, what, bool(exc), frames, context, detail, [parsed[k].text for k in span],
-                            before))
+        if event.sig.id in ("NCCL-ERROR", "WEIGHT-SYNC-FAILED"):
+            event.detail = _nccl_detail(parsed, event.index)
+        events.append(event)
     return _merge_details(events)
+
+
+def _before(parsed: list[Line], i: int) -> list[str]:
+    return [parsed[k].text for k in range(max(0, i - 3), i) if parsed[k].body.strip()]
+
+
+def _unglued(ln: Line) -> str:
+    """A traceback's first line without what was printed before it on the same line (a tqdm bar)."""
+    if TB_START not in ln.raw:
+        return ln.text
+    prefix = f"[rank{ln.rank}]: " if ln.raw.startswith(f"[rank{ln.rank}]:") else ""
+    return prefix + ln.raw[ln.raw.index(TB_START):]
+
+
+def _raised(log: str, parsed: list[Line], i: int, found: Signature | None, group_ports) -> Event:
+    """The event of a raised exception: of its chain, the first exception a message signature names (the cause
+    a later one wraps), else the last; classed by its message and where it was raised."""
+    span, chained, frames = _traceback(parsed, i)
+    at = i
+    for k in chained:
+        inner = _message_sign(parsed[k].body, parsed[k].level)
+        if inner is not None and inner.role != NOISE:
+            found, at = inner, k
+            break
+    message = EXCEPTION.match(parsed[at].body)["message"] or ""
+    context = _context(parsed, at, frames, [], message, group_ports)
+    block = [_unglued(parsed[k]) for k in span + [i] if k != at or at != i]
+    return Event(log, at, parsed[at], _refine(found, True, context, message), True, frames, context, [], block)
 
 
 def _merge_details(events: list[Event]) -> list[Event]:
@@ -261,11 +339,11 @@ def _merge_details(events: list[Event]) -> list[Event]:
             if not (e.detail and any((e.log, e.index + k) in detailed for k in range(1, len(e.detail) + 1)))]
 
 
-ROLE_ORDER = {CAUSE: 0, REPORT: 0, CONSEQUENCE: 1, NOISE: 2}
+ROLE_ORDER = {CAUSE: 0, REPORT: 1, CONSEQUENCE: 1, NOISE: 2}
 
 
 def first_failure(events: list[Event]) -> Event | None:
-    """The error one log shows first: its first cause or death report (what follows a process's death in its own
-    log is mostly its consequence), else its first consequence (a collective timing out, a dead engine), else
-    the noise a failure leaves."""
+    """The error one log shows first: its first cause; else its first consequence or death report (a collective
+    timing out, a dead engine, torchrun reporting a rank's death: whichever came first, the rest follow from it);
+    else the noise a failure leaves."""
     return min(events, key=lambda e: (ROLE_ORDER[e.sig.role], e.index), default=None)

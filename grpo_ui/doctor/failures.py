@@ -106,8 +106,7 @@ def event_alert(e: Event, same: list[Event]) -> Alert:
     else:
         explanation += _said(e)
     logs = sorted({x.log for x in same})
-    if len(same) > 1 or len(logs) > 1:
-        explanation += f" Seen {len(same)} time(s) in {', '.join(logs)}; first on {e.where}."
+    explanation += f" Seen {len(same)} time(s) in {', '.join(logs)}; first on {e.where}."
     return Alert(e.sig.id, e.sig.severity, e.sig.title, explanation, "\n".join(bounded(e.evidence().splitlines())),
                  e.sig.fix, e.where)
 

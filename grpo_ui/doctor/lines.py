@@ -19,7 +19,7 @@ BORDER = "│┃║"
 DECORATIONS = [
     re.compile(r"\[?(?:rank|default)(?P<rank>\d+)\]:\s?"),                       # torchrun's [rank3]: (or cut: rank3]:)
     re.compile(r"\((?P<process>[A-Za-z_][\w.:-]*(?: pid=\d+)?(?:, ip=[\d.]+)?)\)\s"),  # Ray: (WorkerDict pid=1)
-    re.compile(r"[\w.-]+-\d+\s+\|\s"),                                              # docker compose: vllm-1  |
+    re.compile(r"[\w.-]+ +\| (?=\S)"),                                             # docker compose: vllm-1  |
     re.compile(r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) (?P<month>\d\d)-(?P<day>\d\d) "
                r"(?P<time>\d\d:\d\d:\d\d(?:\.\d+)?) (?:\[[^\]]*\]|[\w.]+:\d+\])\s?"),  # vLLM
     re.compile(r"\[?(?P<level>[EWIF])?(?:(?P<md>\d{3,4}) (?P<time>\d\d:\d\d:\d\d(?:\.\d+)?)(?: +\d+)?)? ?"
@@ -45,8 +45,10 @@ class Line:
 
     @property
     def text(self) -> str:
-        """The raw line as evidence: stripped and bounded."""
-        line = ANSI.sub("", self.raw).strip().strip(BORDER).strip()
+        """The raw line as evidence (colour codes and a log viewer's borders taken off), bounded."""
+        line = ANSI.sub("", self.raw)
+        if line.lstrip()[:1] in BORDER and line.strip():
+            line = line.strip().strip(BORDER).strip()
         return line if len(line) <= 600 else line[:600] + " …"
 
 

@@ -155,8 +155,10 @@ def snapshot(paths: list[str | Path], job: JobSpec | None = None, quiet_for: flo
     now = time.time() if now is None else now
     files = {}
     newest = 0.0
-    for p in map(Path, paths):
-        files[p.name], mtime = read_lines(p)
+    paths = [Path(p) for p in paths]
+    names = [p.name for p in paths]
+    for p in paths:  # each file by its name; by its folder too where two share a name (node0/train.log)
+        files[p.name if names.count(p.name) == 1 else f"{p.parent.name}/{p.name}"], mtime = read_lines(p)
         newest = max(newest, mtime)
     return from_lines(files, job, now - (quiet_for if quiet_for is not None else max(now - newest, 0.0)), now)
 
@@ -196,8 +198,6 @@ def from_lines(files: dict[str, list[str]], job: JobSpec | None, last_grew: floa
     logs = {name: lines for name, lines in files.items() if kinds[name] == "log"}
     stacks = [st for name, lines in files.items() if kinds[name] == "stacks"
               for st in parse_dumps("\n".join(lines), name)]
-    if len(logs) > 1:
-        logs = {f"node {k} ({name})": lines for k, (name, lines) in enumerate(logs.items())}
     metrics, sources = _metrics(files, kinds)
     all_lines = [line for lines in logs.values() for line in lines]
     settings = _run_settings(dumped_args(all_lines), job)

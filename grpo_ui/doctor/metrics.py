@@ -25,7 +25,7 @@ ALIASES = {"actor/grad_norm": "grad_norm", "actor/pg_loss": "loss", "critic/scor
            "completions/clipped_ratio", "mean_length": "completions/mean_length", "training_loss": "loss"}
 VERL_STEP = re.compile(r"\bstep:(\d+) - ")
 VERL_PAIR = re.compile(r"([\w/@.()%-]+):(-?(?:\d+\.?\d*(?:e[-+]?\d+)?|nan|inf))(?= - |\s*$)")
-TABLE_CELL = re.compile(r"^[A-Za-z][\w/()%.-]*$")
+TABLE_CELL = re.compile(r"^[A-Za-z][\w/()%. -]*$")
 NUMBER = re.compile(r"^-?(?:\d+\.?\d*(?:e[-+]?\d+)?|nan|inf)$", re.IGNORECASE)
 
 

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 
 from grpo_ui.doctor.events import ROLE_ORDER, Event, args_dump_lines, first_failure, scan
+from grpo_ui.doctor.lines import parse
 from grpo_ui.doctor.signatures import CAUSE
 
 CONTEXT_LINES = 30
@@ -119,10 +120,18 @@ def node_failure(node: str, lines: list[str], events: list[Event] | None = None)
     first = first_failure(events)
     if first is None:
         return None
-    stamps = [e.line.stamp for e in events if e.index <= first.index and e.line.stamp]
-    return Failure(node, first.rank, first.local_rank, None, first.line.stamp or (stamps[0] if stamps else None),
+    return Failure(node, first.rank, first.local_rank, None, first.line.stamp or _nearest_stamp(lines, first.index),
                    first.exit, lines[first.index], lines[max(0, first.index - CONTEXT_LINES):first.index], first,
                    first.line.process)
+
+
+def _nearest_stamp(lines: list[str], i: int, reach: int = CONTEXT_LINES) -> tuple | None:
+    """The time of the closest line before ``lines[i]`` that has one, else of the closest after it (a traceback
+    carries no time; the launcher's lines around it do)."""
+    for k in [*range(i - 1, max(-1, i - reach - 1), -1), *range(i + 1, min(len(lines), i + reach + 1))]:
+        if stamp := parse(lines[k]).stamp:
+            return stamp
+    return None
 
 
 def root_cause(logs: dict[str, list[str]], events: dict[str, list[Event]] | None = None) -> Failure | None:

@@ -177,7 +177,9 @@ MESSAGE_SIGNS = [
         "Check the rollout node's log (a crash there comes first) and that its HTTP port and group port (51216+i) "
         "are reachable from trainer rank 0; unset http_proxy/https_proxy.",
         _rx(r"Servers not reachable", r"did not answer /health/", r"Failed to connect to vLLM server",
-            r"[Ss]erver (?:is )?not (?:up|reachable) after \d+"),
+            r"[Ss]erver (?:is )?not (?:up|reachable) after \d+",
+            r"Max retries exceeded with url: /(?:infer|generate|chat|health|get_world_size|init_communicator|"
+            r"update_\w+|close_communicator)/"),
         CONSEQUENCE),
     Signature(
         "PACKAGE-MISSING", "A package is missing in the environment",
@@ -243,6 +245,12 @@ TRACEBACK = Signature(
     "TRACEBACK", "A process ended with an exception", "A Python exception ended a process.",
     "Read the exception line and the last frame in your own code (shown); fix that call and run again.")
 
+TRACEBACK_CUT = Signature(
+    "TRACEBACK", "A process printed a traceback",
+    "A Python traceback is in the log, but not the exception line that ends it (the log or the excerpt stops "
+    "before it): what failed is not known from these lines.",
+    "Find the rest of this traceback (the full log of that process): its last line names the exception.",
+    role=CONSEQUENCE)
 LATE_SIGNS = [VERSION_MISMATCH, ARGS_INVALID]  # messages weighed after where the exception was raised
 ALL = [*MESSAGE_SIGNS[1:], PROCESS_DIED, REWARD_FAILED, SAVE_FAILED, SYNC_FAILED, DEEPSPEED_ERROR, *LATE_SIGNS,
        SLEEP_CRASH, TRACEBACK]
