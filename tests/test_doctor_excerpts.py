@@ -140,3 +140,22 @@ def test_state_from_what_the_logs_can_tell():
     assert report(snapshot([CAPTURED / "healthy_logging5.log"], quiet_for=0.0)).state == "succeeded"
     assert report(snapshot([corpus("001")], quiet_for=0.0)).state == "failed"
     assert report(snapshot([corpus("010")], quiet_for=0.0)).state == "unknown"
+
+
+def test_a_reward_function_called_by_trls_scoring_step_and_a_library_missing_an_attribute():
+    """Lines in the format TRL (before its _calculate_rewards) and transformers print them."""
+    tb = ["[rank0]: Traceback (most recent call last):",
+          '[rank0]:   File "/usr/lib/python3.11/site-packages/trl/trainer/grpo_trainer.py", line 1102, in '
+          "_generate_and_score_completions",
+          "[rank0]:     output_reward_func = reward_func(prompts=prompts, completions=completions, **reward_kwargs)",
+          '[rank0]:   File "/home/me/train_grpo.py", line 41, in format_score',
+          "[rank0]:     return [1.0 if re.match(pattern, c) else 0.0 for c in completions]",
+          "[rank0]: TypeError: expected string or bytes-like object, got 'list'"]
+    alerts = {a.id: a for a in diagnose(Snapshot(logs={"train.log": tb}, source="logs"))}
+    assert "train_grpo.py:41 in format_score raised TypeError" in alerts["REWARD-FUNC-FAILED"].explanation
+    tb = ["Traceback (most recent call last):",
+          '  File "/usr/lib/python3.11/site-packages/transformers/modeling_rope_utils.py", line 120, in '
+          "_compute_default_rope_parameters",
+          "    base = config.rope_theta",
+          "AttributeError: 'Qwen2Config' object has no attribute 'rope_theta'"]
+    assert "VERSION-MISMATCH" in {a.id for a in diagnose(Snapshot(logs={"train.log": tb}, source="logs"))}

@@ -11,6 +11,7 @@ import re
 import statistics
 from dataclasses import dataclass
 
+from grpo_ui.core.findings import SEVERITY_ORDER
 from grpo_ui.doctor import curves, failures  # noqa: F401 - failures registers the rules on log lines
 from grpo_ui.doctor.rootcause import Failure
 from grpo_ui.doctor.signatures import REPORT
@@ -30,6 +31,15 @@ class Report:
     state: str              # running / succeeded / failed / unknown (an excerpt that cannot tell)
     first: Failure | None   # the first error across the logs
     last_step: int | None
+
+    @property
+    def ordered(self) -> list[Alert]:
+        """The alerts about the first error first, then errors, warnings, notes."""
+        line = self.first.event.line.text.strip() if self.first and self.first.event else None
+
+        def about_first(a: Alert) -> bool:
+            return a.id == "NODE-FAILED" or bool(line) and a.evidence.startswith(line)
+        return sorted(self.alerts, key=lambda a: (not about_first(a), SEVERITY_ORDER[a.severity]))
 
     @property
     def headline(self) -> str | None:

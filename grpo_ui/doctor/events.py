@@ -36,6 +36,9 @@ SIGNALS = {1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: 
 REWARD_FRAMES = re.compile(r"^(?:_?compute_rewards(?:_per_func)?|_?score_completions|_calculate_rewards|"
                            r"compute_score|_compute_reward\w*)$")
 REWARD_WORDS = re.compile(r"\b\w*reward\w*\(\)")
+# TRL before its _calculate_rewards: the step that generates and scores calls the user's reward functions itself
+SCORING_STEP = re.compile(r"^(?:_generate_and_score_completions|_prepare_inputs)$")
+INSTALLED = re.compile(r"site-packages|dist-packages|/lib/python")
 SAVE_FRAMES = re.compile(r"(?:^|::|\.)(?:_save_checkpoint|save_model|_save|save_pretrained|save_checkpoint|"
                          r"_save_optimizer_and_scheduler|save_state|get_state_dict|save_16bit_model|"
                          r"_zero3_consolidated_16bit_state_dict|save_file|_save_to_state_dict|writeRecord|"
@@ -104,8 +107,7 @@ class Event:
     @property
     def own_frame(self) -> tuple[str, str, str] | None:
         """The innermost frame outside installed packages (the user's code: a reward plugin, a script)."""
-        return next((f for f in reversed(self.frames) if not re.search(r"site-packages|dist-packages|/lib/python",
-                                                                       f[0])), None)
+        return next((f for f in reversed(self.frames) if not INSTALLED.search(f[0])), None)
 
     def evidence(self) -> str:
         """The error line first, then what belongs to it, then the traceback or the lines before it."""
@@ -211,8 +213,11 @@ def _context(parsed: list[Line], i: int, frames: list[tuple[str, str, str]], nat
     files = [f for f, _, _ in frames]
     near = " ".join(ln.body for ln in parsed[max(0, i - NEAR):i + NEAR + 1])
     found = set()
+    scoring = [k for k, (f, fn) in enumerate(zip(files, functions, strict=True))
+               if SCORING_STEP.match(fn) and "trl/" in f]
     if (any(REWARD_FRAMES.match(fn) for fn in functions) or REWARD_WORDS.search(message)
-            or any("reward" in f.rsplit("/", 1)[-1] for f in files)):
+            or any("reward" in f.rsplit("/", 1)[-1] for f in files)
+            or (scoring and any(not INSTALLED.search(f) for f in files[scoring[-1] + 1:]))):
         found.add("reward")
     if (any(SAVE_FRAMES.search(fn) for fn in functions + native) or SAVE_WORDS.search(message)
             or any(fn == "save" and f.endswith("serialization.py") for f, _, fn in frames)):

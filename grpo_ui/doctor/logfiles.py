@@ -63,7 +63,15 @@ def read_lines(path: Path) -> tuple[list[str], float]:
                 data = head + f"\n… {size - HEAD - TAIL} bytes left out …\n".encode() + f.read()
     except OSError as e:
         raise LogFileError(f"{path}: cannot read it ({e.strerror or e})") from None
-    return [fold_cr(line) for line in data.decode("utf-8", "replace").split("\n")], mtime
+    return split_lines(data), mtime
+
+
+def split_lines(data: bytes) -> list[str]:
+    """Text as the doctor reads it: lines, tqdm's carriage-return updates folded, of a text over HEAD + TAIL bytes
+    its head and tail."""
+    if len(data) > HEAD + TAIL:
+        data = data[:HEAD] + f"\n… {len(data) - HEAD - TAIL} bytes left out …\n".encode() + data[-TAIL:]
+    return [fold_cr(line) for line in data.decode("utf-8", "replace").split("\n")]
 
 
 def kind(lines: list[str]) -> str:
@@ -191,9 +199,17 @@ def _metrics(files: dict[str, list[str]], kinds: dict[str, str]):
     return metrics, sources
 
 
-def from_lines(files: dict[str, list[str]], job: JobSpec | None, last_grew: float | None, now: float) -> Snapshot:
+def from_texts(texts: dict[str, bytes | str], job: JobSpec | None = None, source: str = "logs") -> Snapshot:
+    """The Snapshot of logs given as text — pasted, uploaded — name → text, in node order. When they last grew is
+    not known, so liveness is not judged."""
+    files = {name: split_lines(text.encode() if isinstance(text, str) else text) for name, text in texts.items()}
+    return from_lines(files, job, None, time.time(), source)
+
+
+def from_lines(files: dict[str, list[str]], job: JobSpec | None, last_grew: float | None, now: float,
+               source: str = "logs") -> Snapshot:
     """The Snapshot of files already read (name → lines, in node order) that last grew at ``last_grew`` (None: not
-    known — pasted text — so liveness is not judged)."""
+    known, so liveness is not judged). ``source``: "logs" (files of any run), or "job" (a job grpo-ui launched)."""
     kinds = {name: kind(lines) for name, lines in files.items()}
     logs = {name: lines for name, lines in files.items() if kinds[name] == "log"}
     stacks = [st for name, lines in files.items() if kinds[name] == "stacks"
@@ -209,6 +225,6 @@ def from_lines(files: dict[str, list[str]], job: JobSpec | None, last_grew: floa
                     server_mode=server_mode, settings={"world_size": world},
                     logging_steps=settings["logging_steps"], steps_per_generation=settings["steps_per_generation"],
                     group_ports=settings["group_ports"] or (GROUP_PORT,), stacks=stacks, checkpoints=_checkpoints(logs),
-                    source="logs", excerpt=excerpt, metric_lines=sources)
+                    source=source, excerpt=excerpt, metric_lines=sources)
     snap.job_state = _state(logs, snap.events, excerpt)
     return snap

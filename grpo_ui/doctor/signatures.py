@@ -82,7 +82,9 @@ MESSAGE_SIGNS = [
         "vllm_gpu_memory_utilization, sleep_level 1, ZeRO-3, a smaller micro-batch, gradient checkpointing); "
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps when much memory is reserved but unallocated.",
         _rx(r"CUDA out of memory", r"OutOfMemoryError", r"CUDA [Ee]rror: out of memory", r"CUBLAS_STATUS_ALLOC_FAILED",
-            r"\bcudaErrorMemoryAllocation\b", r"HIP out of memory", r"NPU out of memory"), fatal=True),
+            r"\bcudaErrorMemoryAllocation\b", r"HIP out of memory", r"NPU out of memory",
+            r"Cuda failure '?out of memory", r"Free memory on device .* is less than desired GPU memory utilization"),
+        fatal=True),
     Signature(
         "MAX-MODEL-LEN", "A prompt is longer than vLLM's max_model_len",
         "vLLM rejects a request whose prompt (plus the tokens asked for) does not fit max_model_len; the trainer "
@@ -224,6 +226,7 @@ VERSION_MISMATCH = Signature(
     "Install the versions the trainer's release asks for (ms-swift's requirements, `pip install trl[vllm]`), in "
     "every node's environment; preflight compares each node's versions with ms-swift's compatibility table.",
     _rx(r"got an unexpected keyword argument", r"cannot import name", r"module '[\w.]+' has no attribute",
+        r"'(?!NoneType)[A-Z]\w+' object has no attribute",
         r"undefined symbol", r"requires? [\w-]+ ?(?:>=|==|<=|>|<) ?\d", r"[Vv]ersion mismatch",
         r"is not compatible with (?:the installed|your|this) version"))
 ARGS_INVALID = Signature(
