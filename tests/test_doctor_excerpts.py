@@ -159,3 +159,18 @@ def test_a_reward_function_called_by_trls_scoring_step_and_a_library_missing_an_
           "    base = config.rope_theta",
           "AttributeError: 'Qwen2Config' object has no attribute 'rope_theta'"]
     assert "VERSION-MISMATCH" in {a.id for a in diagnose(Snapshot(logs={"train.log": tb}, source="logs"))}
+
+
+def test_a_node_that_only_lost_its_peer_is_not_blamed_when_the_launcher_saw_another_fail():
+    """test_e2e's scenario 3 on the doctor alone, in torch's formats: node 1's torchrun was killed; node 0's log
+    shows only what follows (its rank losing the peer, its torchrun stopped by a signal)."""
+    node0 = ["[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+             "[10.0.0.2]:41240",
+             "Traceback (most recent call last):",
+             '  File "/opt/venv/bin/torchrun", line 8, in <module>',
+             "    sys.exit(main())",
+             "torch.distributed.elastic.multiprocessing.api.SignalException: Process 4242 got signal: 15"]
+    snap = Snapshot(logs={"node 0 (h0)": node0, "node 1 (h1)": ["[INFO:swift] training"]}, job_state="failed",
+                    job_error="node 1 (h1, rank 1) failed first: exit code 247")
+    failed = {a.id: a for a in diagnose(snap)}["NODE-FAILED"]
+    assert failed.title == "node 1 (h1, rank 1) failed first: exit code 247" and "TRACEBACK" not in failed.title

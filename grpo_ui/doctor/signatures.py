@@ -41,7 +41,7 @@ NOISE_SIGNS = Signature(
     _rx(r"closing signal SIGTERM", r"ChildFailedError", r"Connection (?:closed|reset) by peer", r"Broken pipe",
         r"remote worker crashing", r"NCCL communicator was aborted", r"terminate called after throwing",
         r"Process group watchdog thread terminated", r"^(?:\w+\.)*(?:SystemExit|KeyboardInterrupt)\b",
-        r"Received \d+ death signal"),
+        r"Received \d+ death signal", r"SignalException: Process \d+ got signal"),
     NOISE)
 
 PROCESS_DIED = Signature(
