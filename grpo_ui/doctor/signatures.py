@@ -255,6 +255,3 @@ TRACEBACK_CUT = Signature(
     "Find the rest of this traceback (the full log of that process): its last line names the exception.",
     role=CONSEQUENCE)
 LATE_SIGNS = [VERSION_MISMATCH, ARGS_INVALID]  # messages weighed after where the exception was raised
-ALL = [*MESSAGE_SIGNS[1:], PROCESS_DIED, REWARD_FAILED, SAVE_FAILED, SYNC_FAILED, DEEPSPEED_ERROR, *LATE_SIGNS,
-       SLEEP_CRASH, TRACEBACK]
-BY_ID = {s.id: s for s in ALL}
