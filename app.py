@@ -20,7 +20,7 @@ from views.boundary import error_boundary
 
 VIEWS = [("configure", "Configure", ":material/tune:"), ("cluster", "Cluster", ":material/dns:"),
          ("launch", "Launch", ":material/rocket_launch:"), ("monitor", "Monitor", ":material/monitoring:"),
-         ("history", "History", ":material/history:")]
+         ("history", "History", ":material/history:"), ("diagnose", "Diagnose a log", ":material/troubleshoot:")]
 HOME = "home"  # the default page's own path: Configure at "/" (and at /configure)
 
 

@@ -189,7 +189,8 @@ def test_launch_and_watch_a_real_job_in_the_browser(app_url, page, tmp_path):
 
 PASSWORD = "pässwörd-密码-🔑"  # non-ASCII on purpose: compared as UTF-8 bytes
 PAGES = {"/": "Configure a GRPO job", "/configure": "Configure a GRPO job", "/cluster": "Connections",
-         "/launch": "Job id (the run directory on every node)", "/monitor": "No jobs yet", "/history": "No jobs yet"}
+         "/launch": "Job id (the run directory on every node)", "/monitor": "No jobs yet", "/history": "No jobs yet",
+         "/diagnose": "Logs from"}
 
 
 @pytest.fixture

@@ -54,8 +54,8 @@ def test_root_cause_is_torchruns_first_failure_with_its_error_line(capture, wher
     found, snap = alerts(capture)
     failed = found["NODE-FAILED"]
     assert failed.where == f"{capture}, {where}" and exit_text in failed.title and error in failed.explanation
-    lines = failed.evidence.split("\n")
-    assert len(lines) == 31 and error in lines[-1]  # the error line and the 30 lines before it
+    lines = failed.evidence.split("\n")  # the error line first, then the 30 lines before it
+    assert error in lines[0] and lines[1] == "… the lines before it:" and len(lines) == 32
     assert "TRACEBACK" not in found and snap.job_state == "failed"
 
 
@@ -243,7 +243,9 @@ def doctor(*args):
 def test_command_prints_findings_like_validate_and_exits_1_on_an_error():
     bad = doctor(CAPTURED / "rank1_sigabrt.log", "--quiet-for", "5")
     assert bad.returncode == 1, bad.stderr
-    assert bad.stdout.startswith("[ERROR] NODE-FAILED (rank1_sigabrt.log, rank 1 (local rank 1))\n")
+    assert bad.stdout.startswith("first error: rank1_sigabrt.log, rank 1 (local rank 1): the process died (signal 6 "
+                                 "(SIGABRT)) — ")  # the headline, then the findings
+    assert "\n[ERROR] NODE-FAILED (rank1_sigabrt.log, rank 1 (local rank 1))\n" in bad.stdout
     assert "\n    fix: " in bad.stdout and "1 error(s)" in bad.stdout
     ok = doctor(CAPTURED / "healthy_logging5.log", CAPTURED / "healthy_logging5.logging.jsonl")
     assert ok.returncode == 0 and ok.stdout.startswith("no findings")

@@ -171,8 +171,10 @@ def test_kl_blowup():
 @pytest.mark.parametrize("alert,line", [
     ("OOM", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"),
     ("NCCL-TIMEOUT", "[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLGATHER)"),
-    ("NCCL-TIMEOUT", "[c10d] The client socket has timed out after 300000ms while trying to connect to "
-                     "(10.156.33.26, 51216)."),
+    ("WEIGHT-SYNC-FAILED", "[c10d] The client socket has timed out after 300000ms while trying to connect to "
+                           "(10.156.33.26, 51216)."),  # the weight-sync group port: not an NCCL collective
+    ("DIST-INIT", "[c10d] The client socket has timed out after 300000ms while trying to connect to "
+                  "(10.156.33.26, 29500)."),
     ("ROLLOUT-UNREACHABLE", "ConnectionError: Servers not reachable after 240.0s: ['10.0.0.5:8000']"),
     ("TRACEBACK", "Traceback (most recent call last):"),
 ])
@@ -200,15 +202,16 @@ def test_traceback_evidence_is_the_whole_traceback_through_the_exception():
     tb = real_traceback(3)
     glued = "Train:   0%|          | 0/122 [00:00<?, ?it/s]" + tb[0]  # tqdm's bar on the same line
     alert = traceback_alert({"node 0 (a)": ["[INFO:swift] start", glued, *tb[1:], "[INFO:swift] later line"]})
-    assert alert.evidence.split("\n") == tb  # both chained tracebacks, nothing before or after
+    # the exception line first, then the traceback through it (both chained), nothing before or after
+    assert alert.evidence.split("\n") == [tb[-1], "… its traceback:", *tb[:-1]]
     assert tb[-1] == "RuntimeError: reward function failed" and "ValueError: boom" in alert.evidence
 
 
 def test_a_long_traceback_keeps_its_head_and_its_exception_line():
     tb = real_traceback(80)
     lines = traceback_alert({"node 0 (a)": tb}).evidence.split("\n")
-    assert len(tb) > 80 and len(lines) == 60
-    assert lines[:20] == tb[:20] and lines[-39:] == tb[-39:] and f"{len(tb) - 59} lines left out" in lines[20]
+    assert len(tb) > 80 and len(lines) == 60 and lines[:2] == [tb[-1], "… its traceback:"]
+    assert lines[2:20] == tb[:18] and lines[-39:] == tb[-40:-1] and f"{len(tb) - 58} lines left out" in lines[20]
 
 
 def test_traceback_names_the_rank_and_leaves_other_ranks_lines_out():
@@ -218,7 +221,8 @@ def test_traceback_names_the_rank_and_leaves_other_ranks_lines_out():
         mixed += [f"[rank1]: {line}", f"[rank0]: [INFO:swift] rank 0 still busy {k}"]
     alert = traceback_alert({"node 0 (a)": ["fine"], "node 1 (b)": ["fine", *mixed]})
     assert "first on node 1 (b), rank 1." in alert.explanation
-    assert alert.evidence.split("\n") == [f"[rank1]: {line}" for line in tb]
+    assert alert.evidence.split("\n") == [f"[rank1]: {tb[-1]}", "… its traceback:",
+                                          *(f"[rank1]: {line}" for line in tb[:-1])]
     summary = ["Root Cause (first observed failure):", "[0]:", "  time      : 2026-11-22_12:00:00",
                "  host      : node-b", "  rank      : 9 (local_rank: 1)", "  exitcode  : 1 (pid: 4242)"]
     failed = {a.id: a for a in diagnose(Snapshot(logs={"node 1 (b)": tb + summary}, job_state="failed"))}

@@ -1,5 +1,6 @@
-"""`doctor LOG [LOG …] [--job JOB.yaml] [--quiet-for SECONDS] [--json]`: diagnose any ms-swift run from its logs
-(one file per node or rank, in node order; logging.jsonl and py-spy dumps accepted too); exit 1 on an error."""
+"""`doctor LOG [LOG …] [--job JOB.yaml] [--quiet-for SECONDS] [--json]`: diagnose any run from its logs — whole logs
+or excerpts, one file per node, rank or process (trainer nodes and rollout servers together name the process that
+failed first), logging.jsonl and py-spy dumps too; exit 1 on an error."""
 
 from __future__ import annotations
 
@@ -7,14 +8,15 @@ import json
 import sys
 
 from grpo_ui.core.findings import format_findings, has_errors, sort_findings
-from grpo_ui.doctor.diagnose import diagnose
+from grpo_ui.doctor.diagnose import report
 from grpo_ui.doctor.logfiles import LogFileError, snapshot
 from grpo_ui.spec.yaml_io import load_spec
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("doctor", help="diagnose a run from its log files (launched by grpo-ui or not)")
-    p.add_argument("logs", nargs="+", metavar="LOG", help="node/rank logs in node order, logging.jsonl, py-spy dumps")
+    p = sub.add_parser("doctor", help="diagnose a run from its log files or excerpts (launched by grpo-ui or not)")
+    p.add_argument("logs", nargs="+", metavar="LOG",
+                   help="node/rank/rollout-server logs or excerpts in node order, logging.jsonl, py-spy dumps")
     p.add_argument("--job", metavar="JOB.yaml", help="the job spec (logging_steps, server mode, ports); default: "
                                                      "read from ms-swift's argument dump in the log")
     p.add_argument("--quiet-for", type=float, metavar="SECONDS",
@@ -26,17 +28,18 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     job = load_spec(args.job) if args.job else None
     try:
-        snap = snapshot(args.logs, job, args.quiet_for)
+        found = report(snapshot(args.logs, job, args.quiet_for))
     except LogFileError as e:
         print(f"doctor: {e}", file=sys.stderr)
         return 2
-    findings = sort_findings(a.finding() for a in diagnose(snap))
+    findings = sort_findings(a.finding() for a in found.alerts)
     if args.json:
         print(json.dumps([f.to_dict() for f in findings], indent=2, ensure_ascii=False))
     else:
         errors = sum(f.severity == "error" for f in findings)
-        steps = max((s for series in snap.metrics.values() for s, _ in series), default=None)
+        if found.headline:
+            print(found.headline + "\n")
         print(format_findings(findings) or "no findings")
-        print(f"\n{errors} error(s), {len(findings) - errors} other finding(s); run {snap.job_state}"
-              + (f", last logged step {steps}" if steps is not None else ", no step logged"))
+        print(f"\n{errors} error(s), {len(findings) - errors} other finding(s); run {found.state}"
+              + (f", last logged step {found.last_step}" if found.last_step is not None else ", no step logged"))
     return 1 if has_errors(findings) else 0

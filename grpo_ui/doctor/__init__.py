@@ -1,4 +1,6 @@
-"""Log analysis only: training metrics (metrics.py), log tails (logs.py), the Snapshot of a run the rules read
-(snapshot.py), the doctor that turns it into alerts (diagnose.py, with its rules on log lines in failures.py, the
-root cause of a failure in rootcause.py, the silence a healthy run may keep in liveness.py, each rank's py-spy stack
-in stacks.py), series for the extra charts (curves.py) and log files of any run as a Snapshot (logfiles.py)."""
+"""Log analysis only: training metrics of any trainer (metrics.py), log tails (logs.py), the Snapshot of a run the
+rules read (snapshot.py), the doctor that turns it into alerts and a report (diagnose.py, with its rules on log lines
+in failures.py: the kinds of failure in signatures.py, found on any line of any excerpt by events.py once lines.py
+has peeled off what printed it; the first failure across logs in rootcause.py), the silence a healthy run may keep
+(liveness.py), each rank's py-spy stack (stacks.py), series for the extra charts (curves.py), and log files or
+pasted text of any run as a Snapshot (logfiles.py)."""

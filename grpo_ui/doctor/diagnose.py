@@ -1,6 +1,7 @@
 """The doctor: turns metrics, log lines, stacks, GPU samples and node states into alerts, each with a plain
-explanation, the evidence (numbers, log lines) and a fix. The live watcher and the `doctor` command call the same
-``diagnose``; the rules on log lines live in failures.py."""
+explanation, the evidence (numbers, log lines) and a fix. The live watcher calls ``diagnose``; the `doctor` command
+and the Diagnose page call ``report`` (the same alerts, with the run's state and its first error); the rules on log
+lines live in failures.py."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ import re
 import statistics
 from dataclasses import dataclass
 
+from grpo_ui.core.findings import SEVERITY_ORDER
 from grpo_ui.doctor import curves, failures  # noqa: F401 - failures registers the rules on log lines
+from grpo_ui.doctor.rootcause import Failure
+from grpo_ui.doctor.signatures import REPORT
 from grpo_ui.doctor.snapshot import RULES, Alert, Snapshot, last, overdue, rule
 from grpo_ui.doctor.stacks import disagreement
 
@@ -19,18 +23,75 @@ def diagnose(s: Snapshot) -> list[Alert]:
     return [a for r in RULES for a in r(s)]
 
 
+@dataclass
+class Report:
+    """What the doctor says of a set of logs: its alerts, the run's state, the first error and the last step."""
+
+    alerts: list[Alert]
+    state: str              # running / succeeded / failed / unknown (an excerpt that cannot tell)
+    first: Failure | None   # the first error across the logs
+    last_step: int | None
+
+    @property
+    def ordered(self) -> list[Alert]:
+        """The alerts about the first error first, then errors, warnings, notes."""
+        line = self.first.event.line.text.strip() if self.first and self.first.event else None
+
+        def about_first(a: Alert) -> bool:
+            return a.id == "NODE-FAILED" or bool(line) and a.evidence.startswith(line)
+        return sorted(self.alerts, key=lambda a: (not about_first(a), SEVERITY_ORDER[a.severity]))
+
+    @property
+    def headline(self) -> str | None:
+        """One line naming the first error: where, what, and the line that says so."""
+        f = self.first
+        if f is None:
+            return None
+        what = f.event.sig.title if f.event and f.event.sig.role != REPORT else "the process died"
+        line = f.event.line.text if f.event else f.error.strip()
+        return f"first error: {f.where}: {what}{f' ({f.exit})' if f.exit else ''} — {line[:300]}"
+
+
+def report(s: Snapshot) -> Report:
+    steps = [step for series in s.metrics.values() for step, _ in series]
+    return Report(diagnose(s), s.job_state, s.first_failure, max(steps, default=None))
+
+
 WINDOW = 3  # consecutive logged steps a stuck value must persist
+
+
+def window(s: Snapshot, key: str) -> list[tuple[int, float]]:
+    """The (step, value) pairs a stuck value must hold over: the last WINDOW logged, or every step an excerpt shows
+    when it shows fewer (what a user pastes is all there is to judge)."""
+    series = s.metrics.get(key, [])
+    n = min(WINDOW, len(series)) if s.excerpt else WINDOW
+    return series[-n:] if n and len(series) >= n else []
+
+
+def quoted(s: Snapshot, steps, summary: str, mark: re.Pattern | None = None) -> str:
+    """Evidence for metric findings: the log lines the steps were read from (of a row wrapped over several lines,
+    the one ``mark`` finds, else its first), then the numbers."""
+    lines = []
+    for step in steps:
+        rows = s.metric_lines.get(step, [])
+        lines += [next((line for line in rows if mark and mark.search(line)), rows[0])] if rows else []
+    return "\n".join([*dict.fromkeys(line.strip()[:2000] for line in lines), summary])
+
+
+def values(pairs: list[tuple[int, float]]) -> list[float]:
+    return [v for _, v in pairs]
 
 
 @rule
 def no_learning_signal(s):
-    std, frac = last(s, "reward_std", WINDOW), last(s, "frac_reward_zero_std", WINDOW)
-    if (len(std) == WINDOW and max(std) == 0) or (len(frac) == WINDOW and min(frac) >= 0.99):
+    std, frac = window(s, "reward_std"), window(s, "frac_reward_zero_std")
+    flat = std if std and max(values(std)) == 0 else frac if frac and min(values(frac)) >= 0.99 else None
+    if flat:
         yield Alert("NO-LEARNING-SIGNAL", "error", "No learning signal: every group has the same reward",
                     "GRPO learns from reward differences inside each group of completions. With reward_std 0 (or "
                     "frac_reward_zero_std ≈ 1) every advantage is 0, so the policy gets no gradient.",
-                    f"last {WINDOW} logged steps: reward_std {std}, frac_reward_zero_std {frac}, reward "
-                    f"{last(s, 'reward', WINDOW)}",
+                    quoted(s, [k for k, _ in flat], f"last {len(flat)} logged step(s): reward_std {values(std)}, "
+                           f"frac_reward_zero_std {values(frac)}, reward {values(window(s, 'reward'))}"),
                     "Check the reward function on a few completions (completions.jsonl with log_completions), make "
                     "the task easier or the reward denser, raise temperature or num_generations; dynamic_sample "
                     "resamples zero-spread groups.")
@@ -38,34 +99,42 @@ def no_learning_signal(s):
 
 @rule
 def kl_stuck_at_zero(s):
-    kl = last(s, "kl", WINDOW)
-    if s.beta > 0 and len(kl) == WINDOW and max(abs(v) for v in kl) == 0:
+    kl = window(s, "kl")
+    if s.beta > 0 and kl and max(abs(v) for v in values(kl)) == 0:
         yield Alert("KL-STUCK-ZERO", "warning", "KL stays exactly 0: the policy is not moving",
                     f"With beta {s.beta} the KL to the reference grows as soon as parameters change. Exactly 0 over "
                     "several steps means they are not being updated (field report 001: ZeRO-3 with batch 1 and "
                     "gradient accumulation), or there is no learning signal.",
-                    f"kl over the last {WINDOW} steps: {kl}; grad_norm {last(s, 'grad_norm', WINDOW)}",
+                    quoted(s, [k for k, _ in kl], f"kl over the last {len(kl)} step(s): {values(kl)}; grad_norm "
+                           f"{values(window(s, 'grad_norm'))}"),
                     "If reward_std is also 0 fix the reward first; otherwise try ZeRO-2, or a larger per-device "
                     "batch with less accumulation, and check the learning rate.")
 
 
 @rule
 def grad_norm_zero(s):
-    g = last(s, "grad_norm", WINDOW)
-    if len(g) == WINDOW and max(g) == 0:
+    g = window(s, "grad_norm")
+    if g and max(values(g)) == 0:
         yield Alert("GRAD-NORM-ZERO", "warning", "Gradient norm is 0",
-                    "No parameter received a gradient in the last steps.", f"grad_norm {g}",
+                    "No parameter received a gradient in the last steps.",
+                    quoted(s, [k for k, _ in g], f"grad_norm {values(g)}"),
                     "Usually zero advantages (see reward_std) or frozen parameters: check tuner_type / "
                     "target_modules and the reward.")
 
 
 @rule
 def completions_clipped(s):
-    c = last(s, "completions/clipped_ratio", WINDOW)
-    if len(c) == WINDOW and min(c) >= 0.95:
-        yield Alert("COMPLETIONS-CLIPPED", "warning", "Completions hit max_completion_length",
-                    "Nearly every completion is cut off, so answers are incomplete and length rewards mislead.",
-                    f"completions/clipped_ratio {c}, mean length {last(s, 'completions/mean_length', WINDOW)}",
+    c = window(s, "completions/clipped_ratio")
+    if c and min(values(c)) >= 0.95:
+        reward = values(window(s, "reward"))
+        zero = bool(reward) and max(abs(v) for v in reward) == 0
+        yield Alert("COMPLETIONS-CLIPPED", "warning" if not zero else "error",
+                    "Completions hit max_completion_length" + (", and every reward is 0" if zero else ""),
+                    "Nearly every completion is cut off, so answers are incomplete and length rewards mislead."
+                    + (" A cut-off answer earns no reward, so every advantage is 0 and nothing is learned." if zero
+                       else ""),
+                    quoted(s, [k for k, _ in c], f"completions/clipped_ratio {values(c)}, mean length "
+                           f"{values(window(s, 'completions/mean_length'))}, reward {reward}"),
                     "Raise max_completion_length, add a length penalty (soft_overlong) or overlong_filter, or "
                     "prompt for shorter answers.")
 
@@ -82,25 +151,28 @@ def kl_blowup(s):
                         "Lower the learning rate, raise beta, check for reward hacking in completions.jsonl.")
 
 
-NAN_KEYS = ("loss", "grad_norm", "reward", "reward_std", "kl")
-NAN_LINE = re.compile(r"contains either `inf`, `nan`|(?:loss|grad_norm|reward)\W+(?:nan|inf)\b", re.IGNORECASE)
+# metrics that are garbage once NaN/inf (of every trainer's naming: loss, actor/grad_norm, critic/vf_loss, kl,
+# reward, rewards/<name>/mean, logps/chosen, …); others (a mean length over no terminated completions) may be NaN
+NAN_WATCHED = re.compile(r"(?:^|/)(?:\w*loss|grad_norm|kl(?:_loss)?|rewards?|reward_std|score|logps|entropy)(?:/|$)|"
+                         r"^rewards/")
+NAN_TEXT = re.compile(r"\b(?:nan|NaN|inf|Infinity)\b")
 
 
 @rule
 def nan_metrics(s):
-    """NaN or inf in loss, grad_norm, reward, reward_std, kl or a reward function's mean, or a crash on non-finite
-    model outputs (sampling from NaN probabilities)."""
-    bad = [(k, step, v) for k, series in s.metrics.items() if k in NAN_KEYS or k.startswith("rewards/")
+    """NaN or inf in a training metric, or a crash on non-finite model outputs (sampling from NaN probabilities)."""
+    bad = [(k, step, v) for k, series in s.metrics.items() if NAN_WATCHED.search(k)
            for step, v in series[-WINDOW:] if v is not None and not math.isfinite(v)]
-    crash = next(((node, line) for node, lines in s.logs.items() for line in lines if NAN_LINE.search(line)), None)
+    crash = next((e for events in s.events.values() for e in events if e.sig.id == "NAN-METRICS"), None)
     if not bad and not crash:
         return
-    evidence = ", ".join(f"{k} {v} at step {step}" for k, step, v in bad[:8]) or crash[1].strip()[:400]
+    numbers = ", ".join(f"{k} {v} at step {step}" for k, step, v in bad[:8])
+    evidence = quoted(s, sorted({step for _, step, _ in bad}), numbers, NAN_TEXT) if bad else crash.evidence()
     yield Alert("NAN-METRICS", "error", "NaN/inf in training", "Loss, gradients or rewards are no longer finite "
                 "numbers: once they are, every later update is garbage (and sampling from the model fails).",
                 evidence, "Resume from the last finite checkpoint with a lower learning_rate (warmup_ratio helps), "
                 "keep max_grad_norm on, use bf16 rather than fp16, and check that reward functions never return NaN "
-                "or inf.", crash[0] if crash and not bad else "")
+                "or inf.", crash.where if crash and not bad else "")
 
 
 def _falling(values: list[float], ratio: float) -> bool:

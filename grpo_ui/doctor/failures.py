@@ -1,53 +1,22 @@
-"""The doctor's rules on log lines: how a run failed (root cause, out of memory, NCCL, rollout server, reward
-function, disk, a missing package) and the GRPO stalls that leave no error behind (weight sync to the rollout
-servers, a vLLM sleep/wake that never returns), and checkpoints left incomplete."""
+"""The doctor's rules on log lines: each kind of failure the logs show (signatures.py, found anywhere by events.py),
+the process that failed first across the logs (rootcause.py), rewards that are not there, and the GRPO stalls that
+leave no error behind (weight sync to the rollout servers, a vLLM sleep/wake that never returns), and checkpoints
+left incomplete."""
 
 from __future__ import annotations
 
 import re
 
-from grpo_ui.doctor.rootcause import CONSEQUENCE, RANK_PREFIX, TB_START, Failure, root_cause, traceback_span
+from grpo_ui.doctor.events import Event
+from grpo_ui.doctor.signatures import CAUSE, CONSEQUENCE, NOISE, REPORT, SAVE_FAILED, TRACEBACK
 from grpo_ui.doctor.snapshot import Alert, Snapshot, overdue, rule
 from grpo_ui.doctor.stacks import classify
-from grpo_ui.spec.resolve import GROUP_PORT
 
-LOG_SIGNS = [
-    ("OOM", "error", re.compile(r"CUDA out of memory|OutOfMemoryError|No available memory for the cache blocks|"
-                                r"CUDA Error: out of memory"),
-     "Out of GPU memory", "A rank ran out of GPU memory.",
-     "Open the memory estimate on the Configure page and apply one of its make-it-fit changes (lower "
-     "vllm_gpu_memory_utilization, sleep_level 1, ZeRO-3, smaller micro-batch)."),
-    ("NCCL-TIMEOUT", "error", re.compile(r"Watchdog caught collective operation timeout|NCCL.*[Tt]imeout|"
-                                         r"socket has timed out|ProcessGroupNCCL.*timed out"),
-     "NCCL collective timed out", "A collective operation waited longer than its timeout: some rank stopped "
-     "participating (hang, crash, or network).",
-     "Find the node that went quiet first; check that every node runs identical arguments, ports are open between "
-     "nodes (and to rollout servers on 51216+i), and raise ddp_timeout for long rollouts."),
-    ("ROLLOUT-UNREACHABLE", "error", re.compile(r"Servers not reachable|did not answer /health/|"
-                                                r"Failed to connect to vLLM server"),
-     "Rollout server unreachable", "The trainer cannot reach a swift rollout server.",
-     "Check the rollout node's log and that its HTTP port and group port (51216+i) are reachable from trainer "
-     "rank 0; unset http_proxy/https_proxy."),
-    ("DISK-FULL", "error", re.compile(r"No space left on device|os error 28|Errno 28"),
-     "Disk full", "A write failed because the file system is full (often while saving a checkpoint).",
-     "Free space on output_dir's file system or move output_dir to a larger volume; save_total_limit keeps only "
-     "the last N checkpoints, save_only_model skips the optimizer states."),
-    ("PACKAGE-MISSING", "error", re.compile(r"^(?:\[rank\d+\]: )?(?:ImportError|ModuleNotFoundError): |"
-                                            r" is not installed\b"),
-     "A package is missing in the job's environment", "ms-swift could not import what this configuration needs.",
-     "Run preflight: it compares every node's packages with what the ms-swift version there requires; install the "
-     "missing package (or turn the feature off) in python_env on every node."),
-    ("TRACEBACK", "error", re.compile(r"Traceback \(most recent call last\)"), "A rank crashed with a traceback",
-     "A Python exception ended a process.", "Read the traceback below; the first node that printed one is named."),
-]
-MAX_TB_LINES = 60
+MAX_EVIDENCE_LINES = 60
 REWARD_NONE = "All reward functions returned None"
 LAUNCHER_FIRST = re.compile(r"^node (\d+) \(([^,]+), ([^)]+)\) failed first")  # the launcher's job error
-REWARD_FRAMES = re.compile(r", in (compute_rewards_per_func|_compute_rewards_per_func|score_completions)$")
-FRAME_LINE = re.compile(r'^\s*File "(.+)", line (\d+), in (.+)$')
 SAVE_LINE = re.compile(r"Saving model checkpoint to (\S+)")
 LAST_CHECKPOINT = re.compile(r"last_model_checkpoint: (/\S+)")
-SAVE_FRAME = re.compile(r", in (_save_checkpoint|save_model|_save|save_pretrained|_save_optimizer_and_scheduler)$")
 SLEEP_LINE = re.compile(r"It took [\d.]+ seconds to (fall asleep|wake up tags (.*))\.$")
 ACCESS_LINE = re.compile(r'"(?:GET|POST) (/[\w/]+) HTTP/[\d.]+" (\d+)')
 SYNC_ENDPOINTS = ("/init_communicator/", "/update_named_param/", "/update_flattened_params/",
@@ -55,33 +24,43 @@ SYNC_ENDPOINTS = ("/init_communicator/", "/update_named_param/", "/update_flatte
 CONNECT_TIMEOUT = re.compile(r"timed out .*?connect to \(([^,]+), (\d+)\)|failed to connect/validate to host "
                              r"[^:]+:(\d+)|port: (\d+).*EADDRINUSE|remote=\S+:(\d+)\) timed out")
 ZERO_SHARD = re.compile(r"zero_pp_rank_(\d+)_mp_rank_\d+_(?:optim|model)_states\.pt$")
+WORK_NCCL = re.compile(r"WorkNCCL\(SeqNum=(\d+), OpType=([A-Z_]+)")
+TIMEOUT_MS = re.compile(r"Timeout\(ms\)=(\d+)")
+OWN_RULES = {"NAN-METRICS"}  # signatures whose alert another rule writes (with the metrics beside the crash)
 
 
-def traceback_at(lines: list[str], i: int) -> tuple[list[str], str | None]:
-    """The traceback that starts at ``lines[i]`` (bounded, without a tqdm bar glued in front) and the rank that
-    printed it."""
-    span, rank = traceback_span(lines, i)
-    prefix = RANK_PREFIX.match(lines[i])[0] if RANK_PREFIX.match(lines[i]) else ""
-    out = [prefix + lines[i][lines[i].index(TB_START):]] + [lines[k] for k in span[1:]]
-    return _bounded(out), None if rank is None else str(rank)
-
-
-def _bounded(lines: list[str]) -> list[str]:
-    """At most MAX_TB_LINES: the head (where it started) and the tail (the exception)."""
-    if len(lines) <= MAX_TB_LINES:
+def bounded(lines: list[str]) -> list[str]:
+    """At most MAX_EVIDENCE_LINES: the head (the error line, where it started) and the tail."""
+    if len(lines) <= MAX_EVIDENCE_LINES:
         return lines
-    head, tail = MAX_TB_LINES // 3, MAX_TB_LINES - MAX_TB_LINES // 3 - 1
+    head, tail = MAX_EVIDENCE_LINES // 3, MAX_EVIDENCE_LINES - MAX_EVIDENCE_LINES // 3 - 1
     return lines[:head] + [f"… {len(lines) - head - tail} lines left out …"] + lines[-tail:]
 
 
-def _oom_phase(lines: list[str], i: int) -> str:
-    """Where an out-of-memory error struck, from the frames of the traceback it ends (innermost first)."""
-    start = next((k for k in range(i, -1, -1) if TB_START in lines[k]), None)
-    if start is None:
-        return ""
-    frames = [(m[3].rsplit(".", 1)[-1], m[1]) for t in traceback_at(lines, start)[0]
-              if (m := FRAME_LINE.match(RANK_PREFIX.sub("", t)))]
-    phase, _ = classify(frames[::-1])
+def group_port_timeout(s: Snapshot, line: str) -> int | None:
+    """The weight-sync group port a server-mode trainer's line says it could not connect to, if any."""
+    m = CONNECT_TIMEOUT.search(line) if s.server_mode else None
+    port = next((int(g) for g in m.groups() if g and g.isdigit()), None) if m else None
+    return port if port in s.sync_ports else None
+
+
+def all_events(s: Snapshot) -> list[Event]:
+    return [e for events in s.events.values() for e in events]
+
+
+def _precedes(a: Event, b: Event) -> bool:
+    """Whether ``a`` came before ``b``: earlier in the same log, earlier by the clock, or (without clocks) in
+    another log."""
+    if a.log == b.log:
+        return a.index < b.index
+    if a.line.stamp and b.line.stamp:
+        return a.line.stamp <= b.line.stamp
+    return True
+
+
+def _oom_phase(e: Event) -> str:
+    """Where an out-of-memory error struck, from the frames of its traceback."""
+    phase, _ = classify([(fn.rsplit(".", 1)[-1], path) for path, _, fn in reversed(e.frames)])
     if phase in ("vLLM sleep/wake", "weight sync"):
         return (f" It struck in {phase}: at the switch from training to rollout, when vLLM takes its memory back "
                 "while the trainer's model, gradients and optimizer states are still on the GPU (lower "
@@ -89,60 +68,118 @@ def _oom_phase(lines: list[str], i: int) -> str:
     return f" It struck in {phase}." if phase != "other" else ""
 
 
-def _failure(s: Snapshot) -> Failure | None:
-    return root_cause(s.logs) if s.job_state == "failed" else None
+def _timeouts(same: list[Event]) -> str:
+    """Which ranks timed out in which collective, from torch's watchdog lines."""
+    ranks = sorted({e.rank for e in same if e.rank is not None})
+    works = [m for e in same if (m := WORK_NCCL.search(e.line.body))]
+    if not works:
+        return f" Ranks that timed out: {', '.join(map(str, ranks))}." if ranks else ""
+    seq, op = max(works, key=lambda m: len(m[2])).groups()  # a line cut by the terminal may cut the name short
+    ms = next((int(m[1]) for e in same if (m := TIMEOUT_MS.search(e.line.body))), None)
+    who = f"Rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}" if ranks else "A rank"
+    waited = f" {ms / 1000:.0f} s" if ms else ""
+    return (f" {who} waited{waited} in {op} (collective #{seq}): the ranks missing from this list (in these logs "
+            "or the other nodes') are the ones that never joined it.")
+
+
+def _said(e: Event) -> str:
+    """What the error says and where it was raised, for the explanation."""
+    own = e.own_frame
+    at = f" in {own[0]}:{own[1]} ({own[2]})" if own else ""
+    where = {"save": " while saving a checkpoint", "sync": " during the weight sync to vLLM",
+             "sleep": " right after vLLM's sleep/wake"}
+    phase = next((text for name, text in where.items() if name in e.context and name not in e.sig.id.lower()), "")
+    return f" It says: {e.line.body.strip()[:300]}{at}{phase}." if e.exception or phase else ""
+
+
+def event_alert(e: Event, same: list[Event]) -> Alert:
+    """The alert for a kind of failure, from its first event (and the others of its kind)."""
+    explanation = e.sig.explanation
+    if e.sig.id == "OOM":
+        explanation += _oom_phase(e)
+    elif e.sig.id == "NCCL-TIMEOUT":
+        explanation += _timeouts(same)
+    elif e.sig.id == "REWARD-FUNC-FAILED":
+        own = e.own_frame
+        at = f"{own[0].rsplit('/', 1)[-1]}:{own[1]} in {own[2]}" if own else "It"
+        explanation = f"{at} raised {e.line.body.strip()[:300]}. " + explanation
+    else:
+        explanation += _said(e)
+    logs = sorted({x.log for x in same})
+    explanation += f" Seen {len(same)} time(s) in {', '.join(logs)}; first on {e.where}."
+    return Alert(e.sig.id, e.sig.severity, e.sig.title, explanation, "\n".join(bounded(e.evidence().splitlines())),
+                 e.sig.fix, e.where)
 
 
 @rule
 def log_signatures(s):
-    failed = _failure(s)
-    for aid, sev, rx, title, expl, fix in LOG_SIGNS:
-        if aid == "TRACEBACK" and failed:
-            continue  # NODE-FAILED names the first failure and its error line
-        hits = [(node, i, line) for node, lines in s.logs.items() for i, line in enumerate(lines) if rx.search(line)]
-        if hits:
-            node, i, line = hits[0]
-            where = node
-            context = [line]
-            if aid == "TRACEBACK":
-                context, rank = traceback_at(s.logs[node], i)
-                where += f", rank {rank}" if rank else ""
-            if aid == "OOM":
-                expl += _oom_phase(s.logs[node], i)
-            nodes = sorted({h[0] for h in hits})
-            yield Alert(aid, sev, title, expl + f" Seen on {', '.join(nodes)}; first on {where}.",
-                        "\n".join(context), fix, where)
+    """One alert per kind of failure the logs show, from its first line. A consequence (a collective timing out, a
+    dead vLLM engine, an unreachable server) is left out when a failure of its own came before it; noise and
+    death reports are NODE-FAILED's."""
+    events = all_events(s)
+    firsts = [e for e in events if e.sig.role in (CAUSE, REPORT)]
+    failed = s.root_cause
+    done = set(OWN_RULES)
+    for e in events:
+        if e.sig.id in done or e.sig.role in (NOISE, REPORT):
+            continue
+        if e.sig.role == CONSEQUENCE and any(_precedes(c, e) for c in firsts):
+            continue
+        if e.sig is TRACEBACK and failed and failed.event is e:
+            continue  # NODE-FAILED names it with its error line
+        if group_port_timeout(s, e.line.raw):
+            continue  # WEIGHT-SYNC-STALL names the port
+        done.add(e.sig.id)
+        yield event_alert(e, [x for x in events if x.sig.id == e.sig.id])
+
+
+def _after(s: Snapshot, first) -> str:
+    """What the other logs show after the first failure."""
+    later = []
+    for node, events in s.events.items():
+        e = next((x for x in events if x.sig.role != NOISE and x is not first.event), None)
+        if node != first.node and e:
+            later.append(f"{e.where}: {e.sig.title}")
+    return f" After it: {'; '.join(later[:6])}." if later else ""
 
 
 @rule
 def node_failed(s):
     if s.job_state != "failed":
         return
-    f = _failure(s)
+    f = s.root_cause
     first = LAUNCHER_FIRST.match(s.job_error or "")
-    if f and first and not f.node.startswith(f"node {first[1]} ") and CONSEQUENCE.search(f"{f.exit} {f.error}"):
+    if f and first and not f.node.startswith(f"node {first[1]} ") and f.role > 0:
         f = None  # that rank only lost its peer; the node the launcher saw fail first left no error in its log
+    if (f and s.source == "logs" and len(s.logs) == 1 and not f.summary and f.event
+            and f.event.sig.role in (CAUSE, CONSEQUENCE) and f.event.sig is not TRACEBACK):
+        return  # one excerpt whose first error has its own finding: nothing to add
+    relaunch = "relaunch from History" if s.source == "job" else "start the run again (resume from its last " \
+                                                                  "complete checkpoint)"
     if f:
         how = f" ({f.exit})" if f.exit else ""
+        what = f": {f.event.sig.title}" if f.event and f.event.sig.role != REPORT else ""
         seen = f" The launcher saw: {s.job_error.splitlines()[0]}." if s.job_error else ""
-        yield Alert("NODE-FAILED", "error", f"{f.where} failed first{how}",
-                    f"Error line: {f.error.strip()}. Other ranks' errors after it are consequences (peers closing "
-                    f"connections, torchrun stopping the others).{seen}",
-                    "\n".join(f.context + [f.error]),
-                    "Fix the cause shown in its log (the lines before the error), then relaunch from History.",
-                    f.where)
+        yield Alert("NODE-FAILED", "error", f"{f.where} failed first{how}{what}",
+                    f"Error line: {f.error.strip()[:400]}. Errors after it in other ranks and processes are "
+                    f"consequences (peers closing connections, collectives timing out, torchrun stopping the "
+                    f"others).{_after(s, f)}{seen}",
+                    "\n".join([f.error.strip(), "… the lines before it:", *f.context] if f.context else [f.error]),
+                    ("See the finding for this error for its fix" if what else "Find why it died in the lines "
+                     "before the error (a signal: the OOM killer — dmesg on that host — or a crash in native "
+                     "code)") + f"; then {relaunch}.", f.where)
     elif s.job_error:
         where = f"node {first[1]} ({first[2]}), {first[3]}" if first else ""
         yield Alert("NODE-FAILED", "error", s.job_error.splitlines()[0] if first else "A node exited with an error",
                     "The job failed; the node that failed first is named, with the end of its log, and the other "
                     "nodes were stopped." + (" Its log ends without an error: it was killed from outside (a signal, "
                                              "the OOM killer, a stop)." if first and s.logs else ""),
-                    s.job_error, "Fix the cause shown in its log, then relaunch from History.", where)
+                    s.job_error, f"Fix the cause shown in its log, then {relaunch}.", where)
 
 
 @rule
-def reward_failures(s):
-    """A reward function that returns None/NaN (ms-swift warns, then counts it as 0) or raises."""
+def reward_none(s):
+    """A reward function that returns None/NaN: ms-swift warns, then counts it as 0."""
     none = [(node, line) for node, lines in s.logs.items() for line in lines if REWARD_NONE in line]
     if none:
         node, line = none[0]
@@ -152,27 +189,6 @@ def reward_failures(s):
                     "on rewards that are not there and rewards/<name>/mean drops out of the metrics.",
                     line[:600], "Make the reward function return a float for every completion (0.0 when it cannot "
                     "score one) and log why it could not; test it on a few completions from completions.jsonl.", node)
-    for node, lines in s.logs.items():
-        for i, line in enumerate(lines):
-            if TB_START not in line:
-                continue
-            tb, rank = traceback_at(lines, i)
-            body = [RANK_PREFIX.sub("", t) for t in tb]
-            if not any(REWARD_FRAMES.search(t) for t in body):
-                continue
-            frames = [m for t in body if (m := FRAME_LINE.match(t))]
-            own = next((m for m in reversed(frames) if "site-packages" not in m[1]), frames[-1] if frames else None)
-            at = f"{own[1]}:{own[2]} in {own[3]}" if own else "the reward function"
-            yield Alert("REWARD-FUNC-FAILED", "error", "A reward function raised an exception",
-                        f"{at} raised {body[-1].strip()}; ms-swift does not catch errors of reward functions, so "
-                        "the rank stops and the run fails.", "\n".join(tb),
-                        "Fix the reward function (or catch its errors and return 0.0 for that completion); run it "
-                        "on a few rows of the dataset before launching.", node + (f", rank {rank}" if rank else ""))
-            return
-
-
-def _sync_ports(s: Snapshot) -> set[int]:
-    return set(s.group_ports) | {GROUP_PORT + k for k in range(8)}
 
 
 @rule
@@ -181,12 +197,9 @@ def weight_sync_stall(s):
     the run went silent right after the last weight-sync request the rollout server answered."""
     if not s.server_mode:
         return
-    ports = _sync_ports(s)
     for node, lines in s.logs.items():
         for line in lines:
-            m = CONNECT_TIMEOUT.search(line)
-            port = next((int(g) for g in m.groups() if g and g.isdigit()), None) if m else None
-            if port in ports:
+            if port := group_port_timeout(s, line):
                 yield Alert("WEIGHT-SYNC-STALL", "error", "Weight sync to the rollout server cannot connect",
                             f"The trainer timed out on the rollout server's weight-sync group port {port} (the NCCL "
                             "group that sends new weights to vLLM after each step): the port is blocked between the "
@@ -236,10 +249,8 @@ def vllm_sleep_stuck(s):
         return
 
 
-@rule
-def checkpoint_incomplete(s):
-    """A save that never finished (the run failed after 'Saving model checkpoint'), a checkpoint directory without
-    trainer_state.json, or ZeRO optimizer shards from fewer ranks than the run has."""
+def _listing(s: Snapshot):
+    """Checkpoint directories whose files show a save that did not finish."""
     for path, files in s.checkpoints.items():
         names = {f.rsplit("/", 1)[-1] for f in files}
         ranks = {int(m[1]) for f in files if (m := ZERO_SHARD.search(f))}
@@ -256,22 +267,36 @@ def checkpoint_incomplete(s):
                         "and the checkpoint cannot be resumed from.", "\n".join(sorted(files)),
                         "Delete it, find why the save stopped (disk full, the process killed), and resume from "
                         "the previous checkpoint.", path)
-    failed = _failure(s)
-    if not failed or s.checkpoints:
+
+
+@rule
+def checkpoint_incomplete(s):
+    """A checkpoint directory without trainer_state.json or with ZeRO shards from fewer ranks than the run has;
+    else a failure that struck while saving (its traceback in the save, or after 'Saving model checkpoint' with
+    no step logged since) — unless the failure itself is a failed save, which log_signatures reports."""
+    if s.checkpoints:
+        yield from _listing(s)
         return
-    lines = s.logs.get(failed.node, [])
-    at = lines.index(failed.error) if failed.error in lines else len(lines)
-    starts = [i for i in range(at) if TB_START in lines[i]]
-    trace = traceback_at(lines, starts[-1])[0] if starts else []
-    in_save = any(SAVE_FRAME.search(RANK_PREFIX.sub("", t)) for t in trace)
-    saves = [(i, m[1]) for i, line in enumerate(lines[:at]) if (m := SAVE_LINE.search(line))]
-    if saves and any("{'loss'" in line for line in lines[saves[-1][0] + 1:at]):
-        saves = []  # a later step was logged: that save finished
-    if in_save or saves:
-        named = saves[-1][1] if saves else next((m[1] for line in lines if (m := LAST_CHECKPOINT.search(line))),
-                                                "the checkpoint being written")
-        yield Alert("CHECKPOINT-INCOMPLETE", "error", "The last checkpoint save never finished",
-                    f"The run failed while saving {named}: that checkpoint is partial (or missing) and cannot be "
-                    "resumed from.", (lines[saves[-1][0]].strip() + "\n…\n" if saves else "") + failed.error.strip(),
-                    "Do not resume from it; fix the failure (see NODE-FAILED) and resume from the previous "
-                    "checkpoint.", failed.where)
+    events = all_events(s)
+    if any(e.sig is SAVE_FAILED for e in events):
+        return
+    failed = s.root_cause
+    saving = next((e for e in events if "save" in e.context and e.sig.role == CAUSE), None)
+    if saving is None and failed and failed.event:
+        lines = s.logs.get(failed.node, [])
+        saves = [i for i, line in enumerate(lines[:failed.event.index]) if SAVE_LINE.search(line)]
+        if saves and not any("{'loss'" in line for line in lines[saves[-1] + 1:failed.event.index]):
+            saving = failed.event  # the run failed after starting a save and before logging another step
+    if saving is None:
+        return
+    lines = s.logs[saving.log]
+    saves = [m[1] for line in lines[:saving.index] if (m := SAVE_LINE.search(line))]
+    named = saves[-1] if saves else next((m[1] for line in lines if (m := LAST_CHECKPOINT.search(line))),
+                                         "the checkpoint being written")
+    yield Alert("CHECKPOINT-INCOMPLETE", "error", "The last checkpoint save never finished",
+                f"The run failed while saving {named} ({saving.sig.title}): that checkpoint is partial (or "
+                "missing) and cannot be resumed from.",
+                "\n".join(bounded([saving.line.text] + ([f"… while saving: Saving model checkpoint to {saves[-1]}"]
+                                                        if saves else []) + (saving.traceback or saving.before))),
+                "Do not resume from it; fix the failure (see its own finding) and resume from the previous "
+                "checkpoint.", saving.where)

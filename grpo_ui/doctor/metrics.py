@@ -1,7 +1,9 @@
-"""Training metrics from ms-swift: logging.jsonl lines and, as a fallback, the dicts printed on stdout.
+"""Training metrics: ms-swift's logging.jsonl lines and, as a fallback or from another trainer, what a log prints:
+the dicts ms-swift and TRL print on stdout, verl's ``step:N - key:value - …`` lines, a plain table of metrics.
 
-3.x and 4.x keys come out under the same names: ``seconds_per_step`` (from 4.x train_speed(s/it) or 3.x
-train_speed(iter/s)), ``step`` / ``max_steps`` from ``global_step/max_steps``, times in seconds.
+ms-swift 3.x and 4.x keys come out under the same names: ``seconds_per_step`` (from 4.x train_speed(s/it) or 3.x
+train_speed(iter/s)), ``step`` / ``max_steps`` from ``global_step/max_steps``, times in seconds; other trainers'
+names for the same quantities (ALIASES) come out under ms-swift's too.
 """
 
 from __future__ import annotations
@@ -16,6 +18,15 @@ from pydantic_core import core_schema as cs
 OUTPUT_DIR = re.compile(r"\[INFO:swift\] output_dir: (\S+)")
 LOGGING_FILE = re.compile(r"The logging file will be saved in: (\S+logging\.jsonl)")
 _DURATION = re.compile(r"(?:(\d+)d)?\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*(?:(\d+)s)?")
+# other trainers' names → ms-swift's (verl's actor/critic keys, older TRL, the columns of hand-made tables)
+ALIASES = {"actor/grad_norm": "grad_norm", "actor/pg_loss": "loss", "critic/score/mean": "reward",
+           "response_length/clip_ratio": "completions/clipped_ratio", "response_length/mean": "completions/mean_length",
+           "completion_length": "completions/mean_length", "reward_mean": "reward", "clipped_ratio":
+           "completions/clipped_ratio", "mean_length": "completions/mean_length", "training_loss": "loss"}
+VERL_STEP = re.compile(r"\bstep:(\d+) - ")
+VERL_PAIR = re.compile(r"([\w/@.()%-]+):(-?(?:\d+\.?\d*(?:e[-+]?\d+)?|nan|inf))(?= - |\s*$)")
+TABLE_CELL = re.compile(r"^[A-Za-z][\w/()%. -]*$")
+NUMBER = re.compile(r"^-?(?:\d+\.?\d*(?:e[-+]?\d+)?|nan|inf)$", re.IGNORECASE)
 
 
 def duration_s(text: str) -> float | None:
@@ -52,7 +63,15 @@ def normalize(raw: dict) -> tuple[int | None, dict[str, float]]:
                 out[key] = float(value)
             except (TypeError, ValueError):
                 continue
-    return (None if summary else step), out
+    return (None if summary else step), aliased(out)
+
+
+def aliased(out: dict[str, float]) -> dict[str, float]:
+    """Other trainers' keys also under ms-swift's name (where ms-swift's own is not there)."""
+    for key, name in ALIASES.items():
+        if key in out and name not in out:
+            out[name] = out[key]
+    return out
 
 
 def _optional(alias: str, schema: dict) -> dict:
@@ -106,7 +125,7 @@ def _finish(out: dict) -> tuple[int | None, dict[str, float]]:
         out["seconds_per_step"] = 1.0 / speed if speed else float("inf")
     if "percentage" in out:
         out["percentage"] = float(out["percentage"].rstrip("%"))
-    return (None if "train_runtime" in out else step), out
+    return (None if "train_runtime" in out else step), aliased(out)
 
 
 def parse_jsonl_line(line: str | bytes) -> tuple[int | None, dict[str, float]] | None:
@@ -123,17 +142,81 @@ def parse_jsonl_line(line: str | bytes) -> tuple[int | None, dict[str, float]] |
     return normalize(raw) if isinstance(raw, dict) else None
 
 
+PAIR = re.compile(r"""['"]([^'"]+)['"]:\s*['"]?(-?(?:\d+\.?\d*(?:e[-+]?\d+)?|nan|NaN|inf|Infinity)|\d+/\d+)['"]?"""
+                  r"(?=[,}\s]|$)")
+
+
 def parse_stdout_line(line: str) -> tuple[int | None, dict[str, float]] | None:
-    """A Python-literal dict printed by rank 0, possibly glued to a tqdm bar; None for other lines."""
-    start = line.find("{'")
+    """A dict printed by rank 0 (a Python literal, or JSON), possibly glued to a tqdm bar; also one cut short or
+    holding ``nan`` (read pair by pair); None for other lines."""
+    start = next((k for k in (line.find("{'"), line.find('{"')) if k >= 0), -1)
     if start < 0:
         return None
-    end = line.rfind("}")
+    text = line[start:line.rfind("}") + 1]
     try:
-        raw = ast.literal_eval(line[start:end + 1])
+        raw = ast.literal_eval(text) if line[start + 1] == "'" else json.loads(text)
     except (ValueError, SyntaxError):
-        return None
+        raw = dict(PAIR.findall(line[start:]))
+        if len(raw) < 2:
+            return None
     return normalize(raw) if isinstance(raw, dict) else None
+
+
+def parse_verl_line(line: str) -> tuple[int | None, dict[str, float]] | None:
+    """verl's console line ``step:3 - actor/grad_norm:0.12 - critic/score/mean:0.4 - …``; None for other lines."""
+    m = VERL_STEP.search(line)
+    if not m:
+        return None
+    pairs = {k: float(v) for k, v in VERL_PAIR.findall(line[m.end():])}
+    return int(m[1]), aliased(pairs)
+
+
+def _cells(line: str) -> list[str]:
+    text = line.strip()
+    return [c.strip() for c in text.strip("|").split("|")] if text.startswith("|") else text.split()
+
+
+def parse_table(lines: list[str]) -> list[tuple[int | None, dict[str, float], int]]:
+    """Rows of a plain metrics table (whitespace or Markdown columns) under a header naming at least two metrics
+    the doctor knows (loss, grad_norm, reward…): (step or None, metrics, line index) per row."""
+    known = {"loss", "grad_norm", "reward", "reward_std", "kl", "completions/clipped_ratio",
+             "completions/mean_length", "frac_reward_zero_std"}
+    out, header = [], None
+    for i, line in enumerate(lines):
+        cells = _cells(line)
+        if len(cells) >= 3 and all(TABLE_CELL.match(c) for c in cells):
+            names = [c.lower().replace(" ", "_") for c in cells]
+            header = names if len({ALIASES.get(n, n) for n in names} & known) >= 2 else None
+        elif header and len(cells) == len(header) and all(NUMBER.match(c) for c in cells):
+            row = dict(zip(header, map(float, cells), strict=True))
+            step = row.pop("step", None)
+            out.append((int(step) if step is not None else None, aliased(row), i))
+        elif header and not set(line.strip()) <= set("|-:. "):
+            header = None if cells and NUMBER.match(cells[0]) is None and "..." not in line else header
+    return out
+
+
+def printed_rows(lines: list[str]) -> list[tuple[int | None, dict[str, float], list[str]]]:
+    """The metrics a log prints, in order: (step or None where the line has none, metrics, the lines they came
+    from) — ms-swift's and TRL's dicts, verl's step lines (a line wrapped by the paste is joined with what
+    continues it), plain tables. The end-of-training summary is left out."""
+    rows: list[tuple[int, int | None, dict[str, float], list[str]]] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if (dict_row := parse_stdout_line(line)) is not None:
+            if "train_runtime" not in dict_row[1]:
+                rows.append((i, *dict_row, [line]))
+        elif VERL_STEP.search(line):
+            source = [line]
+            while (i + 1 < len(lines) and not VERL_STEP.search(lines[i + 1])
+                   and len(VERL_PAIR.findall(lines[i + 1])) >= 2):
+                i += 1
+                source.append(lines[i])
+            rows.append((i, *parse_verl_line("".join(x.rstrip("\n") for x in source)), source))
+        i += 1
+    rows += [(k, step, values, [lines[k]]) for step, values, k in parse_table(lines)]
+    return [(step, values, source) for _, step, values, source in sorted(rows, key=lambda r: r[0])]
 
 
 def logging_file(lines: list[str]) -> str | None:

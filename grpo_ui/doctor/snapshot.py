@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from grpo_ui.core.findings import Finding, finding
 from grpo_ui.doctor import liveness
+from grpo_ui.doctor.events import Event, scan
+from grpo_ui.doctor.rootcause import Failure, root_cause
 from grpo_ui.doctor.stacks import RankStack
 from grpo_ui.spec.resolve import DEFAULT_BETA, GROUP_PORT, Resolved
 
@@ -51,6 +54,29 @@ class Snapshot:
     stacks: list[RankStack] = field(default_factory=list)  # py-spy stacks of the ranks (on a suspected hang)
     checkpoints: dict[str, list[str]] = field(default_factory=dict)  # checkpoint dir → files in it (where readable)
     gpu_by_step: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # host/GPU → peak MiB per step
+    source: str = "job"     # "job": a run grpo-ui launched and follows; "logs": log files given to the doctor
+    excerpt: bool = False   # the logs show no start of a run (a pasted excerpt): every step they show counts
+    metric_lines: dict[int, list[str]] = field(default_factory=dict)  # step → the log lines its metrics came from
+
+    @property
+    def sync_ports(self) -> set[int]:
+        """The rollout servers' weight-sync group ports: the run's own and the defaults of up to 8 servers."""
+        return set(self.group_ports) | {GROUP_PORT + k for k in range(8)}
+
+    @cached_property
+    def events(self) -> dict[str, list[Event]]:
+        """The error lines of each node's log (events.py)."""
+        return {node: scan(node, lines, self.sync_ports) for node, lines in self.logs.items()}
+
+    @cached_property
+    def first_failure(self) -> Failure | None:
+        """The first error across the logs (rootcause.py), whatever the run's state."""
+        return root_cause(self.logs, self.events)
+
+    @property
+    def root_cause(self) -> Failure | None:
+        """Where a failed run failed first; None while it has not failed."""
+        return self.first_failure if self.job_state == "failed" else None
 
 
 def job_settings(eff: Resolved) -> dict:

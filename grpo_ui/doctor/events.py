@@ -1,0 +1,354 @@
+"""The errors in a log, wherever they stand: ``scan`` finds each line that tells of a failure (a signature's message,
+or the exception line that ends a Python traceback — also one whose traceback is cut off or mangled) and says what
+it is (signatures.py), who printed it (rank, process), when, and where the code was when it failed: in a reward
+function, a checkpoint save, the weight sync to vLLM, vLLM's sleep/wake, DeepSpeed, the argument checks.
+
+Works on any excerpt: no torchrun header, logging.jsonl or job spec needed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from grpo_ui.doctor import signatures as sig
+from grpo_ui.doctor.lines import Line, parse
+from grpo_ui.doctor.signatures import CAUSE, CONSEQUENCE, NOISE, REPORT, Signature
+
+TB_START = "Traceback (most recent call last):"
+TB_CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
+LAUNCHER_FILES = re.compile(r"torch/distributed/(?:run|launcher|elastic)|runpy\.py$|/bin/torchrun$")
+EXCEPTION = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure))"
+                       r"(?::\s?(?P<message>.*))?$")
+FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+), in (?P<function>.+)$')
+NATIVE_FRAME = re.compile(r"^\s*(?:frame #\d+: |#\d+ |\d+ 0x[0-9a-f]+ )(?P<function>.+)$|^\S+\((?P<symbol>[^)]*)\)")
+CARET = re.compile(r"^\s*[\^~]+\s*$")
+PY_WARNING = re.compile(r"^\S+:\d+: \w*Warning: ")  # warnings.warn's line: path:line: UserWarning: …
+ARGS_DUMP_START = re.compile(r"\bargs: \w+Arguments\($")
+ARGS_DUMP_LINE = re.compile(r"^[A-Za-z_][\w.]*=.*,?$")
+NCCL_RANK = re.compile(r"\[(?:PG [^\]]*)?Rank (\d+)\]")
+LOCAL_RANK = re.compile(r"local_rank: (\d+)")
+EXIT_CODE = re.compile(r"exitcode: (-?\d+)")
+SIGNALS = {1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL",
+           11: "SIGSEGV", 13: "SIGPIPE", 15: "SIGTERM"}
+
+# Where the code was: function names (frames) and words (the message, the lines around) of each phase.
+REWARD_FRAMES = re.compile(r"^(?:_?compute_rewards(?:_per_func)?|_?score_completions|_calculate_rewards|"
+                           r"compute_score|_compute_reward\w*)$")
+REWARD_WORDS = re.compile(r"\b\w*reward\w*\(\)")
+# TRL before its _calculate_rewards: the step that generates and scores calls the user's reward functions itself
+SCORING_STEP = re.compile(r"^(?:_generate_and_score_completions|_prepare_inputs)$")
+INSTALLED = re.compile(r"site-packages|dist-packages|/lib/python")
+SAVE_FRAMES = re.compile(r"(?:^|::|\.)(?:_save_checkpoint|save_model|_save|save_pretrained|save_checkpoint|"
+                         r"_save_optimizer_and_scheduler|save_state|get_state_dict|save_16bit_model|"
+                         r"_zero3_consolidated_16bit_state_dict|save_file|_save_to_state_dict|writeRecord|"
+                         r"PyTorchStreamWriter\w*)\b")
+SAVE_WORDS = re.compile(r"on_model_save|Saving model checkpoint|save_checkpoint|consolidated_16bit_state_dict")
+SYNC_FRAMES = re.compile(r"^(?:update_weights?|update_named_param|update_flattened_params|update_adapter_\w+|"
+                         r"init_communicator|_move_model_to_vllm|_sync_\w*weights?\w*|sync_weights|"
+                         r"_fast_infer_update_weights|broadcast_weights?)$")
+SYNC_WORDS = re.compile(r"\bupdate[_ ]weights?\b|update_named_param|update_flattened_params|init_communicator|"
+                        r"/update_\w+/|\bweight[_ ]sync|sync_weights|_move_model_to_vllm")
+SLEEP_WORDS = re.compile(r"seconds to (?:fall asleep|wake up)|Sleep mode freed|\bwake_up\(|\.sleep\(level")
+ARGS_FILES = re.compile(r"/arguments?/|_args\.py$|arguments\.py$|_config\.py$")
+DEEPSPEED_WORDS = re.compile(r"\bZeRO\b|DeepSpeed|deepspeed")
+NEAR = 8          # lines around an error that tell what the run was doing
+SLEEP_NEAR = 30   # a crash this close after vLLM's sleep/wake lines happened at the switch
+MAX_TRACEBACK = 400
+
+
+@dataclass
+class Event:
+    """One error line of one log and what it means."""
+
+    log: str                 # the log's label (file or node)
+    index: int               # its line in that log
+    line: Line
+    sig: Signature
+    exception: bool = False  # the exception line of a traceback (or a bare one)
+    frames: list[tuple[str, str, str]] = field(default_factory=list)  # (file, line, function) outermost first
+    context: frozenset[str] = frozenset()  # reward / save / sync / sleep / deepspeed / args
+    detail: list[str] = field(default_factory=list)  # lines after it that belong to it
+    traceback: list[str] = field(default_factory=list)  # the traceback it ends
+    before: list[str] = field(default_factory=list)  # without a traceback: the lines before it
+
+    @property
+    def rank(self) -> int | None:
+        if self.line.rank is not None:
+            return self.line.rank
+        m = NCCL_RANK.search(self.line.body)
+        return int(m[1]) if m else None
+
+    @property
+    def local_rank(self) -> int | None:
+        m = LOCAL_RANK.search(self.line.body)
+        return int(m[1]) if m else None
+
+    @property
+    def exit(self) -> str | None:
+        """How the process ended, where the line says: "exit code 1", "signal 11 (SIGSEGV)"."""
+        m = EXIT_CODE.search(self.line.body)
+        if not m:
+            return None
+        code = int(m[1])
+        return f"signal {-code} ({SIGNALS.get(-code, '?')})" if code < 0 else f"exit code {code}"
+
+    @property
+    def where(self) -> str:
+        parts = [self.log]
+        if self.line.process:
+            parts.append(self.line.process)
+        if self.rank is not None:
+            parts.append(f"rank {self.rank}")
+        elif self.local_rank is not None:
+            parts.append(f"local rank {self.local_rank}")
+        return ", ".join(parts)
+
+    @property
+    def own_frame(self) -> tuple[str, str, str] | None:
+        """The innermost frame outside installed packages (the user's code: a reward plugin, a script)."""
+        return next((f for f in reversed(self.frames) if not INSTALLED.search(f[0])), None)
+
+    def evidence(self) -> str:
+        """The error line first, then what belongs to it, then the traceback or the lines before it."""
+        out = [self.line.text.strip(), *self.detail]
+        if self.traceback:
+            out += ["… its traceback:", *self.traceback]
+        elif self.before:
+            out += ["… the lines before it:", *self.before]
+        return "\n".join(out)
+
+
+def args_dump_lines(lines: list[str]) -> set[int]:
+    """Indexes of the lines of ms-swift's ``args: RLHFArguments(`` dump (one ``key=value,`` per line, then ``)``)."""
+    out: set[int] = set()
+    inside = False
+    for i, line in enumerate(lines):
+        inside = inside or bool(ARGS_DUMP_START.search(line))
+        if inside:
+            out.add(i)
+            inside = line.strip() != ")"
+    return out
+
+
+def _same_rank(ln: Line, rank: int | None) -> bool:
+    return rank is None or ln.rank is None or ln.rank == rank
+
+
+def _traceback(parsed: list[Line], i: int) -> tuple[list[int], list[int], list[tuple[str, str, str]]]:
+    """The traceback that ends at the exception line ``parsed[i]``: its lines (frames, code, carets, back to its
+    'Traceback' line or as far as the excerpt goes, and through the exceptions chained before it; another rank's
+    lines left out), the chained exception lines, and the frames, outermost first."""
+    rank = parsed[i].rank
+    span, chained, frames = [], [], []
+    k, expect_exception = i - 1, False
+    while k >= 0 and i - k <= MAX_TRACEBACK:
+        body = parsed[k].body
+        if not _same_rank(parsed[k], rank):
+            k -= 1
+            continue
+        if m := FRAME.match(body):
+            frames.append((m["file"], m["line"], m["function"].strip()))
+        elif TB_START in body:
+            span.append(k)
+            j = k - 1
+            while j >= 0 and (not _same_rank(parsed[j], rank) or not parsed[j].body.strip()):
+                span += [j] if _same_rank(parsed[j], rank) else []
+                j -= 1
+            if j < 0 or not parsed[j].body.strip().startswith(TB_CHAIN):
+                span = [x for x in span if x > j]  # blank lines before the first 'Traceback' are not its
+                break
+            span.append(j)
+            k, expect_exception = j - 1, True
+            continue
+        elif expect_exception and EXCEPTION.match(body):
+            chained.append(k)
+            expect_exception = False
+        elif not (body[:1] in (" ", "\t") or CARET.match(body) or not body.strip()):
+            break
+        span.append(k)
+        k -= 1
+    return sorted(span), sorted(chained), frames[::-1]
+
+
+def _chained_on(parsed: list[Line], i: int) -> bool:
+    """Whether the exception line ``parsed[i]`` hands over to an exception chained after it."""
+    rank = parsed[i].rank
+    k = next((k for k in range(i + 1, min(len(parsed), i + 50))
+              if _same_rank(parsed[k], rank) and parsed[k].body.strip()), None)
+    return k is not None and parsed[k].body.strip().startswith(TB_CHAIN)
+
+
+def _cut_traceback(parsed: list[Line], i: int) -> list[tuple[str, str, str]] | None:
+    """The frames of a traceback that starts at ``parsed[i]`` and never reaches its exception line (the excerpt
+    ends, or other output follows); None when it does reach one."""
+    rank, frames = parsed[i].rank, []
+    for ln in parsed[i + 1:i + MAX_TRACEBACK]:
+        if not _same_rank(ln, rank):
+            continue
+        if m := FRAME.match(ln.body):
+            frames.append((m["file"], m["line"], m["function"].strip()))
+        elif not (ln.body[:1] in (" ", "\t") or CARET.match(ln.body) or not ln.body.strip()):
+            return None if EXCEPTION.match(ln.body) else frames
+    return frames
+
+
+def _native_frames(parsed: list[Line], i: int) -> list[str]:
+    """The function names of a crash dump printed after a crash line (``File "<unknown>", line 0, in f``,
+    ``frame #3: f``, ``/lib/x.so(f+0x1)``)."""
+    out = []
+    for ln in parsed[i + 1:i + 60]:
+        if m := FRAME.match(ln.body):
+            out.append(m["function"])
+        elif m := NATIVE_FRAME.match(ln.body.strip()):
+            out.append(m["function"] or m["symbol"] or "")
+        elif ln.body.strip() and not ln.body.startswith(("=", "[")):
+            break
+    return out
+
+
+def _context(parsed: list[Line], i: int, frames: list[tuple[str, str, str]], native: list[str], message: str,
+             group_ports: set[int]) -> frozenset[str]:
+    functions = [fn.rsplit(".", 1)[-1] for _, _, fn in frames]
+    files = [f for f, _, _ in frames]
+    near = " ".join(ln.body for ln in parsed[max(0, i - NEAR):i + NEAR + 1])
+    found = set()
+    scoring = [k for k, (f, fn) in enumerate(zip(files, functions, strict=True))
+               if SCORING_STEP.match(fn) and "trl/" in f]
+    if (any(REWARD_FRAMES.match(fn) for fn in functions) or REWARD_WORDS.search(message)
+            or any("reward" in f.rsplit("/", 1)[-1] for f in files)
+            or (scoring and any(not INSTALLED.search(f) for f in files[scoring[-1] + 1:]))):
+        found.add("reward")
+    if (any(SAVE_FRAMES.search(fn) for fn in functions + native) or SAVE_WORDS.search(message)
+            or any(fn == "save" and f.endswith("serialization.py") for f, _, fn in frames)):
+        found.add("save")
+    ports = "|".join(str(p) for p in sorted(group_ports))
+    if (any(SYNC_FRAMES.match(fn) for fn in functions) or SYNC_WORDS.search(near)
+            or (ports and re.search(rf"connect(?:ing)? to \(?\S*?[:,] ?(?:{ports})\b", near))):
+        found.add("sync")
+    if (any(SLEEP_WORDS.search(ln.body) for ln in parsed[max(0, i - SLEEP_NEAR):i])
+            or any(fn in ("wake_up", "sleep") and "vllm" in f for f, _, fn in frames)):
+        found.add("sleep")
+    if (files and "deepspeed/" in files[-1]) or DEEPSPEED_WORDS.search(message):
+        found.add("deepspeed")
+    if files and (ARGS_FILES.search(files[-1]) or functions[-1] == "__post_init__"):
+        found.add("args")
+    return frozenset(found)
+
+
+def _message_sign(body: str, level: str | None) -> Signature | None:
+    for s in sig.MESSAGE_SIGNS:
+        if s.pattern.search(body) and (level != "warning" or s.warning_level):
+            return s
+    return sig.PROCESS_DIED if sig.PROCESS_DIED.pattern.search(body) and level != "warning" else None
+
+
+def _refine(found: Signature | None, exception: bool, context: frozenset[str], message: str) -> Signature | None:
+    """What the error is, given where it was raised: an NCCL failure during the weight sync is the weight sync's,
+    a crash at vLLM's sleep/wake is sleep mode's; an exception no message signature names is classed by the code
+    it came from (a reward function, a save, the weight sync, DeepSpeed, the argument checks)."""
+    if found is not None:
+        if found.id in ("NCCL-ERROR", "DIST-INIT") and "sync" in context:
+            return sig.SYNC_FAILED
+        if found.id == "NATIVE-CRASH" and "sleep" in context:
+            return sig.SLEEP_CRASH
+        return found
+    if not exception:
+        return None
+    if "reward" in context:
+        return sig.REWARD_FAILED
+    late = next((s for s in sig.LATE_SIGNS if s.pattern.search(message)), None)
+    if late:
+        return late
+    for name, s in (("save", sig.SAVE_FAILED), ("sync", sig.SYNC_FAILED), ("deepspeed", sig.DEEPSPEED_ERROR),
+                    ("args", sig.ARGS_INVALID)):
+        if name in context:
+            return s
+    return sig.TRACEBACK
+
+
+def _nccl_detail(parsed: list[Line], i: int) -> list[str]:
+    """NCCL's 'Last error:' and the line after it, printed right after torch's NCCL error line."""
+    for k in range(i + 1, min(i + 5, len(parsed))):
+        if parsed[k].body.strip() == "Last error:" and k + 1 < len(parsed):
+            return [parsed[j].text for j in range(i + 1, k + 2)]
+    return []
+
+
+def scan(log: str, lines: list[str], group_ports: set[int] = frozenset()) -> list[Event]:
+    """Every error line of one log, in order."""
+    parsed = [parse(line) for line in lines]
+    skip = args_dump_lines(lines)
+    events: list[Event] = []
+    for i, ln in enumerate(parsed):
+        body = ln.body
+        if i in skip or ln.level == "info" or not body.strip() or FRAME.match(body) or PY_WARNING.match(body):
+            continue
+        if body[:1] in (" ", "\t") and i and FRAME.match(parsed[i - 1].body):
+            continue  # the code line of a frame (it may quote an error message)
+        exc = EXCEPTION.match(body) if ln.level != "warning" else None
+        if exc and _chained_on(parsed, i):
+            continue  # told with the exception chained after it
+        found = _message_sign(body, ln.level)
+        if exc:
+            event = _raised(log, parsed, i, found, group_ports)
+        elif found:
+            native = _native_frames(parsed, i) if found is sig.NATIVE_CRASH else []
+            context = _context(parsed, i, [], native, body, group_ports)
+            event = Event(log, i, ln, _refine(found, False, context, body), False, [], context,
+                          before=_before(parsed, i))
+        elif TB_START in body and (frames := _cut_traceback(parsed, i)) is not None:
+            launcher = bool(frames) and all(LAUNCHER_FILES.search(f) for f, _, _ in frames)
+            event = Event(log, i, ln, sig.NOISE_SIGNS if launcher else sig.TRACEBACK_CUT, False, frames,
+                          before=_before(parsed, i))
+        else:
+            continue
+        if event.sig.id in ("NCCL-ERROR", "WEIGHT-SYNC-FAILED"):
+            event.detail = _nccl_detail(parsed, event.index)
+        events.append(event)
+    return _merge_details(events)
+
+
+def _before(parsed: list[Line], i: int) -> list[str]:
+    return [parsed[k].text for k in range(max(0, i - 3), i) if parsed[k].body.strip()]
+
+
+def _unglued(ln: Line) -> str:
+    """A traceback's first line without what was printed before it on the same line (a tqdm bar)."""
+    if TB_START not in ln.raw:
+        return ln.text
+    prefix = f"[rank{ln.rank}]: " if ln.raw.startswith(f"[rank{ln.rank}]:") else ""
+    return prefix + ln.raw[ln.raw.index(TB_START):]
+
+
+def _raised(log: str, parsed: list[Line], i: int, found: Signature | None, group_ports) -> Event:
+    """The event of a raised exception: of its chain, the first exception a message signature names (the cause
+    a later one wraps), else the last; classed by its message and where it was raised."""
+    span, chained, frames = _traceback(parsed, i)
+    at = i
+    for k in chained:
+        inner = _message_sign(parsed[k].body, parsed[k].level)
+        if inner is not None and inner.role != NOISE:
+            found, at = inner, k
+            break
+    message = EXCEPTION.match(parsed[at].body)["message"] or ""
+    context = _context(parsed, at, frames, [], message, group_ports)
+    block = [_unglued(parsed[k]) for k in span + [i] if k != at or at != i]
+    return Event(log, at, parsed[at], _refine(found, True, context, message), True, frames, context, [], block)
+
+
+def _merge_details(events: list[Event]) -> list[Event]:
+    """An NCCL error whose 'Last error:' line names a more specific cause (two ranks on one GPU) is that cause."""
+    detailed = {(e.log, e.index) for e in events if e.sig.id == "GPU-DUPLICATE"}
+    return [e for e in events
+            if not (e.detail and any((e.log, e.index + k) in detailed for k in range(1, len(e.detail) + 1)))]
+
+
+ROLE_ORDER = {CAUSE: 0, REPORT: 1, CONSEQUENCE: 1, NOISE: 2}
+
+
+def first_failure(events: list[Event]) -> Event | None:
+    """The error one log shows first: its first cause; else its first consequence or death report (a collective
+    timing out, a dead engine, torchrun reporting a rank's death: whichever came first, the rest follow from it);
+    else the noise a failure leaves."""
+    return min(events, key=lambda e: (ROLE_ORDER[e.sig.role], e.index), default=None)

@@ -1,0 +1,257 @@
+"""What the doctor knows of failures: each kind of error a GRPO run meets (torch, CUDA, NCCL, vLLM, DeepSpeed,
+torch.distributed, ms-swift, TRL, Python), the message formats that give it away, what it means and the fix.
+
+A signature's ``role`` says how it stands to other errors: a ``cause`` is a failure in its own right; a
+``consequence`` usually follows another process's failure (a collective timing out because a peer died, a vLLM
+engine reported dead after its worker crashed, a trainer that cannot reach a dead rollout server) and is the
+diagnosis only when nothing else failed first; a ``report`` is a launcher announcing that a process died (torchrun's
+exit code, Ray's dead worker) and names who; ``noise`` is what a failure drags behind it (SIGTERM to the other
+ranks, ChildFailedError, a peer closing its socket) and is never the diagnosis while anything else is there.
+Signatures with a ``pattern`` are recognised by their message, anywhere in a log; the others by where an exception
+was raised (events.py decides: a reward function, a checkpoint save, the weight sync to vLLM, DeepSpeed).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+CAUSE, CONSEQUENCE, REPORT, NOISE = "cause", "consequence", "report", "noise"
+
+
+@dataclass(frozen=True)
+class Signature:
+    id: str
+    title: str
+    explanation: str
+    fix: str
+    pattern: re.Pattern | None = None  # on a line's message; None: recognised by context only
+    role: str = CAUSE
+    severity: str = "error"
+    warning_level: bool = False  # also on lines printed at WARNING level (vLLM warns of a prompt it rejects)
+    fatal: bool = False  # ends the process that prints it (an exception line always does)
+
+
+def _rx(*alternatives: str) -> re.Pattern:
+    return re.compile("|".join(alternatives))
+
+
+NOISE_SIGNS = Signature(
+    "NOISE", "What follows a failure", "", "",
+    _rx(r"closing signal SIGTERM", r"ChildFailedError", r"Connection (?:closed|reset) by peer", r"Broken pipe",
+        r"remote worker crashing", r"NCCL communicator was aborted", r"terminate called after throwing",
+        r"Process group watchdog thread terminated", r"^(?:\w+\.)*(?:SystemExit|KeyboardInterrupt)\b",
+        r"Received \d+ death signal", r"SignalException: Process \d+ got signal"),
+    NOISE)
+
+PROCESS_DIED = Signature(
+    "PROCESS-DIED", "A process died", "A launcher reports that one of its processes ended.", "",
+    _rx(r"failed \(exitcode: -?\d+\) local_rank: \d+", r"A worker died or was killed while executing a task",
+        r"^Killed\b|\bline \d+: +\d+ Killed\b", r"Worker proc \S+ died unexpectedly",
+        r"WorkerProc (?:died|hit an exception|failed to start)"),
+    REPORT, fatal=True)
+
+NATIVE_CRASH = Signature(
+    "NATIVE-CRASH", "A process crashed outside Python",
+    "A process died of a signal (segmentation fault, abort) or a fatal error of the Python interpreter: a bug "
+    "or a mismatch in compiled code (vLLM, NCCL, flash-attn, torch extensions), often at a phase switch.",
+    "Note what the process was doing (the lines before the crash); update vLLM / flash-attn / DeepSpeed to the "
+    "versions the ms-swift release recommends, and if it happens at vLLM's sleep/wake try sleep_level 0 or "
+    "offload off.",
+    _rx(r"Segmentation fault", r"Caught signal \d+", r"Segfault encountered", r"Fatal Python error",
+        r"\*\*\* (?:SIGSEGV|SIGABRT|SIGBUS|SIGFPE|SIGILL)", r"Aborted \(core dumped\)", r"double free or corruption",
+        r"free\(\): invalid pointer", r"Bus error"), fatal=True)
+
+# Recognised by the message, most specific first; the first that matches a line names it.
+MESSAGE_SIGNS = [
+    NOISE_SIGNS,
+    Signature(
+        "KV-CACHE-TOO-SMALL", "vLLM has no room for its KV cache",
+        "After loading the weights vLLM keeps gpu_memory_utilization × the GPU's memory for itself; what is left "
+        "for the KV cache is not enough for one sequence of max_model_len tokens, so the engine refuses to start.",
+        "Raise vllm_gpu_memory_utilization (in colocate mode the trainer needs the rest: check the memory estimate), "
+        "or lower vllm_max_model_len to the prompt plus completion length the run needs (max_length + "
+        "max_completion_length), or give vLLM more GPUs (vllm_tensor_parallel_size).",
+        _rx(r"No available memory for the cache blocks",
+            r"larger than the maximum number of tokens that can be stored in KV cache",
+            r"KV cache is needed, which is larger than the available KV cache memory",
+            r"Insufficient memory for KV cache"), fatal=True),
+    Signature(
+        "OOM", "Out of GPU memory", "A process asked the GPU for more memory than was free.",
+        "Open the memory estimate on the Configure page and apply one of its make-it-fit changes (lower "
+        "vllm_gpu_memory_utilization, sleep_level 1, ZeRO-3, a smaller micro-batch, gradient checkpointing); "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps when much memory is reserved but unallocated.",
+        _rx(r"CUDA out of memory", r"OutOfMemoryError", r"CUDA [Ee]rror: out of memory", r"CUBLAS_STATUS_ALLOC_FAILED",
+            r"\bcudaErrorMemoryAllocation\b", r"HIP out of memory", r"NPU out of memory",
+            r"Cuda failure '?out of memory", r"Free memory on device .* is less than desired GPU memory utilization"),
+        fatal=True),
+    Signature(
+        "MAX-MODEL-LEN", "A prompt is longer than vLLM's max_model_len",
+        "vLLM rejects a request whose prompt (plus the tokens asked for) does not fit max_model_len; the trainer "
+        "then gets no completion for it and fails or trains on nothing.",
+        "Make vllm_max_model_len at least the longest prompt plus max_completion_length (on a rollout server: "
+        "--vllm_max_model_len of `swift rollout` / --max-model-len of `vllm serve`), or cut prompts shorter with "
+        "max_length / max_prompt_length, or drop over-long rows from the dataset.",
+        _rx(r"is too long and exceeds limit of \d+", r"is longer than the maximum model length of \d+",
+            r"maximum context length is \d+ tokens", r"exceeds the max_model_len",
+            r"User-specified max_model_len \(\d+\) is greater than"),
+        warning_level=True),
+    NATIVE_CRASH,
+    Signature(
+        "NAN-METRICS", "NaN/inf in training",
+        "Loss, gradients or rewards are no longer finite numbers: once they are, every later update is garbage "
+        "(and sampling from the model fails).",
+        "Resume from the last finite checkpoint with a lower learning_rate (warmup_ratio helps), keep max_grad_norm "
+        "on, use bf16 rather than fp16, and check that reward functions never return NaN or inf.",
+        _rx(r"contains either `inf`, `nan`", r"\b[Ll]oss (?:is|became) (?:nan|NaN|inf)\b")),
+    Signature(
+        "GPU-DUPLICATE", "Two ranks on the same GPU",
+        "NCCL found two ranks of one communicator on the same CUDA device: the ranks' device mapping is wrong "
+        "(CUDA_VISIBLE_DEVICES, LOCAL_RANK, or a placement that gave two workers one GPU).",
+        "Give each rank its own GPU: check CUDA_VISIBLE_DEVICES and nproc_per_node on each node (as many GPUs as "
+        "processes), and that nothing else (a rollout server, a second job) is placed on the trainer's GPUs.",
+        _rx(r"Duplicate GPU detected"), fatal=True),
+    Signature(
+        "NCCL-TIMEOUT", "NCCL collective timed out",
+        "A collective operation waited longer than its timeout: a rank stopped taking part (it crashed, hangs, or "
+        "the network between nodes dropped), and torch took the waiting ranks down.",
+        "Find the rank or node that went quiet first (the one missing from the timed-out ranks, or the first error "
+        "in the other logs); check that every node runs identical arguments, that ports are open between nodes "
+        "(and to rollout servers on 51216+i), and raise ddp_timeout when long rollouts are legitimate.",
+        _rx(r"Watchdog caught collective operation timeout", r"Timeout at NCCL work",
+            r"ProcessGroupNCCL.*timed out", r"NCCL.*operations? (?:has|have) (?:failed or )?timed out"),
+        CONSEQUENCE, fatal=True),
+    Signature(
+        "NCCL-ERROR", "NCCL error",
+        "NCCL, which moves tensors between the GPUs and nodes, failed: an unhandled system error is usually the "
+        "network (a blocked port, the wrong interface, InfiniBand set-up), an unhandled CUDA error a GPU fault or "
+        "a driver/NCCL mismatch, invalid usage a wrong rank/device set-up.",
+        "Rerun with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET) to see the failing call; set NCCL_SOCKET_IFNAME "
+        "to the interface the nodes reach each other on, try NCCL_IB_DISABLE=1 to rule InfiniBand out, and check "
+        "that every node has the same torch/NCCL versions (preflight compares them).",
+        _rx(r"NCCL error", r"\bnccl(?:UnhandledCuda|System|Internal|Remote)Error\b", r"NCCL WARN ",
+            r"NCCL failure")),
+    Signature(
+        "CUDA-ERROR", "CUDA error",
+        "A GPU kernel failed. A device-side assert is almost always an index out of range (a token id beyond the "
+        "vocabulary or the embedding size, a label outside the classes); an illegal memory access a bug in a kernel "
+        "(attention, vLLM's custom kernels) or a faulty GPU. CUDA reports these late, so the Python frame shown may "
+        "not be the one that failed.",
+        "For a device-side assert, check the tokenizer and model agree (vocab size, added special tokens, "
+        "pad_token_id); rerun with CUDA_LAUNCH_BLOCKING=1 to see the real frame. For an illegal memory access, "
+        "update vLLM/flash-attn to the versions the ms-swift release recommends, try another attention backend "
+        "(VLLM_ATTENTION_BACKEND), and check the GPU with nvidia-smi -q (Xid errors, ECC).",
+        _rx(r"device-side assert", r"illegal memory access", r"Assertion `.*` failed", r"CUDA error: (?!out of memory)",
+            r"CUBLAS_STATUS_(?!SUCCESS|ALLOC_FAILED)\w+", r"CUDNN_STATUS_(?!SUCCESS)\w+", r"cuDNN error",
+            r"misaligned address", r"unspecified launch failure", r"uncorrectable ECC error"), fatal=True),
+    Signature(
+        "DISK-FULL", "Disk full", "A write failed because the file system is full (often while saving a checkpoint).",
+        "Free space on output_dir's file system or move output_dir to a larger volume; save_total_limit keeps only "
+        "the last N checkpoints, save_only_model skips the optimizer states.",
+        _rx(r"No space left on device", r"os error 28", r"Errno 28", r"Disk quota exceeded")),
+    Signature(
+        "DIST-INIT", "The processes could not find each other",
+        "torch.distributed could not set up the job: the nodes did not all reach the master address and port in "
+        "time (a node that never started, a wrong MASTER_ADDR or port, a hostname that does not resolve, a "
+        "firewall), or the port was taken.",
+        "Check that MASTER_ADDR resolves and is reachable from every node (same port on all), that every node was "
+        "started with the same nnodes and node ranks 0..N-1, that the port is free, and that no proxy variable "
+        "intercepts the connection; preflight tests the master port from every node.",
+        _rx(r"DistStoreError", r"DistNetworkError", r"Rendezvous\w*(?:Error|Timeout|Closed)",
+            r"can't resolve '(?!\(null\))[^']+'", r"Name or service not known", r"Temporary failure in name resolution",
+            r"server socket has failed to (?:listen|bind)", r"EADDRINUSE|[Aa]ddress already in use",
+            r"client socket has timed out after \d+ms while trying to connect", r"wait timeout after \d+ms")),
+    Signature(
+        "VLLM-ENGINE-DEAD", "The vLLM engine died",
+        "vLLM's engine process (or its background loop) stopped, and every request after that fails. The reason "
+        "is printed before this line by the engine or one of its workers (a CUDA error, out of memory, a crash) — "
+        "or, when nothing is there, in the engine's own log.",
+        "Look for the engine's first error above (or in the rollout server's log); the usual causes are GPU "
+        "memory (lower gpu_memory_utilization / max_num_seqs), a CUDA error in a kernel (update vLLM to the version "
+        "the ms-swift release recommends, try enforce_eager), or the process being killed.",
+        _rx(r"EngineDeadError", r"Engine(?:Core)? (?:is )?(?:already )?dead", r"MQLLMEngine is already dead",
+            r"Engine background task failed", r"Background loop has errored already",
+            r"EngineCore encountered an issue", r"Engine core initialization failed",
+            r"Engine process failed to start", r"EngineCore failed to start"),
+        CONSEQUENCE, fatal=True),
+    Signature(
+        "ROLLOUT-UNREACHABLE", "Rollout server unreachable", "The trainer cannot reach a rollout server.",
+        "Check the rollout node's log (a crash there comes first) and that its HTTP port and group port (51216+i) "
+        "are reachable from trainer rank 0; unset http_proxy/https_proxy.",
+        _rx(r"Servers not reachable", r"did not answer /health/", r"Failed to connect to vLLM server",
+            r"[Ss]erver (?:is )?not (?:up|reachable) after \d+",
+            r"Max retries exceeded with url: /(?:infer|generate|chat|health|get_world_size|init_communicator|"
+            r"update_\w+|close_communicator)/"),
+        CONSEQUENCE),
+    Signature(
+        "PACKAGE-MISSING", "A package is missing in the environment",
+        "The program could not import a package this configuration needs.",
+        "Install the missing package (or turn the feature off) in the environment of every node; preflight "
+        "compares every node's packages with what the ms-swift version there requires.",
+        _rx(r"^(?:ImportError|ModuleNotFoundError): (?!cannot import name)", r"No module named",
+            r" is not installed\b")),
+]
+
+# Recognised by where they were raised (events.py), or by a message that only means something there.
+REWARD_FAILED = Signature(
+    "REWARD-FUNC-FAILED", "A reward function raised an exception",
+    "The trainer calls the reward functions on every batch and does not catch their errors, so one failing call "
+    "stops the rank and the run.",
+    "Fix the reward function (its signature must take the columns the trainer passes as keyword arguments — "
+    "prompts, completions and the dataset's columns — and accept **kwargs), or catch its errors and return 0.0 for "
+    "that completion; run it on a few rows of the dataset before launching.")
+SAVE_FAILED = Signature(
+    "CHECKPOINT-INCOMPLETE", "A checkpoint save failed",
+    "The run failed while writing a checkpoint: that checkpoint is partial (or missing) and cannot be resumed from.",
+    "Do not resume from it; fix the error (with DeepSpeed ZeRO-3 the save gathers the full weights: check memory "
+    "and that every rank reaches the save), and resume from the previous checkpoint.")
+SYNC_FAILED = Signature(
+    "WEIGHT-SYNC-FAILED", "The weight sync to vLLM failed",
+    "After each optimizer step the trainer sends the new weights to vLLM over an NCCL group of its own (the rollout "
+    "server's group port, 51216+i, in server mode); that transfer failed.",
+    "Check NCCL between trainer rank 0 and the rollout GPUs: the group port reachable from the trainer, "
+    "NCCL_SOCKET_IFNAME set to the interface they share, NCCL_IB_DISABLE=1 if InfiniBand is not set up between "
+    "them, the same NCCL version on both sides, and no stale `swift rollout`/`vllm serve` holding the port.")
+DEEPSPEED_ERROR = Signature(
+    "DEEPSPEED-ERROR", "DeepSpeed refused or failed",
+    "DeepSpeed raised an error: usually a combination of settings it does not support (ZeRO-3 with a feature "
+    "that needs whole parameters or gradients) or a version of DeepSpeed that does not fit the trainer.",
+    "Read the message: it names the feature. Try ZeRO-2 instead of ZeRO-3, switch the conflicting option off "
+    "(gradient accumulation's no_sync, a custom optimizer), or install the DeepSpeed version the ms-swift release "
+    "recommends (preflight compares them).")
+VERSION_MISMATCH = Signature(
+    "VERSION-MISMATCH", "Library versions do not fit together",
+    "One library calls another with a name or argument the installed version does not have: the versions of "
+    "ms-swift/TRL, transformers, vLLM, DeepSpeed, torch or a compiled extension (flash-attn) do not match.",
+    "Install the versions the trainer's release asks for (ms-swift's requirements, `pip install trl[vllm]`), in "
+    "every node's environment; preflight compares each node's versions with ms-swift's compatibility table.",
+    _rx(r"got an unexpected keyword argument", r"cannot import name", r"module '[\w.]+' has no attribute",
+        r"'(?!NoneType)[A-Z]\w+' object has no attribute",
+        r"undefined symbol", r"requires? [\w-]+ ?(?:>=|==|<=|>|<) ?\d", r"[Vv]ersion mismatch",
+        r"is not compatible with (?:the installed|your|this) version"))
+ARGS_INVALID = Signature(
+    "ARGS-INVALID", "The run's arguments were rejected",
+    "The trainer checked its arguments before starting and refused them.",
+    "Change the argument the message names. For the batch check: the global batch (per_device_train_batch_size × "
+    "processes × gradient_accumulation_steps, or generation_batch_size) must be a multiple of num_generations, and "
+    "num_generations must be at least 2; the Configure page checks this before launch.",
+    _rx(r"must be evenly divisible by the number of generations", r"\berror: argument --", r"unrecognized arguments",
+        r"the following arguments are required", r"Some specified arguments are not used by the HfArgumentParser",
+        r"num_generations.*(?:must|should) be"))
+SLEEP_CRASH = Signature(
+    "VLLM-SLEEP-CRASH", "A process crashed at vLLM's sleep/wake",
+    "The crash came right after vLLM fell asleep or woke up: sleep mode releases and maps back the GPU memory of "
+    "weights and KV cache between rollout and training, and a bug or a memory clash there kills the process.",
+    "Try sleep_level 0 (no sleep mode) or 1 instead of 2, keep offload_model/offload_optimizer off while testing, "
+    "and update vLLM to the version the ms-swift release recommends (preflight compares them).", fatal=True)
+TRACEBACK = Signature(
+    "TRACEBACK", "A process ended with an exception", "A Python exception ended a process.",
+    "Read the exception line and the last frame in your own code (shown); fix that call and run again.")
+
+TRACEBACK_CUT = Signature(
+    "TRACEBACK", "A process printed a traceback",
+    "A Python traceback is in the log, but not the exception line that ends it (the log or the excerpt stops "
+    "before it): what failed is not known from these lines.",
+    "Find the rest of this traceback (the full log of that process): its last line names the exception.",
+    role=CONSEQUENCE)
+LATE_SIGNS = [VERSION_MISMATCH, ARGS_INVALID]  # messages weighed after where the exception was raised

@@ -1,0 +1,50 @@
+"""The doctor on what users paste: the real excerpts of tests/data/doctor_corpus/ (public issues of ms-swift, TRL,
+open-r1, verl, vLLM, DeepSpeed, OpenRLHF; sources in its manifest.yaml), judged strictly by bench/doctor_corpus.py:
+the finding of the excerpt's kind must point at the line the manifest names (and the rank, where it names one).
+The per-file table is printed (pytest -s, or on failure)."""
+
+from pathlib import Path
+
+import pytest
+
+from bench.doctor_corpus import CORPUS, KIND_FINDINGS, evaluate, load, report, score, table
+
+
+@pytest.fixture(scope="module")
+def results():
+    found = evaluate()
+    print("\n" + table(found))
+    print(report([r for r in found if not r.entry.get("fresh")], "fit corpus"))
+    if any(r.entry.get("fresh") for r in found):
+        print(report([r for r in found if r.entry.get("fresh")], "fresh corpus"))
+    return found
+
+
+def test_the_manifest_names_real_lines_of_its_files():
+    entries = load()
+    assert {e["file"] for e in entries} == {p.name for p in Path(CORPUS).glob("*.log")}
+    for e in entries:
+        assert e["kind"] == "healthy" or e["kind"] in KIND_FINDINGS, e["file"]
+        text = (CORPUS / e["file"]).read_text()
+        assert e["kind"] == "healthy" or any(e["evidence"] in line for line in text.splitlines()), e["file"]
+
+
+def test_at_least_90_percent_of_the_failing_excerpts_are_diagnosed(results):
+    fit = [r for r in results if not r.entry.get("fresh")]
+    hit, failing, _, _ = score(fit)
+    misses = [r.entry["file"] for r in fit if not r.ok and not r.healthy]
+    assert failing >= 30 and hit >= 0.9 * failing, misses
+
+
+def test_no_error_or_warning_on_a_healthy_log(results):
+    _, _, alarms, healthy = score(results)
+    assert healthy >= 5 and alarms == 0, [(r.entry["file"], [a.id for a in r.alerts]) for r in results
+                                          if r.healthy and not r.ok]
+
+
+def test_an_excerpt_never_says_running_and_a_failure_at_its_end_says_failed(results):
+    assert all(r.state in ("unknown", "failed") for r in results)
+    by_file = {r.entry["file"]: r.state for r in results}
+    assert by_file["001_training-oom_msswift.log"] == "failed"           # ends in an uncaught OOM
+    assert by_file["030_max-model-len_trl.log"] == "unknown"             # vLLM warnings, no end
+    assert by_file["041_healthy_trl.log"] == "unknown"                   # training lines, no run start
