@@ -31,8 +31,8 @@ def test_a_pasted_excerpt_gets_the_doctors_report(tmp_path, monkeypatch):
 
 def test_a_jobs_node_logs_from_the_store(tmp_path, monkeypatch):
     from grpo_ui.jobs.store import Store
-    from grpo_ui.spec.model import spec_to_yaml
     from grpo_ui.spec.presets import presets
+    from grpo_ui.spec.yaml_io import spec_to_yaml
 
     monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
     monkeypatch.setenv("GRPO_UI_DB", str(tmp_path / "db.sqlite"))

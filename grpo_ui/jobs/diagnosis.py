@@ -6,7 +6,8 @@ from __future__ import annotations
 from grpo_ui.doctor.diagnose import Report, report
 from grpo_ui.doctor.logfiles import from_texts
 from grpo_ui.jobs.store import Store
-from grpo_ui.spec.model import SpecError, spec_from_yaml
+from grpo_ui.spec.errors import SpecError
+from grpo_ui.spec.yaml_io import spec_from_yaml
 
 LOG_LINES = 5000  # of each node, the last lines the store keeps
 
