@@ -8,6 +8,7 @@ import json
 import sys
 
 from grpo_ui.checks.fit import suggest
+from grpo_ui.knowledge import hub
 from grpo_ui.knowledge.catalog import from_hf_config
 from grpo_ui.memory.estimate import estimate_spec
 from grpo_ui.memory.report import format_report
@@ -22,7 +23,8 @@ def add_parser(sub) -> None:
     p.add_argument("spec", help="job YAML")
     p.add_argument("--gpu", help="GPU model as nvidia-smi prints it, or a catalogue alias (default: node 0's gpu_model)")
     p.add_argument("--gpu-gib", type=float, help="memory per GPU in GiB (for a GPU the catalogue does not know)")
-    p.add_argument("--config", help="the model's config.json (when the model is not in the catalogue)")
+    p.add_argument("--config", help="the model's config.json (when the model is not in the catalogue; else it is "
+                   "fetched from the job's hub: ModelScope, or Hugging Face with use_hf)")
     p.add_argument("--completion-tokens", type=int, metavar="N",
                    help="expected mean completion length (default: estimate.completion_tokens, else assumed)")
     p.add_argument("--steps", type=int, metavar="N", help="optimizer steps of the run (default: train.max_steps, or "
@@ -38,8 +40,10 @@ def run(args) -> int:
     try:
         arch = from_hf_config(args.config, name=spec.train.model.split("/")[-1]) if args.config else None
         eff = resolve(spec, arch)
+        if eff.arch is None:  # a hub id the catalogue lacks: its config.json from the job's hub (cached)
+            eff = resolve(eff, hub.lookup(spec.train.model, eff.use_hf))
         report = estimate_spec(eff, args.gpu, gpu_gib=args.gpu_gib)
-    except ValueError as e:  # unknown model or GPU, unreadable DeepSpeed/FSDP config or config.json
+    except ValueError as e:  # unknown model or GPU, unreadable DeepSpeed/FSDP config or config.json, the hub
         print(f"cannot estimate: {e}", file=sys.stderr)
         return 2
     advice = suggest(eff, args.gpu, gpu_gib=args.gpu_gib)
