@@ -1,7 +1,8 @@
 """Configure: the guided path in the order the work is done (model and GPUs → cluster → training settings → checks →
 scripts → launch) under a step indicator that says what is missing. The form is generated from the spec's
-declarations; findings sit beside their fields; the memory estimate and scripts are hidden while the form does not
-parse, and errors (an OOM verdict too) hold export and launch unless overridden with a reason."""
+declarations; findings sit beside their fields; the memory estimate, the step-time prediction and scripts are hidden
+while the form does not parse, and errors (an OOM verdict too) hold export and launch unless overridden with a
+reason."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ import streamlit as st
 
 from grpo_ui.checks import rules
 from grpo_ui.checks.check import check
+from grpo_ui.checks.faster import faster
 from grpo_ui.checks.fit import suggest
 from grpo_ui.core.findings import SEVERITY_ICON, Finding, sort_findings
 from grpo_ui.importer import import_uploads
 from grpo_ui.jobs.drafts import Draft
-from grpo_ui.knowledge import catalog
+from grpo_ui.knowledge import catalog, hub
 from grpo_ui.knowledge.catalog import from_hf_config, parse_hf_config
 from grpo_ui.launch.render import render
 from grpo_ui.memory.estimate import estimate_spec
@@ -25,10 +27,13 @@ from grpo_ui.spec.errors import SpecError
 from grpo_ui.spec.fields import GROUPS, ArgDecl, Decl
 from grpo_ui.spec.model import ARGS, JobSpec
 from grpo_ui.spec.paths import with_changes
-from grpo_ui.spec.resolve import resolve
+from grpo_ui.spec.resolve import Resolved, resolve
 from grpo_ui.spec.yaml_io import spec_from_yaml, spec_to_yaml
+from grpo_ui.timing.predict import predict_spec
+from grpo_ui.timing.report import duration
 from views import drafts
 from views.memory_chart import memory_chart
+from views.time_chart import time_chart
 
 
 def reset_to(spec: JobSpec) -> None:
@@ -195,6 +200,69 @@ def fit_cards(eff, spec: JobSpec) -> None:
             st.button("Make it fit: apply", key=f"fit:{k}", on_click=apply_fix, args=(spec, s.changes))
 
 
+def with_hub_arch(eff: Resolved) -> tuple[Resolved, str | None]:
+    """A hub id the catalogue lacks gets its architecture from its config.json on the job's hub (ModelScope, or
+    Hugging Face with use_hf; kept on disk, a failure not retried for a minute); and why not when the hub cannot."""
+    if eff.arch is not None:
+        return eff, None
+    try:
+        arch = hub.lookup(eff.spec.train.model, eff.use_hf, timeout=5.0)
+    except hub.HubError as e:
+        return eff, str(e)
+    return (resolve(eff, arch) if arch else eff), None
+
+
+def faster_cards(eff, spec: JobSpec) -> None:
+    """Make it faster: each change that shortens the step and still passes, with the step it leads to."""
+    options = faster(eff)
+    if not options:
+        return
+    st.markdown("**Make it faster** — each option alone, with the step time it leads to (it still fits and passes "
+                "ms-swift's rules):")
+    for col, (k, f) in zip(st.columns(len(options)), enumerate(options), strict=True):
+        with col.container(border=True):
+            st.markdown(f"**{duration(f.step_s)}** per step (−{f.saving:.0%}) · {f.verdict.upper()}")
+            st.markdown("\n".join(f"- `{path}` → `{value}`" for path, value in f.changes.items()))
+            st.caption(f.why)
+            st.button("Make it faster: apply", key=f"faster:{k}", on_click=apply_fix, args=(spec, f.changes))
+
+
+ESTIMATE_FIELDS = [d for d in form.FORM_FIELDS if d.section == "estimate"]
+
+
+def time_panel(eff, spec: JobSpec, base: JobSpec) -> None:
+    """Time per optimizer step by phase, the run's hours, GPU-hours and cost, what was assumed, the estimate
+    settings that change it, and the Make it faster cards."""
+    st.markdown("**Time per optimizer step**", help="Predicted from the GPUs' datasheets and the job's shape, with "
+                "efficiencies fitted on published GRPO runs (bench/time_accuracy.py measures its error).")
+    try:
+        report = predict_spec(eff)
+    except ValueError as e:  # no GPU speed facts (a CPU host), an unknown model
+        st.info(str(e))
+        report = None
+    if report:
+        low, high = report.range
+        run = report.total_h is not None
+        cols = st.columns(4)
+        cols[0].metric("Per step", duration(report.step_s), help=f"Likely {duration(low)} – {duration(high)}: the "
+                       "range 8 in 10 published runs of the fit set fell in.")
+        cols[1].metric("Run", duration(report.total_h * 3600) if run else "—",
+                       help=f"{report.steps:,} optimizer steps" if run else "Set the dataset's rows below, or "
+                       "train.max_steps.")
+        cols[2].metric("GPU-hours", f"{report.gpu_hours:,.0f}" if run else "—", help=f"{report.gpus} GPUs")
+        cols[3].metric("Cost", f"{report.cost:,.0f}" if report.cost is not None else "—",
+                       help="GPU-hours × estimate.price_per_gpu_hour")
+        st.plotly_chart(time_chart(report), width="stretch")
+        st.caption("Assumes " + "; ".join(report.assumptions) + ".")
+    with st.container(border=True):
+        st.caption("What you expect of the run (unset: assumed, as said above)")
+        cols = st.columns(len(ESTIMATE_FIELDS))
+        for col, decl in zip(cols, ESTIMATE_FIELDS, strict=True):
+            field_widget(decl, base, col)
+    if report:
+        faster_cards(eff, spec)
+
+
 def steps_indicator(spec: JobSpec, findings: list[Finding], parse_errors: dict, verdict: str | None,
                     held: bool) -> None:
     """Where the user stands, in the order the work is done; each missing step links to where it is done. A field
@@ -302,7 +370,7 @@ with st.sidebar:
 
 values = {d.path: field_value(d, base) for d in form.FORM_FIELDS} | values  # hidden ones: as last set
 spec, parse_errors = form.build_spec(base, values, list(nodes))
-eff = resolve(spec)  # the job's effective values, for every step below
+eff, hub_error = with_hub_arch(resolve(spec))  # the job's effective values, for every step below
 findings = dedup(sort_findings(check(eff))) if not parse_errors else []
 said: set[str] = set()
 for path, slot in slots.items():
@@ -325,7 +393,7 @@ st.subheader("4. Checks", anchor="checks")
 report = None
 if parse_errors:  # what is below would describe an older form: hidden, never the last verdict
     st.error("Fix the fields that do not parse — " + "; ".join(f"{p}: {m}" for p, m in parse_errors.items())
-             + ". The checks, the memory estimate and the scripts are hidden until then.")
+             + ". The checks, the memory estimate, the step time and the scripts are hidden until then.")
 else:
     left, right = st.columns([3, 2])
     with right:
@@ -364,8 +432,11 @@ else:
             st.plotly_chart(memory_chart(report), width="stretch")
     if report:
         fit_cards(eff, spec)
+    time_panel(eff, spec, base)
 if spec.train.model and (eff.arch is None or spec.train.model in spec.hf_configs):  # unknown, or known from it
     with config_slot:
+        if hub_error:
+            st.caption(f"{SEVERITY_ICON['warning']} {hub_error}")
         config_json_import(spec)
 
 st.subheader("5. Scripts", anchor="scripts")

@@ -1,5 +1,5 @@
-"""The launch plan: a job resolved once before anything starts. Validation findings, the memory estimate kept for
-the closed loop, the rendered bundle and each node's part in it are computed here, once; the Launch page and the CLI
+"""The launch plan: a job resolved once before anything starts. Validation findings, the memory estimate and the
+step-time prediction kept for the closed loop, the rendered bundle and each node's part in it are computed here, once; the Launch page and the CLI
 show the plan and launch exactly it, and the backend receives it and does only backend work (no re-validation, no
 re-estimate, no make-it-fit search).
 """
@@ -14,6 +14,7 @@ from typing import Literal
 from grpo_ui.checks.check import check
 from grpo_ui.core.errors import UserError
 from grpo_ui.core.findings import Finding
+from grpo_ui.knowledge import hub
 from grpo_ui.knowledge.catalog import from_hf_config
 from grpo_ui.launch.render import Bundle, render, run_dir, secrets_file
 from grpo_ui.memory.estimate import estimate_spec
@@ -21,6 +22,7 @@ from grpo_ui.memory.report import UnknownModel
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.names import check_name
 from grpo_ui.spec.resolve import Resolved, resolve
+from grpo_ui.timing.predict import predict_spec
 
 
 def estimate_at_launch(job: JobSpec | Resolved, read_config=None) -> dict:
@@ -41,6 +43,27 @@ def estimate_at_launch(job: JobSpec | Resolved, read_config=None) -> dict:
             return {"error": f"{e} On node 0: {node_error}"}
     except ValueError as e:  # an unknown GPU, an unreadable DeepSpeed/FSDP config
         return {"error": str(e)}
+
+
+def time_at_launch(job: JobSpec | Resolved) -> dict:
+    """The step-time prediction to store with a launch: the CLI's ``time`` object (TimeReport.to_dict()) with its
+    assumptions, or {"error": why there is none} (no GPU speed facts, an unknown model)."""
+    try:
+        report = predict_spec(job)
+    except ValueError as e:
+        return {"error": str(e)}
+    return {**report.to_dict(), "assumptions": report.assumptions}
+
+
+def _with_hub_arch(eff: Resolved) -> Resolved:
+    """A hub id the catalogue lacks gets its architecture from the job's hub (cached); when the hub cannot give it,
+    node 0's config.json may (estimate_at_launch)."""
+    if eff.arch is not None:
+        return eff
+    try:
+        return resolve(eff, hub.lookup(eff.spec.train.model, eff.use_hf))
+    except hub.HubError:
+        return eff
 
 
 @dataclass(frozen=True)
@@ -75,6 +98,7 @@ class LaunchPlan:
     bundle: Bundle
     findings: list[Finding]      # validation (ms-swift's rules, render, memory, the backend's spec checks)
     estimate: dict               # MemoryReport.to_dict(), or {"error": why there is none}
+    time: dict                   # the step-time prediction (time_at_launch), or {"error": why there is none}
     nodes: list[PlannedNode]     # trainers and rollout servers, in cluster.nodes order
     run_dir: str                 # the job's run directory on every node
 
@@ -92,7 +116,7 @@ def make_plan(spec: JobSpec, job_id: str | None = None, arch=None,
     ``arch`` is a model architecture the user supplied; ``read_config`` reads the model's config.json where the job
     runs, for a model the catalogue lacks."""
     job_id = check_name(job_id or f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-    eff = resolve(spec, arch)
+    eff = _with_hub_arch(resolve(spec, arch))
     bundle = render(eff, job_id)
     nodes, rank = [], 0
     for i, node in enumerate(spec.cluster.nodes):
@@ -101,5 +125,5 @@ def make_plan(spec: JobSpec, job_id: str | None = None, arch=None,
             rank += 1
         elif i in bundle.rollout_files:
             nodes.append(PlannedNode(i, "rollout", None, node.host, bundle.rollout_files[i]))
-    return LaunchPlan(job_id, spec, eff, bundle, check(eff), estimate_at_launch(eff, read_config), nodes,
-                      run_dir(spec, job_id))
+    return LaunchPlan(job_id, spec, eff, bundle, check(eff), estimate_at_launch(eff, read_config),
+                      time_at_launch(eff), nodes, run_dir(spec, job_id))
