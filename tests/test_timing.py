@@ -119,6 +119,11 @@ def test_server_mode_sends_weights_over_the_network_and_async_hides_generation()
     assert overlapped.round_s == pytest.approx(max(sync["rollout"], trainer_side) + sync["weight_sync"], rel=1e-6)
     assert overlapped.round_s < sum(sync.values())
     assert overlapped.gpus == 8
+    # the same servers on the trainer's node (ms-swift's grpo_7b.sh layout): the weights cross NVLink instead
+    local = [{**nodes[0], "host": "gpu-a"}, {**nodes[1], "host": "gpu-a"}]
+    inside = per_round(predict_spec(job(**{**server, "cluster__nodes": local})))
+    assert inside["weight_sync"] == pytest.approx(gather + P * 2 / NVLINK_ONE_WAY + 28 * eff.SYNC_LAYER_S, rel=1e-3)
+    assert not any("internode_gbs" in a for a in predict_spec(job(**{**server, "cluster__nodes": local})).assumptions)
 
 
 def step(**changes) -> float:

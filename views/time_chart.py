@@ -17,18 +17,15 @@ LABELS = {"rollout": "rollout", "reward": "reward", "old_logprobs": "old log-pro
 
 
 def time_chart(report: TimeReport) -> go.Figure:
-    fig = go.Figure()
-    for name in PHASES:
-        seconds = report.phases.get(name, 0.0)
-        if seconds < 0.005:
-            continue
-        fig.add_bar(name=f"{LABELS[name]} {duration(seconds)}", y=["one step"], x=[seconds], orientation="h",
-                    marker={"color": COLOURS[name]}, hovertemplate=f"{LABELS[name]}: %{{x:.2f}} s — {PHASES[name]}"
-                    "<extra></extra>")
+    """Built from plain dicts in one go (adding traces one by one costs ~40× more: plotly validates each)."""
+    bars = [{"type": "bar", "name": f"{LABELS[name]} {duration(seconds)}", "y": ["one step"], "x": [seconds],
+             "orientation": "h", "marker": {"color": COLOURS[name]},
+             "hovertemplate": f"{LABELS[name]}: %{{x:.2f}} s — {PHASES[name]}<extra></extra>"}
+            for name in PHASES if (seconds := report.phases.get(name, 0.0)) >= 0.005]
     low, high = report.range
-    fig.update_layout(barmode="stack", height=190, margin={"l": 10, "r": 10, "t": 36, "b": 10}, xaxis_title="seconds",
-                      title={"text": f"{duration(report.step_s)} per optimizer step (likely {duration(low)} – "
-                                     f"{duration(high)})", "font": {"size": 13}},
-                      yaxis={"showticklabels": False}, legend={"orientation": "h", "yanchor": "top", "y": -0.45,
-                                                               "font": {"size": 11}})
-    return fig
+    title = f"{duration(report.step_s)} per optimizer step (likely {duration(low)} – {duration(high)})"
+    return go.Figure(data=bars, layout={
+        "barmode": "stack", "height": 190, "margin": {"l": 10, "r": 10, "t": 36, "b": 10},
+        "xaxis": {"ticksuffix": " s"}, "yaxis": {"showticklabels": False},
+        "title": {"text": title, "font": {"size": 13}},
+        "legend": {"orientation": "h", "yanchor": "top", "y": -0.3, "traceorder": "normal", "font": {"size": 11}}})

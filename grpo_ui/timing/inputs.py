@@ -51,6 +51,7 @@ class TimeInputs:
     reward_models: tuple[ModelArch, ...]
     reward_latency_s: float
     async_generate: bool
+    server_local: bool           # every rollout server runs on the trainer's node (weights cross NVLink/PCIe)
     adapter_sync: bool           # LoRA with vllm_enable_lora: only the adapters go to vLLM
     prefix_caching: bool
     eager: bool                  # vllm_enforce_eager: no CUDA graphs
@@ -113,6 +114,18 @@ def _old_logprobs(eff: Resolved) -> bool:
     return eff.spec.train.num_iterations > 1 or eff.grad_accum % eff.steps_per_generation != 0
 
 
+def _servers_on_trainer_node(eff: Resolved) -> bool:
+    """Server mode with one trainer node and every rollout server on it (its host, its address, or localhost): the
+    weights go to vLLM inside the node. ms-swift 3.2–3.4's vLLM on the node's own last GPUs is the same."""
+    if eff.spare_rollout_gpus:
+        return eff.trainer.nodes == 1
+    trainers = eff.spec.trainer_nodes()
+    if len(trainers) != 1:
+        return False
+    here = {trainers[0].host, trainers[0].routable, "localhost", "127.0.0.1", "::1"}
+    return bool(eff.server_endpoints) and all(host in here for host, _ in eff.server_endpoints)
+
+
 def time_inputs(job: JobSpec | Resolved, gpu: str | None = None, arch: ModelArch | None = None,
                 completion_tokens: int | None = None) -> TimeInputs:
     """The step-time model's inputs for a job (its spec or Resolved values). ``gpu`` stands for every node's
@@ -156,7 +169,8 @@ def time_inputs(job: JobSpec | Resolved, gpu: str | None = None, arch: ModelArch
     completion = min(completion, t.max_completion_length)
     if e.reward_latency_s is None and t.external_plugins:
         assumed.append("external reward functions answer at once (set estimate.reward_latency_s)")
-    multi = eff.trainer.nodes > 1 or server
+    local = server and _servers_on_trainer_node(eff)
+    multi = eff.trainer.nodes > 1 or (server and not local)
     if multi and spec.cluster.internode_gbs is None:
         assumed.append(f"{DEFAULT_INTERNODE_GBS:g} GB/s between nodes (set cluster.internode_gbs)")
     ref = "" if eff.beta == 0 else "model" if (t.tuner_type == "full" or t.ref_model) else "adapter"
@@ -172,7 +186,7 @@ def time_inputs(job: JobSpec | Resolved, gpu: str | None = None, arch: ModelArch
         max_completion=t.max_completion_length, old_logprobs=_old_logprobs(eff), ref=ref,
         ref_arch=resolve_arch(t.ref_model, "train.ref_model") if t.ref_model else mem.arch,
         reward_models=tuple(m.arch for m in mem.extra_models if m.role == "reward"),
-        reward_latency_s=e.reward_latency_s or 0.0, async_generate=r.async_generate and server,
+        reward_latency_s=e.reward_latency_s or 0.0, async_generate=r.async_generate and server, server_local=local,
         adapter_sync=not mem.full and r.vllm_enable_lora and mem.vllm != "none", prefix_caching=(
             r.vllm_enable_prefix_caching), eager=r.vllm_enforce_eager, padding_free=t.padding_free,
         internode_gbs=spec.cluster.internode_gbs or DEFAULT_INTERNODE_GBS, assumptions=tuple(assumed))

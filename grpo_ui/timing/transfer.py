@@ -4,8 +4,9 @@ sleep and wake-up, and ms-swift's offload of the policy and its optimizer states
 Weight sync (ms-swift rlhf_trainers/rollout_mixin.py _move_model_to_vllm): full tuning, and LoRA unless
 vllm_enable_lora, sends the whole (merged) model in 16 bits; LoRA with vllm_enable_lora only the adapters once the
 base is there (_move_adapter_to_vllm). Sharded weights (ZeRO-3, FSDP) are gathered first. Colocated, vLLM loads them
-from the same GPU; in server mode rank 0 broadcasts them over NCCL to the rollout nodes through the network. vLLM's
-load_weights costs a little per layer in Python.
+from the same GPU; in server mode rank 0 broadcasts them over NCCL to the rollout servers, through the network, or
+over NVLink (PCIe without it) when the servers run on the trainer's node. vLLM's load_weights costs a little per layer
+in Python.
 Sleep (vLLM's sleep mode, ms-swift's sleep_level): level 1 copies vLLM's weights to host memory and back, level 2
 discards them (the sync reloads them); both re-map vLLM's memory pool. offload_model / offload_optimizer copy this
 GPU's share of the policy / its optimizer states to host memory before generation and back after.
@@ -17,7 +18,7 @@ from grpo_ui.memory.states import lora_params, model_states
 from grpo_ui.memory.vllm import vllm_weight_bytes
 from grpo_ui.timing import efficiency
 from grpo_ui.timing.inputs import TimeInputs
-from grpo_ui.timing.links import all_gather_s, host_copy_s, memory_read_s, network_s
+from grpo_ui.timing.links import GB, all_gather_s, host_copy_s, intra_node_gbs, memory_read_s, network_s
 
 
 def sync_bytes(t: TimeInputs) -> float:
@@ -34,7 +35,10 @@ def sync_s(t: TimeInputs) -> float:
         return 0.0
     nbytes = sync_bytes(t)
     gather = all_gather_s(nbytes, t.gpu, t.gpus_per_node, t.nodes, t.internode_gbs) if i.shards_weights else 0.0
-    send = network_s(nbytes, t.internode_gbs) if i.vllm == "server" else memory_read_s(nbytes / t.rollout_tp, t.gpu)
+    if i.vllm == "server":
+        send = nbytes / (intra_node_gbs(t.gpu) * GB) if t.server_local else network_s(nbytes, t.internode_gbs)
+    else:
+        send = memory_read_s(nbytes / t.rollout_tp, t.gpu)
     return gather + send + i.arch.num_hidden_layers * efficiency.SYNC_LAYER_S
 
 
