@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from grpo_ui.checks.check import check
+from grpo_ui.checks.assess import assess
 from grpo_ui.checks.faster import MIN_SAVING, faster
 from grpo_ui.memory.estimate import estimate_spec
 from grpo_ui.spec.paths import with_changes
@@ -25,7 +25,7 @@ def test_every_card_is_faster_by_what_it_says_and_still_passes(spec):
         after = with_changes(spec, card.changes)
         assert predict_spec(after).step_s == pytest.approx(card.step_s)
         assert card.step_s <= now * (1 - MIN_SAVING) and card.saving == pytest.approx(1 - card.step_s / now)
-        assert not [f for f in check(after) if f.severity == "error"]
+        assert not assess(after).errors
         assert estimate_spec(after).verdict == card.verdict != "oom"
     assert [c.step_s for c in cards] == sorted(c.step_s for c in cards)
 
@@ -44,6 +44,14 @@ def test_server_mode_offers_async_generation():
     assert {"rollout.async_generate": True} in [c.changes for c in cards]
 
 
+def test_the_assessment_carries_the_prediction_and_the_cards():
+    a = assess(SERVER_32B)
+    assert a.time.step_s == predict_spec(SERVER_32B).step_s and a.time_error is None
+    assert a.faster == faster(SERVER_32B)
+
+
 def test_no_card_without_a_step_time():
     cpu = with_changes(LORA_24GB, {"cluster.nodes": [{"host": "localhost", "gpus": [0], "gpu_memory_gib": 24.0}]})
     assert faster(cpu) == []
+    a = assess(cpu)
+    assert a.time is None and a.faster == [] and a.time_error.startswith("no step time")

@@ -6,30 +6,24 @@ reason."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import streamlit as st
 
 from grpo_ui.checks import rules
-from grpo_ui.checks.check import check
-from grpo_ui.checks.faster import faster
-from grpo_ui.checks.fit import suggest
-from grpo_ui.core.findings import SEVERITY_ICON, Finding, sort_findings
+from grpo_ui.checks.assess import Assessment, assess
+from grpo_ui.core.findings import SEVERITY_ICON, Finding, by_id, sort_findings
 from grpo_ui.importer import import_uploads
 from grpo_ui.jobs.drafts import Draft
 from grpo_ui.knowledge import catalog, hub
-from grpo_ui.knowledge.catalog import from_hf_config, parse_hf_config
-from grpo_ui.launch.render import render
-from grpo_ui.memory.estimate import estimate_spec
+from grpo_ui.knowledge.catalog import ModelArch, from_hf_config, parse_hf_config
+from grpo_ui.launch.render import Bundle, render
 from grpo_ui.memory.report import ESTIMATE_MARGIN
 from grpo_ui.spec import form
 from grpo_ui.spec.errors import SpecError
 from grpo_ui.spec.fields import GROUPS, ArgDecl, Decl
 from grpo_ui.spec.model import ARGS, JobSpec
 from grpo_ui.spec.paths import with_changes
-from grpo_ui.spec.resolve import Resolved, resolve
+from grpo_ui.spec.resolve import resolve
 from grpo_ui.spec.yaml_io import spec_from_yaml, spec_to_yaml
-from grpo_ui.timing.predict import predict_spec
 from grpo_ui.timing.report import duration
 from views import drafts
 from views.memory_chart import memory_chart
@@ -51,10 +45,10 @@ def base_spec(draft: Draft) -> JobSpec:
     return spec_from_yaml(st.session_state["base_yaml"])
 
 
-def autosave(draft: Draft, spec: JobSpec) -> bool:
-    """Save the form's spec over the tab's draft when it changed; False (nothing saved) when another tab saved the
-    draft since this tab loaded it."""
-    if (text := spec_to_yaml(spec)) != st.session_state["saved_yaml"]:
+def autosave(draft: Draft, spec: JobSpec, text: str) -> bool:
+    """Save the form's spec (``text``: its YAML) over the tab's draft when it changed; False (nothing saved) when
+    another tab saved the draft since this tab loaded it."""
+    if text != st.session_state["saved_yaml"]:
         if not drafts.save(draft, spec):
             return False
         st.session_state["saved_yaml"], st.session_state["draft_version"] = text, draft.version + 1
@@ -141,14 +135,29 @@ def apply_fix(spec: JobSpec, changes: dict) -> None:
     reset_to(with_changes(spec, changes))
 
 
-def dedup(findings: list[Finding]) -> list[Finding]:
-    """One finding per id: the first one's message, every field any of them names, all their one-click changes."""
-    by_id: dict[str, Finding] = {}
-    for f in findings:
-        kept = by_id.get(f.id)
-        by_id[f.id] = f if kept is None else replace(kept, fields=tuple(dict.fromkeys(kept.fields + f.fields)),
-                                                       apply={**kept.apply, **f.apply})
-    return list(by_id.values())
+@st.cache_resource(max_entries=64, show_spinner=False)
+def assessed(text: str, from_hub: bool, _spec: JobSpec, _arch: ModelArch | None) -> Assessment:
+    """The spec's one assessment, by its content (its YAML) and whether the hub gave the model's architecture: an
+    unchanged spec is not assessed again, in any session of this process."""
+    return assess(_spec, _arch)
+
+
+def hub_arch(spec: JobSpec) -> tuple[ModelArch | None, str | None]:
+    """A hub id the catalogue lacks: its architecture from its config.json on the job's hub (ModelScope, or Hugging
+    Face with use_hf; kept on disk, a failure not retried for a minute), or why the hub cannot give it."""
+    eff = resolve(spec)
+    if eff.arch is not None or not spec.train.model:
+        return None, None
+    try:
+        return hub.lookup(spec.train.model, eff.use_hf, timeout=5.0), None
+    except hub.HubError as e:
+        return None, str(e)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def rendered(text: str, _a: Assessment, job_id: str) -> Bundle:
+    """The assessed spec's scripts (for the downloads and the preview), by the spec's content and the job id."""
+    return render(_a, job_id)
 
 
 @st.cache_resource
@@ -186,9 +195,8 @@ def gpu_picker(spec: JobSpec, where) -> None:
                     help="As nvidia-smi names it; per node in the Cluster table below when they differ.")
 
 
-def fit_cards(eff, spec: JobSpec) -> None:
+def fit_cards(options, spec: JobSpec) -> None:
     """Make-it-fit: each option as a card with the change it makes and the peak it leads to."""
-    options = suggest(eff)
     if not options:
         return
     st.markdown("**Make it fit** — each option alone, with the trainer GPU's peak it leads to:")
@@ -200,26 +208,13 @@ def fit_cards(eff, spec: JobSpec) -> None:
             st.button("Make it fit: apply", key=f"fit:{k}", on_click=apply_fix, args=(spec, s.changes))
 
 
-def with_hub_arch(eff: Resolved) -> tuple[Resolved, str | None]:
-    """A hub id the catalogue lacks gets its architecture from its config.json on the job's hub (ModelScope, or
-    Hugging Face with use_hf; kept on disk, a failure not retried for a minute); and why not when the hub cannot."""
-    if eff.arch is not None:
-        return eff, None
-    try:
-        arch = hub.lookup(eff.spec.train.model, eff.use_hf, timeout=5.0)
-    except hub.HubError as e:
-        return eff, str(e)
-    return (resolve(eff, arch) if arch else eff), None
-
-
-def faster_cards(eff, spec: JobSpec) -> None:
+def faster_cards(a: Assessment, spec: JobSpec) -> None:
     """Make it faster: each change that shortens the step and still passes, with the step it leads to."""
-    options = faster(eff)
-    if not options:
+    if not a.faster:
         return
     st.markdown("**Make it faster** — each option alone, with the step time it leads to (it still fits and passes "
                 "ms-swift's rules):")
-    for col, (k, f) in zip(st.columns(len(options)), enumerate(options), strict=True):
+    for col, (k, f) in zip(st.columns(len(a.faster)), enumerate(a.faster), strict=True):
         with col.container(border=True):
             st.markdown(f"**{duration(f.step_s)}** per step (−{f.saving:.0%}) · {f.verdict.upper()}")
             st.markdown("\n".join(f"- `{path}` → `{value}`" for path, value in f.changes.items()))
@@ -230,17 +225,15 @@ def faster_cards(eff, spec: JobSpec) -> None:
 ESTIMATE_FIELDS = [d for d in form.FORM_FIELDS if d.section == "estimate"]
 
 
-def time_panel(eff, spec: JobSpec, base: JobSpec) -> None:
+def time_panel(a: Assessment, spec: JobSpec, base: JobSpec) -> None:
     """Time per optimizer step by phase, the run's hours, GPU-hours and cost, what was assumed, the estimate
     settings that change it, and the Make it faster cards."""
     st.markdown("**Time per optimizer step**", help="Predicted from the GPUs' datasheets and the job's shape, with "
                 "efficiencies fitted on published GRPO runs (bench/time_accuracy.py measures its error).")
-    try:
-        report = predict_spec(eff)
-    except ValueError as e:  # no GPU speed facts (a CPU host), an unknown model
-        st.info(str(e))
-        report = None
-    if report:
+    report = a.time
+    if report is None:  # no GPU speed facts (a CPU host), an unknown model
+        st.info(a.time_error)
+    else:
         low, high = report.range
         run = report.total_h is not None
         cols = st.columns(4)
@@ -256,11 +249,9 @@ def time_panel(eff, spec: JobSpec, base: JobSpec) -> None:
         st.caption("Assumes " + "; ".join(report.assumptions) + ".")
     with st.container(border=True):
         st.caption("What you expect of the run (unset: assumed, as said above)")
-        cols = st.columns(len(ESTIMATE_FIELDS))
-        for col, decl in zip(cols, ESTIMATE_FIELDS, strict=True):
+        for col, decl in zip(st.columns(len(ESTIMATE_FIELDS)), ESTIMATE_FIELDS, strict=True):
             field_widget(decl, base, col)
-    if report:
-        faster_cards(eff, spec)
+    faster_cards(a, spec)
 
 
 def steps_indicator(spec: JobSpec, findings: list[Finding], parse_errors: dict, verdict: str | None,
@@ -370,8 +361,10 @@ with st.sidebar:
 
 values = {d.path: field_value(d, base) for d in form.FORM_FIELDS} | values  # hidden ones: as last set
 spec, parse_errors = form.build_spec(base, values, list(nodes))
-eff, hub_error = with_hub_arch(resolve(spec))  # the job's effective values, for every step below
-findings = dedup(sort_findings(check(eff))) if not parse_errors else []
+text = spec_to_yaml(spec)
+arch, hub_error = (None, None) if parse_errors else hub_arch(spec)
+a = None if parse_errors else assessed(text, arch is not None, spec, arch)  # values, findings, memory, time: once
+findings = by_id(sort_findings(a.findings)) if a else []
 said: set[str] = set()
 for path, slot in slots.items():
     cluster_wide = ("cluster", "slurm", "spec")
@@ -381,7 +374,7 @@ for path, slot in slots.items():
         "; ".join(f"{p}: {m}" for p, m in parse_errors.items() if p.startswith(("cluster", "slurm")))
         if path == "cluster"
         else None))
-if draft.version != st.session_state["draft_version"] or not parse_errors and not autosave(draft, spec):
+if draft.version != st.session_state["draft_version"] or not parse_errors and not autosave(draft, spec, text):
     with conflict_slot:
         drafts.changed_elsewhere(draft, spec)
 with picker_slot:
@@ -408,11 +401,10 @@ else:
                     st.button("Apply fix", key=f"fix:{f.id}", on_click=apply_fix, args=(spec, f.apply))
     with left:
         st.markdown("**GPU memory per device**")
-        try:
-            report = estimate_spec(eff)
-        except ValueError as e:  # an unknown model or GPU, an unreadable DeepSpeed/FSDP config
-            st.info(str(e))
-        if report:
+        report = a.memory
+        if report is None:  # an unknown model or GPU, an unreadable DeepSpeed/FSDP config
+            st.info(a.memory_error)
+        else:
             cols = st.columns(len(report.roles) + 1)
             cols[0].metric("Verdict", report.verdict.upper(),
                            help=f"FITS: the peak plus the estimate's measured error margin (+{ESTIMATE_MARGIN:.0%} of "
@@ -431,9 +423,9 @@ else:
                 st.caption(f"{SEVERITY_ICON['warning']} {note}{where}")
             st.plotly_chart(memory_chart(report), width="stretch")
     if report:
-        fit_cards(eff, spec)
-    time_panel(eff, spec, base)
-if spec.train.model and (eff.arch is None or spec.train.model in spec.hf_configs):  # unknown, or known from it
+        fit_cards(a.suggestions, spec)
+    time_panel(a, spec, base)
+if a and spec.train.model and (a.resolved.arch is None or spec.train.model in spec.hf_configs):  # unknown, or known from it
     with config_slot:
         if hub_error:
             st.caption(f"{SEVERITY_ICON['warning']} {hub_error}")
@@ -450,14 +442,14 @@ elif blockers:
     override = override_box(draft.id, blockers)
 c1, c2 = st.columns(2)
 held = bool(parse_errors) or bool(blockers and not override)
-c1.download_button("Download job YAML", spec_to_yaml(spec), file_name=f"{spec.name}.yaml", key="dl_yaml",
+c1.download_button("Download job YAML", text, file_name=f"{spec.name}.yaml", key="dl_yaml",
                    disabled=held)
 with steps_slot:
     steps_indicator(spec, findings, parse_errors, report.verdict if report else None, held)
-bundle = None if parse_errors else render(eff, spec.name)
-c2.download_button("Download node scripts (zip)", bundle.zip_bytes() if bundle and not held else b"", disabled=held,
+bundle = None if parse_errors or held else rendered(text, a, spec.name)
+c2.download_button("Download node scripts (zip)", bundle.zip_bytes() if bundle else b"", disabled=held,
                    file_name=f"{spec.name}.zip", key="dl_zip")
-if bundle and not held:
+if bundle:
     first = "node_0.sh" if "node_0.sh" in bundle.files else sorted(bundle.files)[0]
     with st.expander(f"{first} (the Launch page shows every file)"):
         st.code(bundle.files[first], language="bash", wrap_lines=True)

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grpo_ui.checks import rules
+from grpo_ui.checks.rules import validate
+from grpo_ui.checks.slurm import slurm_findings
 from grpo_ui.memory.estimate import estimate_spec
 from grpo_ui.spec.errors import SpecError
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.resolve import Resolved, resolve
 from grpo_ui.spec.swift_cli import train_command
-from grpo_ui.timing.inputs import time_inputs
-from grpo_ui.timing.predict import predict, predict_spec
+from grpo_ui.timing.predict import predict_spec
+from grpo_ui.timing.report import TimeReport
 
 MIN_SAVING = 0.03  # a change that saves less than this share of the step is not worth a card
 
@@ -80,8 +81,10 @@ def _candidates(eff: Resolved) -> list[tuple[dict, str]]:
 
 
 def passes(eff: Resolved) -> str | None:
-    """The memory verdict when the job passes (no rule or command-line error, no OOM, vLLM can start); else None."""
-    if any(f.severity == "error" for f in rules.validate(eff) + train_command(eff).findings):
+    """The memory verdict when the job passes (no error from the rules, the command line or the Slurm checks, no OOM,
+    vLLM can start: what the assessment would block on, without its make-it-fit search); else None."""
+    if any(f.severity == "error" for f in validate(eff) + train_command(eff).findings
+           + slurm_findings(eff.spec)):
         return None
     try:
         report = estimate_spec(eff)
@@ -92,12 +95,13 @@ def passes(eff: Resolved) -> str | None:
     return report.verdict
 
 
-def faster(job: JobSpec | Resolved, limit: int = 3, arch=None) -> list[Faster]:
+def faster(job: JobSpec | Resolved, base: TimeReport | None = None, limit: int = 3, arch=None) -> list[Faster]:
     """The changes that shorten the step most (at least MIN_SAVING of it) and after which the job still passes,
-    fastest first; empty when no step time can be predicted."""
+    fastest first; empty when no step time can be predicted. ``base``: the job's own prediction, when the caller
+    has it (the assessment)."""
     eff = resolve(job, arch)
     try:
-        now = predict(time_inputs(eff)).step_s
+        now = (base or predict_spec(eff)).step_s
     except ValueError:  # no GPU speed facts, an unknown model
         return []
     found: list[Faster] = []

@@ -6,20 +6,20 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 
-from grpo_ui.checks.fit import suggest
+from grpo_ui.checks.assess import assess
 from grpo_ui.knowledge import hub
 from grpo_ui.knowledge.catalog import from_hf_config
-from grpo_ui.memory.estimate import estimate_spec
 from grpo_ui.memory.report import format_report
+from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.resolve import resolve
 from grpo_ui.spec.yaml_io import load_spec
-from grpo_ui.timing.predict import predict_spec
 from grpo_ui.timing.report import format_time
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("estimate", help="estimate per-GPU memory for a job spec")
+    p = sub.add_parser("estimate", help="estimate per-GPU memory and the time per step for a job spec")
     p.add_argument("spec", help="job YAML")
     p.add_argument("--gpu", help="GPU model as nvidia-smi prints it, or a catalogue alias (default: node 0's gpu_model)")
     p.add_argument("--gpu-gib", type=float, help="memory per GPU in GiB (for a GPU the catalogue does not know)")
@@ -35,34 +35,48 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
+def on_gpu(spec, gpu: str | None, gpu_gib: float | None):
+    """The spec with its trainer nodes' GPU given on the command line (a name alone: the catalogue's memory)."""
+    changes = {}
+    for i, node in enumerate(spec.cluster.nodes):
+        if node.role == "trainer" and (gpu or gpu_gib):
+            changes |= {f"cluster.nodes[{i}].gpu_model": gpu} if gpu else {}
+            changes |= {f"cluster.nodes[{i}].gpu_memory_gib": gpu_gib}
+    return with_changes(spec, changes) if changes else spec
+
+
+def expecting(spec, completion_tokens: int | None, price: float | None):
+    """The spec with what the command line says of the run (its estimate section)."""
+    changes = {"estimate.completion_tokens": completion_tokens} if completion_tokens else {}
+    changes |= {"estimate.price_per_gpu_hour": price} if price is not None else {}
+    return with_changes(spec, changes) if changes else spec
+
+
 def run(args) -> int:
-    spec = load_spec(args.spec)
+    spec = expecting(on_gpu(load_spec(args.spec), args.gpu, args.gpu_gib), args.completion_tokens, args.price)
     try:
         arch = from_hf_config(args.config, name=spec.train.model.split("/")[-1]) if args.config else None
         eff = resolve(spec, arch)
         if eff.arch is None:  # a hub id the catalogue lacks: its config.json from the job's hub (cached)
-            eff = resolve(eff, hub.lookup(spec.train.model, eff.use_hf))
-        report = estimate_spec(eff, args.gpu, gpu_gib=args.gpu_gib)
-    except ValueError as e:  # unknown model or GPU, unreadable DeepSpeed/FSDP config or config.json, the hub
+            arch = hub.lookup(spec.train.model, eff.use_hf)
+    except ValueError as e:  # an unreadable config.json, the hub cannot give it
         print(f"cannot estimate: {e}", file=sys.stderr)
         return 2
-    advice = suggest(eff, args.gpu, gpu_gib=args.gpu_gib)
-    try:
-        timing = predict_spec(eff, args.gpu, completion_tokens=args.completion_tokens, steps=args.steps,
-                              price=args.price)
-        time_error = None
-    except ValueError as e:  # no GPU speed facts (a CPU host), or what the memory estimate also lacks
-        timing, time_error = None, str(e)
+    a = assess(spec, arch)
+    if a.memory is None:  # unknown model or GPU, unreadable DeepSpeed/FSDP config
+        print(f"cannot estimate: {a.memory_error}", file=sys.stderr)
+        return 2
+    timing = replace(a.time, steps=args.steps) if a.time and args.steps else a.time
     if args.json:
-        out = report.to_dict()
+        out = a.memory.to_dict()
         out["advice"] = [{"changes": s.changes, "why": s.why, "cost": s.cost, "peak_gib": round(s.peak_gib, 2),
-                          "verdict": s.verdict} for s in advice]
-        out["time"] = timing.to_dict() if timing else {"error": time_error}
+                          "verdict": s.verdict} for s in a.suggestions]
+        out["time"] = timing.to_dict() if timing else {"error": a.time_error}
         print(json.dumps(out, indent=2, ensure_ascii=False))
     else:
-        print(format_report(report))
-        for s in advice:
+        print(format_report(a.memory))
+        for s in a.suggestions:
             changes = ", ".join(f"{k}={v}" for k, v in s.changes.items())
             print(f"make it fit: {s.why} [{changes}] → {s.peak_gib:.1f} GiB ({s.verdict})")
-        print("\n" + (format_time(timing) if timing else time_error))
-    return 1 if report.verdict == "oom" else 0
+        print("\n" + (format_time(timing) if timing else a.time_error))
+    return 1 if a.memory.verdict == "oom" else 0

@@ -134,6 +134,9 @@ def time_inputs(job: JobSpec | Resolved, gpu: str | None = None, arch: ModelArch
     eff = resolve(job, arch)
     spec = eff.spec
     t, r, s, e = spec.train, spec.rollout, spec.server, spec.estimate
+    if eff.steps_per_generation < 1:
+        raise NoTimeEstimate(f"no step time: train.steps_per_generation is {eff.steps_per_generation}; ms-swift "
+                             "needs at least 1 (GRPO-STEPS-PER-GEN)")
     trainer_gpu = _speed_gpu(gpu or eff.trainer.model, "trainer", "cluster.nodes[0].gpu_model")
     mem = inputs_from_spec(eff, trainer_gpu.name, gpu_gib=None if gpu else eff.trainer.gib)
     assumed: list[str] = []
