@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.time_calibration import completion_fill, evaluate_all, load, measured_range
+from bench.time_calibration import FITTED, completion_fill, evaluate_all, fit, load, measured_range
 from grpo_ui.knowledge.catalog import find_model
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.paths import with_changes
@@ -259,6 +259,16 @@ def test_the_range_and_the_assumed_length_are_what_the_fit_rows_give():
     low, high = measured_range([r for r in results if r.split == "fit"])
     assert RANGE == (round(low, 2), round(high, 2))
     assert eff.COMPLETION_FILL == round(completion_fill(CALIBRATION), 2)
+
+
+def test_the_efficiencies_are_the_fit_rows_best(monkeypatch):
+    """efficiency's fitted constants are what bench/time_calibration.fit finds on the fit rows (the held-out rows
+    never enter it); re-run `python bench/time_accuracy.py --fit` after changing the model or the rows."""
+    for name in FITTED:  # fit() leaves its result in the module: restore it after
+        monkeypatch.setattr(eff, name, getattr(eff, name))
+    monkeypatch.setattr(eff, "COMPLETION_FILL", eff.COMPLETION_FILL)
+    frozen = {name: getattr(eff, name) for name in FITTED}
+    assert {name: value for name, value in fit(CALIBRATION).items() if name in FITTED} == frozen
 
 
 def test_every_calibration_row_but_an_unmodelled_architecture_is_predicted():
