@@ -110,6 +110,39 @@ def test_estimate_follows_the_form_and_fit_advice_applies(app):
     assert app.metric[0].value in ("FITS", "TIGHT")
 
 
+def test_the_step_time_follows_the_form_and_make_it_faster_applies(app):
+    """The time panel predicts from the form (the preset on 4 × RTX 4090); a shorter expected completion shortens the
+    step; a Make it faster card applies its change, and the step it promised is what the page then shows."""
+    from grpo_ui.timing.predict import predict_spec
+    from grpo_ui.timing.report import duration
+
+    def shown(at):
+        return next(m.value for m in at.metric if m.label == "Per step")
+
+    assert shown(app) == duration(predict_spec(load_draft()).step_s)
+    assert any(c.value.startswith("Assumes prompts of 256 tokens") for c in app.caption)
+    before = predict_spec(load_draft()).step_s
+    app.text_input(key="f:estimate.completion_tokens").set_value("120").run()
+    assert load_draft().estimate.completion_tokens == 120 and predict_spec(load_draft()).step_s < before
+    promised = next(m.value for m in app.markdown if "per step (−" in m.value)
+    [b for b in app.button if b.label == "Make it faster: apply"][0].click().run()
+    assert not app.exception
+    assert promised.startswith(f"**{shown(app)}**")
+    assert not any(label.startswith(SEVERITY_ICON["error"]) for label in labels(app))
+
+
+def test_a_cpu_host_gets_no_step_time_and_says_why(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
+    (tmp_path / "draft.yaml").write_text(
+        "name: cpu\ntrain: {model: Qwen/Qwen2.5-0.5B-Instruct, dataset: [d.jsonl], reward_funcs: [format]}\n"
+        "cluster: {nodes: [{host: localhost, gpus: [0], gpu_memory_gib: 16}]}\n")
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception
+    assert any(i.value.startswith("no step time: the trainer nodes' GPU model is not set") for i in at.info)
+    assert not [m for m in at.metric if m.label == "Per step"]
+    assert "f:estimate.completion_tokens" in widget_keys(at)  # what the user expects can still be set
+
+
 def test_import_fills_the_form_and_reports_renamed_flags(app):
     app.text_area(key="import_text").set_value(OLD_SCRIPT).run()
     next(b for b in app.button if b.label == "Import").click().run()
@@ -283,7 +316,8 @@ def widget_keys(at) -> set[str]:
 
 def test_every_declared_field_is_on_the_form(tmp_path, monkeypatch):
     """Each ms-swift argument in its section, the job settings in the sidebar, the cluster and Slurm settings of the
-    chosen backend below the node table, and every node setting as a column of it."""
+    chosen backend below the node table, every node setting as a column of it, and the estimate's settings in the
+    step-time panel."""
     from grpo_ui.spec.form import FORM_FIELDS, NODE_FIELDS, ROW
 
     monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
@@ -297,7 +331,7 @@ def test_every_declared_field_is_on_the_form(tmp_path, monkeypatch):
     slurm = {f"f:{d.path}" for d in FORM_FIELDS if d.applies != "ssh"}
     assert slurm <= seen and not {f"f:{d.path}" for d in FORM_FIELDS if d.applies == "ssh"} & seen
     at.selectbox(key="f:cluster.backend").set_value("ssh").run()
-    settings = [d for d in FORM_FIELDS if d.section in ("job", "cluster", "slurm")]
+    settings = [d for d in FORM_FIELDS if d.section in ("job", "cluster", "slurm", "estimate")]
     assert {f"f:{d.path}" for d in settings if d.applies != "slurm"} <= widget_keys(at)
     table = next(d for d in at.dataframe if d.key == "nodes")
     assert list(table.value.columns) == [d.name for d in NODE_FIELDS] + [ROW]

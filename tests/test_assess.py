@@ -1,5 +1,6 @@
 """The one assessment: a job is validated and estimated once per launch plan and per Configure rerun (an unchanged
-spec not at all), and the make-it-fit search runs at most once, only for a job that is out of memory or tight."""
+spec not at all), the make-it-fit search runs at most once, only for a job that is out of memory or tight, and the
+make-it-faster search once, checking each of its candidate changes once."""
 
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from grpo_ui.checks import assess as assess_module
-from grpo_ui.checks import fit, rules
+from grpo_ui.checks import faster, fit, rules
 from grpo_ui.checks.assess import assess
 from grpo_ui.launch.plan import make_plan
 from grpo_ui.spec.model import ARGS_BY_PATH
@@ -22,8 +23,9 @@ FITS = next(iter(presets().values()))
 
 @pytest.fixture
 def calls(monkeypatch):
-    """Counts of rules.validate, the job's memory estimate, the make-it-fit search and its candidates' estimates."""
-    counted = {"validate": 0, "estimate": 0, "search": 0, "candidate estimates": 0}
+    """Counts of rules.validate, the job's memory estimate, the make-it-fit search and its candidates' estimates, and
+    the make-it-faster search's candidate checks."""
+    counted = {"validate": 0, "estimate": 0, "search": 0, "candidate estimates": 0, "faster candidates": 0}
 
     def counting(name, real):
         def wrapper(*args, **kwargs):
@@ -34,7 +36,12 @@ def calls(monkeypatch):
     monkeypatch.setattr(assess_module, "estimate_spec", counting("estimate", assess_module.estimate_spec))
     monkeypatch.setattr(assess_module, "suggest", counting("search", assess_module.suggest))
     monkeypatch.setattr(fit, "estimate_spec", counting("candidate estimates", fit.estimate_spec))
+    monkeypatch.setattr(faster, "validate", counting("faster candidates", faster.validate))
     return counted
+
+
+def without_faster(counted: dict) -> dict:
+    return {k: v for k, v in counted.items() if k != "faster candidates"}
 
 
 def out_of_memory():
@@ -45,7 +52,8 @@ def out_of_memory():
 
 def test_a_plan_of_a_job_that_fits_validates_and_estimates_once(calls):
     plan = make_plan(FITS, "counted")
-    assert calls == {"validate": 1, "estimate": 1, "search": 0, "candidate estimates": 0}
+    assert without_faster(calls) == {"validate": 1, "estimate": 1, "search": 0, "candidate estimates": 0}
+    assert 0 < calls["faster candidates"] <= len(faster._candidates(plan.resolved))
     assert plan.assessment.verdict == "fits" and plan.estimate["verdict"] == "fits"
 
 
@@ -67,9 +75,12 @@ def test_a_configure_rerun_assesses_a_changed_spec_once_and_an_unchanged_one_not
     calls.update(dict.fromkeys(calls, 0))
     at.text_input(key="f:train.learning_rate").set_value("3.3e-7").run()  # a spec no test assessed before
     assert [m.value for m in at.metric][0] == "FITS"
-    assert calls == {"validate": 1, "estimate": 1, "search": 0, "candidate estimates": 0}
+    assert without_faster(calls) == {"validate": 1, "estimate": 1, "search": 0, "candidate estimates": 0}
+    searched = calls["faster candidates"]
+    assert searched > 0
     at.run()  # nothing changed
-    assert calls == {"validate": 1, "estimate": 1, "search": 0, "candidate estimates": 0}
+    assert without_faster(calls) == {"validate": 1, "estimate": 1, "search": 0, "candidate estimates": 0}
+    assert calls["faster candidates"] == searched
 
 
 @pytest.mark.parametrize("version, why", [("banana", "not an ms-swift version: 'banana'"),

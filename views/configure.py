@@ -1,7 +1,8 @@
 """Configure: the guided path in the order the work is done (model and GPUs → cluster → training settings → checks →
 scripts → launch) under a step indicator that says what is missing. The form is generated from the spec's
-declarations; findings sit beside their fields; the memory estimate and scripts are hidden while the form does not
-parse, and errors (an OOM verdict too) hold export and launch unless overridden with a reason."""
+declarations; findings sit beside their fields; the memory estimate, the step-time prediction and scripts are hidden
+while the form does not parse, and errors (an OOM verdict too) hold export and launch unless overridden with a
+reason."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from grpo_ui.checks.assess import Assessment, assess
 from grpo_ui.core.findings import SEVERITY_ICON, Finding, by_id, sort_findings
 from grpo_ui.importer import import_uploads
 from grpo_ui.jobs.drafts import Draft
-from grpo_ui.knowledge import catalog
-from grpo_ui.knowledge.catalog import from_hf_config, parse_hf_config
+from grpo_ui.knowledge import catalog, hub
+from grpo_ui.knowledge.catalog import ModelArch, from_hf_config, parse_hf_config
 from grpo_ui.launch.render import Bundle, render
 from grpo_ui.memory.report import ESTIMATE_MARGIN
 from grpo_ui.spec import form
@@ -21,9 +22,12 @@ from grpo_ui.spec.errors import SpecError
 from grpo_ui.spec.fields import GROUPS, ArgDecl, Decl
 from grpo_ui.spec.model import ARGS, JobSpec
 from grpo_ui.spec.paths import with_changes
+from grpo_ui.spec.resolve import resolve
 from grpo_ui.spec.yaml_io import spec_from_yaml, spec_to_yaml
+from grpo_ui.timing.report import duration
 from views import drafts
 from views.memory_chart import memory_chart
+from views.time_chart import time_chart
 
 
 def reset_to(spec: JobSpec) -> None:
@@ -132,10 +136,22 @@ def apply_fix(spec: JobSpec, changes: dict) -> None:
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)
-def assessed(text: str, _spec: JobSpec) -> Assessment:
-    """The spec's one assessment, by its content (its YAML): an unchanged spec is not assessed again, in any
-    session of this process."""
-    return assess(_spec)
+def assessed(text: str, from_hub: bool, _spec: JobSpec, _arch: ModelArch | None) -> Assessment:
+    """The spec's one assessment, by its content (its YAML) and whether the hub gave the model's architecture: an
+    unchanged spec is not assessed again, in any session of this process."""
+    return assess(_spec, _arch)
+
+
+def hub_arch(spec: JobSpec) -> tuple[ModelArch | None, str | None]:
+    """A hub id the catalogue lacks: its architecture from its config.json on the job's hub (ModelScope, or Hugging
+    Face with use_hf; kept on disk, a failure not retried for a minute), or why the hub cannot give it."""
+    eff = resolve(spec)
+    if eff.arch is not None or not spec.train.model:
+        return None, None
+    try:
+        return hub.lookup(spec.train.model, eff.use_hf, timeout=5.0), None
+    except hub.HubError as e:
+        return None, str(e)
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
@@ -190,6 +206,52 @@ def fit_cards(options, spec: JobSpec) -> None:
             st.markdown("\n".join(f"- `{path}` → `{value}`" for path, value in s.changes.items()))
             st.caption(s.why)
             st.button("Make it fit: apply", key=f"fit:{k}", on_click=apply_fix, args=(spec, s.changes))
+
+
+def faster_cards(a: Assessment, spec: JobSpec) -> None:
+    """Make it faster: each change that shortens the step and still passes, with the step it leads to."""
+    if not a.faster:
+        return
+    st.markdown("**Make it faster** — each option alone, with the step time it leads to (it still fits and passes "
+                "ms-swift's rules):")
+    for col, (k, f) in zip(st.columns(len(a.faster)), enumerate(a.faster), strict=True):
+        with col.container(border=True):
+            st.markdown(f"**{duration(f.step_s)}** per step (−{f.saving:.0%}) · {f.verdict.upper()}")
+            st.markdown("\n".join(f"- `{path}` → `{value}`" for path, value in f.changes.items()))
+            st.caption(f.why)
+            st.button("Make it faster: apply", key=f"faster:{k}", on_click=apply_fix, args=(spec, f.changes))
+
+
+ESTIMATE_FIELDS = [d for d in form.FORM_FIELDS if d.section == "estimate"]
+
+
+def time_panel(a: Assessment, spec: JobSpec, base: JobSpec) -> None:
+    """Time per optimizer step by phase, the run's hours, GPU-hours and cost, what was assumed, the estimate
+    settings that change it, and the Make it faster cards."""
+    st.markdown("**Time per optimizer step**", help="Predicted from the GPUs' datasheets and the job's shape, with "
+                "efficiencies fitted on published GRPO runs (bench/time_accuracy.py measures its error).")
+    report = a.time
+    if report is None:  # no GPU speed facts (a CPU host), an unknown model
+        st.info(a.time_error)
+    else:
+        low, high = report.range
+        run = report.total_h is not None
+        cols = st.columns(4)
+        cols[0].metric("Per step", duration(report.step_s), help=f"Likely {duration(low)} – {duration(high)}: the "
+                       "range 8 in 10 published runs of the fit set fell in.")
+        cols[1].metric("Run", duration(report.total_h * 3600) if run else "—",
+                       help=f"{report.steps:,} optimizer steps" if run else "Set the dataset's rows below, or "
+                       "train.max_steps.")
+        cols[2].metric("GPU-hours", f"{report.gpu_hours:,.0f}" if run else "—", help=f"{report.gpus} GPUs")
+        cols[3].metric("Cost", f"{report.cost:,.0f}" if report.cost is not None else "—",
+                       help="GPU-hours × estimate.price_per_gpu_hour")
+        st.plotly_chart(time_chart(report), width="stretch")
+        st.caption("Assumes " + "; ".join(report.assumptions) + ".")
+    with st.container(border=True):
+        st.caption("What you expect of the run (unset: assumed, as said above)")
+        for col, decl in zip(st.columns(len(ESTIMATE_FIELDS)), ESTIMATE_FIELDS, strict=True):
+            field_widget(decl, base, col)
+    faster_cards(a, spec)
 
 
 def steps_indicator(spec: JobSpec, findings: list[Finding], parse_errors: dict, verdict: str | None,
@@ -300,7 +362,8 @@ with st.sidebar:
 values = {d.path: field_value(d, base) for d in form.FORM_FIELDS} | values  # hidden ones: as last set
 spec, parse_errors = form.build_spec(base, values, list(nodes))
 text = spec_to_yaml(spec)
-a = None if parse_errors else assessed(text, spec)  # the job's values, findings, memory and make-it-fit, once
+arch, hub_error = (None, None) if parse_errors else hub_arch(spec)
+a = None if parse_errors else assessed(text, arch is not None, spec, arch)  # values, findings, memory, time: once
 findings = by_id(sort_findings(a.findings)) if a else []
 said: set[str] = set()
 for path, slot in slots.items():
@@ -323,7 +386,7 @@ st.subheader("4. Checks", anchor="checks")
 report = None
 if parse_errors:  # what is below would describe an older form: hidden, never the last verdict
     st.error("Fix the fields that do not parse — " + "; ".join(f"{p}: {m}" for p, m in parse_errors.items())
-             + ". The checks, the memory estimate and the scripts are hidden until then.")
+             + ". The checks, the memory estimate, the step time and the scripts are hidden until then.")
 else:
     left, right = st.columns([3, 2])
     with right:
@@ -361,8 +424,11 @@ else:
             st.plotly_chart(memory_chart(report), width="stretch")
     if report:
         fit_cards(a.suggestions, spec)
+    time_panel(a, spec, base)
 if a and spec.train.model and (a.resolved.arch is None or spec.train.model in spec.hf_configs):  # unknown, or known from it
     with config_slot:
+        if hub_error:
+            st.caption(f"{SEVERITY_ICON['warning']} {hub_error}")
         config_json_import(spec)
 
 st.subheader("5. Scripts", anchor="scripts")

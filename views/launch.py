@@ -14,6 +14,7 @@ from grpo_ui.launch.plan import LaunchPlan
 from grpo_ui.spec.errors import SpecError
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.yaml_io import spec_to_yaml
+from grpo_ui.timing.report import duration
 from views import drafts
 from views.service import jobs
 
@@ -59,6 +60,14 @@ for role in plan.estimate.get("roles", []):
                f"{role['peak_phase']} phase ({role['verdict']})")
 if "error" in plan.estimate:
     st.caption(f"No memory estimate: {plan.estimate['error']}")
+if "error" in plan.time:
+    st.caption(f"No step-time prediction: {plan.time['error']}")
+else:
+    low, high = plan.time["range"]
+    run = (f"; {plan.time['steps']:,} steps, {duration(plan.time['total_h'] * 3600)}, "
+           f"{plan.time['gpu_hours']:,.0f} GPU-hours" if plan.time["steps"] else "")
+    st.caption(f"Step-time prediction kept with the job: {duration(plan.time['step_s'])} per optimizer step (likely "
+               f"{duration(low)} – {duration(high)}){run}")
 
 names = sorted(bundle.files)
 c1, c2 = st.columns([3, 1])

@@ -2,7 +2,7 @@
 
 ``assess(spec)`` resolves the job's effective values, builds its swift command lines, runs ms-swift's rules and the
 field advisories, estimates per-GPU memory and — only for a job that is out of memory or tight — searches the
-make-it-fit changes, once each. Configure, the launch plan and the CLI's validate/estimate/render read the same
+make-it-fit changes, predicts the time per step and searches the changes that make it faster, once each. Configure, the launch plan and the CLI's validate/estimate/render read the same
 ``Assessment``; none of them validates or estimates again.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from grpo_ui.checks import rules
+from grpo_ui.checks.faster import Faster, faster
 from grpo_ui.checks.fit import Suggestion, suggest
 from grpo_ui.checks.slurm import slurm_findings
 from grpo_ui.core.findings import Finding, finding, has_errors, unique
@@ -21,11 +22,14 @@ from grpo_ui.memory.report import ESTIMATE_MARGIN, MemoryReport, UnknownModel
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.resolve import Resolved, resolve
 from grpo_ui.spec.swift_cli import Command, rollout_command, train_command
+from grpo_ui.timing.predict import predict_spec
+from grpo_ui.timing.report import TimeReport
 
 
 @dataclass(frozen=True)
 class Assessment:
-    """A job's effective values, command lines, findings, memory report and make-it-fit suggestions."""
+    """A job's effective values, command lines, findings, memory report, make-it-fit suggestions, its time per step
+and the changes that make it faster."""
 
     resolved: Resolved
     train: Command                   # swift rlhf for the target version (its own findings included below)
@@ -34,6 +38,9 @@ class Assessment:
     memory: MemoryReport | None      # None when no estimate can be made (memory_error says why)
     memory_error: str | None = None
     suggestions: list[Suggestion] = field(default_factory=list)  # make-it-fit: only for an OOM or tight job
+    time: TimeReport | None = None   # None when no step time can be predicted (time_error says why)
+    time_error: str | None = None
+    faster: list[Faster] = field(default_factory=list)  # make-it-faster: changes that still pass, fastest first
 
     @property
     def spec(self) -> JobSpec:
@@ -64,7 +71,17 @@ def assess(job: JobSpec | Resolved, arch: ModelArch | None = None) -> Assessment
     suggestions = suggest(eff, base=memory) if memory and memory.verdict in ("oom", "tight") else []
     found = (rules.validate(eff) + train.findings + (rollout.findings if rollout else []) + memory_found
              + _verdict_findings(memory, suggestions) + slurm_findings(eff.spec))
-    return Assessment(eff, train, rollout, unique(found), memory, memory_error, suggestions)
+    time, time_error = _time(eff)
+    return Assessment(eff, train, rollout, unique(found), memory, memory_error, suggestions, time, time_error,
+                      faster(eff, time) if time else [])
+
+
+def _time(eff: Resolved) -> tuple[TimeReport | None, str | None]:
+    """The step-time prediction, or why there is none (no GPU speed facts, an unknown model or GPU)."""
+    try:
+        return predict_spec(eff), None
+    except ValueError as e:
+        return None, str(e)
 
 
 def _memory(eff: Resolved) -> tuple[MemoryReport | None, str | None, list[Finding]]:

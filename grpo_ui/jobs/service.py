@@ -141,6 +141,7 @@ class Jobs:
             self.store.add_node(job_id, n.index, UNALLOCATED if backend.places_nodes else n.host, n.role, n.rank,
                                 n.script, plan.run_dir)
         self.store.set_memory_estimate(job_id, plan.estimate)
+        self.store.set_time_estimate(job_id, plan.time)
         try:
             if preflight:
                 self.store.set_job(job_id, state="preflight")

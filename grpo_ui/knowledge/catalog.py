@@ -373,10 +373,23 @@ def model_params_b(name: str) -> float | None:
 
 @dataclass(frozen=True)
 class Gpu:
+    """A GPU model: its memory, architecture and, where the catalogue has them, its speed facts (gpus.yaml's header
+    says what each figure is; ``speed_source`` the datasheet they come from)."""
+
     name: str  # as nvidia-smi --query-gpu=name prints it
     memory_gib: float
     arch: str
     aliases: tuple[str, ...] = ()
+    tflops_bf16: float | None = None  # dense bf16 Tensor Core TFLOPS (fp16 on Volta/Turing)
+    hbm_gbs: float | None = None      # memory bandwidth, GB/s
+    nvlink_gbs: float | None = None   # total NVLink bandwidth per GPU (both directions), GB/s; 0 = none
+    pcie_gbs: float | None = None     # host link per direction, GB/s
+    speed_source: str | None = None
+
+    @property
+    def has_speed(self) -> bool:
+        """The step-time model's facts are known (peak compute, memory and link bandwidths)."""
+        return None not in (self.tflops_bf16, self.hbm_gbs, self.nvlink_gbs, self.pcie_gbs)
 
     @property
     def bf16(self) -> bool:
@@ -400,8 +413,11 @@ class UnknownGpu(ValueError):
 @cache
 def gpus() -> dict[str, Gpu]:
     raw = yaml.safe_load((DATA / "gpus.yaml").read_text())
-    return {n: Gpu(n, round(d["memory_mib"] / 1024, 2), d["arch"], tuple(map(str, d.get("aliases", []))))
-            for n, d in raw.items()}
+    return {n: Gpu(n, round(d["memory_mib"] / 1024, 2), d["arch"], tuple(map(str, d.get("aliases", []))),
+                   *(d.get(k) for k in _SPEED_KEYS)) for n, d in raw.items()}
+
+
+_SPEED_KEYS = ("tflops_bf16", "hbm_gbs", "nvlink_gbs", "pcie_gbs", "speed_source")
 
 
 def _gpu_key(name: str, loose: bool = False) -> str:

@@ -1,5 +1,6 @@
 """The launch plan: a job assessed once before anything starts (grpo_ui.checks.assess: validation findings, the memory
-estimate kept for the closed loop), the rendered bundle and each node's part in it, computed here, once; the Launch page and the CLI
+estimate and the step-time prediction kept for the closed loop), the rendered bundle and each node's part in it,
+computed here, once; the Launch page and the CLI
 show the plan and launch exactly it, and the backend receives it and does only backend work (no re-validation, no
 re-estimate, no make-it-fit search).
 """
@@ -14,26 +15,41 @@ from typing import Literal
 from grpo_ui.checks.assess import Assessment, assess
 from grpo_ui.core.errors import UserError
 from grpo_ui.core.findings import Finding
+from grpo_ui.knowledge import hub
 from grpo_ui.knowledge.catalog import ModelArch, from_hf_config
 from grpo_ui.launch.render import Bundle, render, run_dir, secrets_file
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.names import check_name
-from grpo_ui.spec.resolve import Resolved
+from grpo_ui.spec.resolve import Resolved, resolve
 
 
 def assessment_at_launch(spec: JobSpec, arch: ModelArch | None = None,
                          read_config: Callable[[str], dict] | None = None) -> tuple[Assessment, dict]:
     """The job's assessment as it will run, and the memory estimate to keep with the job (MemoryReport.to_dict(), or
     {"error": why there is none}). A model neither the catalogue nor the caller (``arch``) knows is read from its
-    config.json through ``read_config(model path)`` (on node 0, where the job runs), and only then assessed again."""
-    a = assess(spec, arch)
+    config.json on the job's hub (cached), else through ``read_config(model path)`` (on node 0, where the job runs),
+    and only then assessed again."""
     model = spec.train.model
+    if arch is None and model and (eff := resolve(spec)).arch is None:
+        try:
+            arch = hub.lookup(model, eff.use_hf)
+        except hub.HubError:  # offline, gated, or not on the hub: node 0 may have it
+            pass
+    a = assess(spec, arch)
     if a.memory is None and read_config is not None and model and a.resolved.arch is None:
         try:
             a = assess(spec, from_hf_config(read_config(model), model.rstrip("/").split("/")[-1]))
         except (ValueError, UserError) as node_error:  # not there, not JSON, or node 0 unreachable
             return a, {"error": f"{a.memory_error} On node 0: {node_error}"}
     return a, a.memory.to_dict() if a.memory else {"error": a.memory_error}
+
+
+def time_at_launch(a: Assessment) -> dict:
+    """The step-time prediction kept with a launch: the CLI's ``time`` object (TimeReport.to_dict()) with its
+    assumptions, or {"error": why there is none} (no GPU speed facts, an unknown model)."""
+    if a.time is None:
+        return {"error": a.time_error}
+    return {**a.time.to_dict(), "assumptions": a.time.assumptions}
 
 
 @dataclass(frozen=True)
@@ -76,6 +92,11 @@ class LaunchPlan:
     @property
     def resolved(self) -> Resolved:
         return self.assessment.resolved
+
+    @property
+    def time(self) -> dict:
+        """The step-time prediction kept with the job (time_at_launch)."""
+        return time_at_launch(self.assessment)
 
     @property
     def findings(self) -> list[Finding]:

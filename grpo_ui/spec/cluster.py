@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from grpo_ui.knowledge.catalog import gpus
+from grpo_ui.spec.estimate import DEFAULT_INTERNODE_GBS
 from grpo_ui.spec.fields import setting
 from grpo_ui.spec.names import RESERVED_ENV, check_env_names, check_host, check_no_secrets
 
@@ -84,6 +85,10 @@ class ClusterSpec(BaseModel):
     backend: Literal["ssh", "slurm"] = setting(
         "ssh", "ssh: grpo-ui starts every node over SSH. slurm: one sbatch job; Slurm picks the machines (the trainer "
         "nodes then say how many nodes with how many GPUs, their hosts are unused).")
+    internode_gbs: float | None = setting(
+        None, "Network bandwidth between two nodes in GB/s (one direction, all of a node's NICs together), for the "
+        f"step-time prediction. Unset: {DEFAULT_INTERNODE_GBS:g} GB/s (one 200 Gb/s port); 8 × 400 Gb/s InfiniBand is "
+        "400.", gt=0, le=10000)
     login: str = setting("localhost", "Where sbatch, squeue and scancel run: a hostname or ~/.ssh/config alias "
                          "reached over SSH, or localhost when the app runs on a login node. run_root must be on a "
                          "file system the compute nodes share.", applies="slurm", pattern=r"^[A-Za-z0-9_.-]+$")

@@ -1,7 +1,7 @@
 """JobSpec: the one declaration of a GRPO job, and the field registry.
 
 Every field is declared once (grpo_ui.spec.fields): ms-swift's arguments in swift_args.py, the machines in cluster.py,
-the Slurm request in slurm.py, the job's own settings here. The form, the validation, the argv rendering, YAML and the
+the Slurm request in slurm.py, what the run is expected to be in estimate.py, the job's own settings here. The form, the validation, the argv rendering, YAML and the
 docs derive from the registry below (``ARGS``, ``SETTINGS``). What the fields mean together, the job's effective
 values, is grpo_ui.spec.resolve's; YAML in and out is yaml_io.py's, changes by dotted path paths.py's.
 """
@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 from grpo_ui.knowledge.catalog import from_hf_config
 from grpo_ui.spec.cluster import ClusterSpec, Node
 from grpo_ui.spec.errors import SpecError
+from grpo_ui.spec.estimate import EstimateSpec
 from grpo_ui.spec.fields import ArgDecl, SettingDecl, arg_decls, setting, setting_decls
 from grpo_ui.spec.names import SECRET_NAME, check_env_names, check_name, check_no_secrets
 from grpo_ui.spec.slurm import SlurmSpec
@@ -54,6 +55,8 @@ class JobSpec(BaseModel):
     server: ServerArgs = Field(default_factory=ServerArgs, description="swift rollout arguments.")
     cluster: ClusterSpec = Field(default_factory=ClusterSpec, description="The machines.")
     slurm: SlurmSpec = Field(default_factory=SlurmSpec, description="The Slurm request.")
+    estimate: EstimateSpec = Field(default_factory=EstimateSpec, description="What the run is expected to be, for "
+                                   "the step-time and cost prediction.")
     env: dict[str, str] = setting({}, "Environment for every node: NAME=value, one per line.", widget="lines")
     secret_env: list[str] = setting([], "Names of secret variables (values live in a 0600 file, never here).")
     extra_args: list[str] = setting([], "Extra swift rlhf arguments, verbatim.")
@@ -129,8 +132,8 @@ SECTION_APPLIES = {"server": "server"}  # the swift rollout arguments act in ser
 # grpo-ui's own settings: section → (model, where its fields live in a JobSpec; '[i]': in every node)
 SETTING_SECTIONS: dict[str, tuple[type[BaseModel], str]] = {
     "job": (JobSpec, ""), "cluster": (ClusterSpec, "cluster."), "node": (Node, "cluster.nodes[i]."),
-    "slurm": (SlurmSpec, "slurm.")}
-STRUCTURE = {"train", "rollout", "server", "cluster", "slurm", "nodes", "unresolved", "hf_configs"}  # not form settings
+    "slurm": (SlurmSpec, "slurm."), "estimate": (EstimateSpec, "estimate.")}
+STRUCTURE = {"train", "rollout", "server", "cluster", "slurm", "estimate", "nodes", "unresolved", "hf_configs"}  # not form settings
 
 
 ARGS: tuple[ArgDecl, ...] = tuple(d for s, m in SECTIONS.items() for d in arg_decls(s, m, SECTION_APPLIES.get(s)))

@@ -124,6 +124,14 @@ class Resolved:
         return dialect_of(self.spec.swift_version)
 
     @property
+    def use_hf(self) -> bool:
+        """The model comes from the Hugging Face Hub (use_hf, or USE_HF in the job's or node 0's environment, as
+        ms-swift's use_hf_hub reads it); else from ModelScope."""
+        nodes = self.spec.trainer_nodes()
+        env = {**self.spec.env, **(nodes[0].env if nodes else {})}
+        return self.spec.train.use_hf or env.get("USE_HF", "0").strip().lower() in ("1", "true", "yes", "on", "y", "t")
+
+    @property
     def colocate(self) -> bool:
         """vLLM in the trainer processes (in 3.2–3.4 also on GPUs of its own: see spare_rollout_gpus)."""
         return self.vllm_mode == "colocate"

@@ -71,6 +71,8 @@ class TrainArgs(_Section):
                                 group="model", choices=DEEPSPEED_PRESETS)
     fsdp: str | None = arg(None, "fsdp2 or a path to an FSDP2 JSON config; exclusive with deepspeed.", group="model",
                            choices=("fsdp2",))
+    use_hf: bool = arg(False, "Download the model and datasets from the Hugging Face Hub instead of ModelScope (as "
+                       "USE_HF=1 in the environment does).", group="model")
     ref_model: str | None = arg(None, "Separate reference model (full tuning only; default: the initial policy).",
                                 group="model")
 

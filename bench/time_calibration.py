@@ -1,0 +1,236 @@
+"""Published step times (tests/data/time_measurements.jsonl) against the step-time model and a naive baseline.
+
+Each row (its schema: tests/data/time_measurements.README.md) is rebuilt as the ms-swift job of the same shape: the
+same model, GPUs and layout (trainer GPUs, rollout GPUs: colocated when it has none), completions per optimizer step,
+optimizer steps per generation round, lengths, KL, tuner, offload and async generation. What a row's framework does that
+ms-swift expresses otherwise is mapped here, each rule in ``spec_of``'s docstring. The model predicts seconds per
+optimizer step (ms-swift's global_step); a row measured per generation round is divided by the optimizer steps the
+round feeds.
+
+The split is the rows' own (``split``, frozen before any model existed: the README's rule). Efficiency constants
+(grpo_ui/timing/efficiency.py) are fitted on the fit rows only (``fit``); the held-out rows are looked at once the
+model is frozen.
+
+Baseline (what a user has without this model): one tokens-per-second-per-GPU figure, the median over the fit rows,
+scaled by the step's tokens (completions × (prompt + mean completion)) and the job's GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from grpo_ui.spec.model import JobSpec
+from grpo_ui.spec.paths import with_changes
+from grpo_ui.timing import efficiency
+from grpo_ui.timing.inputs import TimeInputs, time_inputs
+from grpo_ui.timing.predict import predict
+from grpo_ui.timing.report import TimeReport
+
+DATA = Path(__file__).parent.parent / "tests" / "data" / "time_measurements.jsonl"
+SLEEPING_FRAMEWORKS = ("verl", "nemo-rl", "other:hai-llm")  # their colocated vLLM frees its memory for training
+PACKING_FRAMEWORKS = ("verl", "nemo-rl", "other:hai-llm")  # they train on unpadded (packed) sequences
+
+
+def load(path: Path = DATA) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _engine(c: dict) -> str | None:
+    """ms-swift's sharding for the row: its ZeRO stage (with optimizer offload), FSDP, else ZeRO-3 for full tuning on
+    several GPUs (what a full fine-tune of these sizes needs on ms-swift; Megatron's TP/PP have no ms-swift GRPO
+    equivalent here) and plain DDP for LoRA."""
+    offload = "optimizer" in str(c.get("offload") or "") and "rollout" not in str(c.get("offload"))
+    if c.get("zero_stage") is not None:
+        return f"zero{c['zero_stage']}" + ("_offload" if offload else "")
+    if c.get("fsdp"):
+        return "fsdp2"
+    return "zero3" if c["tuner"] == "full" and c["trainer_gpus"] > 1 else None
+
+
+def spec_of(row: dict) -> JobSpec:
+    """The ms-swift job of the row's shape:
+
+    - nodes: the trainer GPUs on as few nodes of gpus_per_node as hold them (evenly), the rollout GPUs likewise as
+      rollout nodes (server mode, vLLM data parallel over a node's GPUs ÷ TP); no rollout GPUs: vLLM colocated (or
+      generate() when the row has no vLLM);
+    - batch: one generation round's completions (prompts × num_generations) over the trainer GPUs and the round's
+      optimizer steps; gradient_accumulation_steps as the row's where a step spans several rounds (TRL before 0.18
+      generated per micro-batch: steps_per_generation 1, a round each micro-step) or the row gives its micro-batch;
+      padding_free where the framework packs sequences (verl's remove-padding, NeMo RL's packing, Megatron-SWIFT's
+      padding_free); a bitsandbytes 4-bit model as quant_bits 4;
+    - lengths: max_completion_length, max_length = the prompt cap; estimate.completion_tokens the published mean
+      (NeMo RL's table: its 'G-Average Seq len'), estimate.prompt_tokens the published mean prompt;
+    - beta as the row's (none given: 0); colocated vLLM sleeps (level 1) where the framework frees its memory for
+      training (verl, NeMo RL), or at the row's sleep_level; the row's offload of the policy around rollout; async
+      generation in server mode; the row's gradient checkpointing (unknown: ms-swift's default, on)."""
+    c, extra = row["config"], row["config"].get("extra", {})
+    world, per_node = c["trainer_gpus"], c["gpus_per_node"]
+    rounds = extra.get("generation_rounds_per_optimizer_step", 1)
+    accumulation = extra.get("gradient_accumulation_steps", 1) if rounds > 1 or "completions_per_step" in extra else 1
+    steps_per_generation = max(1, accumulation * c["optimizer_steps_per_generation"] // rounds)
+    completions = c["prompts_per_step"] * c["num_generations"]  # one generation round's
+    per_device = max(1, round(completions / (world * steps_per_generation)))
+    tp = c.get("vllm_tp") or 1
+    mean = c.get("mean_completion_tokens") or extra.get("g_average_seq_len")
+    offload = str(c.get("offload") or "")
+    changes: dict = {
+        "train.model": c["model"].split(" (")[0], "train.tuner_type": c["tuner"], "train.dataset": ["calibration"],
+        "train.reward_funcs": ["accuracy"], "train.num_generations": c["num_generations"],
+        "train.per_device_train_batch_size": per_device, "train.gradient_accumulation_steps": accumulation,
+        "train.steps_per_generation": steps_per_generation, "train.max_completion_length": c["max_completion_tokens"],
+        "train.num_iterations": c.get("num_iterations") or 1, "train.beta": c.get("beta") or 0.0,
+        "train.gradient_checkpointing": c.get("gradient_checkpointing") is not False,
+        "train.padding_free": row["framework"] in PACKING_FRAMEWORKS or bool(extra.get("padding_free")),
+        "rollout.use_vllm": bool(c["vllm"]), "estimate.completion_tokens": mean,
+        "estimate.prompt_tokens": c.get("mean_prompt_tokens")}
+    if "bnb 4-bit" in str(extra.get("quantization")):
+        changes["train.quant_bits"] = 4
+    if c.get("lora_rank"):
+        changes["train.lora_rank"] = c["lora_rank"]
+    if c.get("max_prompt_tokens"):
+        changes["train.max_length"] = c["max_prompt_tokens"]
+    if _engine(c):
+        changes["train.deepspeed" if _engine(c) != "fsdp2" else "train.fsdp"] = _engine(c)
+    trainers = math.ceil(world / per_node)
+    nodes = [{"host": f"t{n}", "gpus": list(range(world // trainers)), "gpu_model": c["gpu"]} for n in range(trainers)]
+    if c.get("rollout_gpus"):
+        servers = math.ceil(c["rollout_gpus"] / per_node)
+        gpus = c["rollout_gpus"] // servers
+        nodes += [{"host": f"r{n}", "role": "rollout", "gpus": list(range(gpus)), "gpu_model": c["gpu"]}
+                  for n in range(servers)]
+        changes.update({"rollout.vllm_mode": "server", "server.vllm_tensor_parallel_size": tp,
+                        "server.vllm_data_parallel_size": max(gpus // tp, 1),
+                        "rollout.async_generate": bool(c.get("async_generation")),
+                        "server.vllm_gpu_memory_utilization": c.get("vllm_gpu_memory_utilization") or 0.9})
+    elif c["vllm"]:
+        sleep = extra.get("sleep_level", 1 if row["framework"] in SLEEPING_FRAMEWORKS else 0)
+        changes.update({"rollout.vllm_mode": "colocate", "rollout.vllm_tensor_parallel_size": tp,
+                        "rollout.vllm_gpu_memory_utilization": c.get("vllm_gpu_memory_utilization") or 0.9,
+                        "rollout.sleep_level": sleep, "rollout.offload_model": "param" in offload,
+                        "rollout.offload_optimizer": "param+optimizer" in offload})
+    changes["cluster.nodes"] = nodes
+    return with_changes(JobSpec(), changes)
+
+
+def measured_step_s(row: dict) -> float:
+    """Seconds per optimizer step: a generation round's seconds ÷ the optimizer steps it feeds."""
+    m = row["measured"]
+    per_round = m["per"] == "generation_round"
+    return m["step_s"] / (row["config"]["optimizer_steps_per_generation"] if per_round else 1)
+
+
+@dataclass(frozen=True)
+class Result:
+    row: dict
+    measured: float
+    inputs: TimeInputs
+    report: TimeReport
+
+    @property
+    def ours(self) -> float:
+        return self.report.step_s
+
+    @property
+    def step_tokens(self) -> float:
+        """Tokens of one optimizer step's completions, prompts included (the baseline's measure of work)."""
+        t = self.inputs
+        return t.generation_batch / t.steps_per_round * (t.prompt_tokens + t.completion_tokens)
+
+    @property
+    def throughput(self) -> float:
+        """Measured tokens per second per GPU."""
+        return self.step_tokens / self.measured / self.inputs.total_gpus
+
+    def baseline(self, tokens_per_gpu_s: float) -> float:
+        return self.step_tokens / tokens_per_gpu_s / self.inputs.total_gpus
+
+    @property
+    def split(self) -> str:
+        return self.row["split"]
+
+
+def evaluate(row: dict) -> Result:
+    """The row predicted; ValueError (the memory estimate's EstimateError) when the model cannot be (an architecture
+    the catalogue cannot describe)."""
+    t = time_inputs(spec_of(row))
+    return Result(row, measured_step_s(row), t, predict(t))
+
+
+def evaluate_all(rows: list[dict]) -> tuple[list[Result], list[tuple[dict, str]]]:
+    """Every row predicted, and those that cannot be with why."""
+    results, skipped = [], []
+    for row in rows:
+        try:
+            results.append(evaluate(row))
+        except ValueError as e:
+            skipped.append((row, str(e)))
+    return results, skipped
+
+
+def error(predicted: float, measured: float) -> float:
+    """Absolute error in % of the measurement."""
+    return abs(predicted - measured) / measured * 100
+
+
+def stats(errors: list[float]) -> tuple[float, float]:
+    """(median, p90) of absolute % errors; p90 by linear interpolation between order statistics."""
+    if len(errors) == 1:
+        return errors[0], errors[0]
+    return statistics.median(errors), statistics.quantiles(errors, n=10, method="inclusive")[8]
+
+
+def baseline_rate(fit: list[Result]) -> float:
+    """The baseline's one figure: the median measured tokens per second per GPU over the fit rows."""
+    return statistics.median(r.throughput for r in fit)
+
+
+def completion_fill(rows: list[dict]) -> float:
+    """The mean completion as a share of max_completion_length, the median over the fit rows that publish a measured
+    mean below the cap (efficiency.COMPLETION_FILL): rows whose mean equals the cap were forced there, not measured."""
+    shares = []
+    for row in rows:
+        c = row["config"]
+        mean = c.get("mean_completion_tokens") or c["extra"].get("g_average_seq_len")
+        if row["split"] == "fit" and mean and mean < c["max_completion_tokens"]:
+            shares.append(mean / c["max_completion_tokens"])
+    return statistics.median(shares)
+
+
+RANGE_QUANTILES = (0.1, 0.9)
+
+
+def measured_range(fit: list[Result]) -> tuple[float, float]:
+    """The 10th and 90th percentiles of measured ÷ predicted over the fit rows (timing.report.RANGE)."""
+    ratios = [r.measured / r.ours for r in fit]
+    q = statistics.quantiles(ratios, n=10, method="inclusive")
+    return q[0], q[8]
+
+
+FITTED = ("MFU", "BANDWIDTH_EFFICIENCY", "DECODE_STEP_S", "GENERATE_LAYER_S", "ROUND_OVERHEAD_S")
+GRID = {"MFU": [0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55],
+        "BANDWIDTH_EFFICIENCY": [0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9],
+        "DECODE_STEP_S": [0.0, 0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.03],
+        "GENERATE_LAYER_S": [0.0, 0.0005, 0.001, 0.0015, 0.002, 0.003, 0.004],
+        "ROUND_OVERHEAD_S": [0.0, 1.0, 2.0, 4.0, 6.0, 8.0]}
+
+
+def log_error(rows: list[dict]) -> float:
+    """The fit's objective: mean |ln(predicted ÷ measured)| (a factor too fast costs what a factor too slow does)."""
+    results = evaluate_all(rows)[0]
+    return statistics.fmean(abs(math.log(r.ours / r.measured)) for r in results)
+
+
+def fit(rows: list[dict], rounds: int = 3) -> dict[str, float]:
+    """Coordinate descent over GRID on the fit rows only: each constant in turn set to the grid value with the least
+    log_error, ``rounds`` times over. Leaves efficiency's constants at the best values and returns them."""
+    fit_rows = [r for r in rows if r["split"] == "fit"]
+    efficiency.COMPLETION_FILL = completion_fill(rows)
+    for _ in range(rounds):
+        for name in FITTED:
+            best = min(GRID[name], key=lambda v, n=name: (setattr(efficiency, n, v), log_error(fit_rows))[1])
+            setattr(efficiency, name, best)
+    return {name: getattr(efficiency, name) for name in (*FITTED, "COMPLETION_FILL")}

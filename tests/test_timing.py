@@ -1,0 +1,349 @@
+"""The step-time model (grpo_ui.timing): each phase against a hand-worked example, the directions a practitioner
+relies on (longer completions, more generations, a slower GPU, more waves take longer; TP vs DP; colocate vs server;
+async), the CLI's contract, and the constants the fit rows give. bench/time_accuracy.py measures its error against
+published step times; here only what must hold whatever the data."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.time_calibration import FITTED, completion_fill, evaluate_all, fit, load, measured_range
+from grpo_ui.knowledge.catalog import find_model
+from grpo_ui.spec.model import JobSpec
+from grpo_ui.spec.paths import with_changes
+from grpo_ui.spec.yaml_io import spec_to_yaml
+from grpo_ui.timing import efficiency as eff
+from grpo_ui.timing.inputs import NoTimeEstimate, time_inputs
+from grpo_ui.timing.predict import predict, predict_spec
+from grpo_ui.timing.report import PHASES, RANGE
+
+ROOT = Path(__file__).parent.parent
+H100 = [{"host": "n0", "gpus": list(range(8)), "gpu_model": "NVIDIA H100 80GB HBM3"}]
+# Qwen2.5-7B: the catalogue's count (checked against the published 7.62 B in test_catalog); its input embedding is
+# 152064 × 3584 (untied), so a token multiplies by P − that.
+P = find_model("Qwen2.5-7B").total_params()
+MATMUL = P - 152064 * 3584
+KV_TOKEN = 2 * 28 * 4 * 128 * 2  # K and V × layers × KV heads × head_dim × 2 bytes
+PEAK, HBM, NVLINK_ONE_WAY, PCIE = 989.5e12, 3350e9, 450e9, 64e9  # H100 SXM datasheet (gpus.yaml)
+BASE = {"train.model": "Qwen/Qwen2.5-7B-Instruct", "train.tuner_type": "full", "train.deepspeed": "zero3",
+        "train.per_device_train_batch_size": 4, "train.steps_per_generation": 4, "train.num_generations": 8,
+        "train.max_completion_length": 1024, "train.beta": 0.04, "train.dataset": ["d.jsonl"],
+        "train.reward_funcs": ["accuracy"], "rollout.use_vllm": True, "rollout.vllm_mode": "colocate",
+        "rollout.vllm_gpu_memory_utilization": 0.5, "rollout.sleep_level": 1, "estimate.completion_tokens": 512,
+        "estimate.prompt_tokens": 256, "cluster.nodes": H100}
+
+
+def job(**changes) -> JobSpec:
+    return with_changes(JobSpec(), {**BASE, **{k.replace("__", "."): v for k, v in changes.items()}})
+
+
+def per_round(report) -> dict[str, float]:
+    return {k: v * report.steps_per_round for k, v in report.phases.items()}
+
+
+def harmonic(n: float) -> float:
+    return math.log(n) + 0.5772 + 1 / (2 * n)
+
+
+def test_each_phase_of_a_colocated_round_worked_by_hand():
+    """8 × H100, Qwen2.5-7B full with ZeRO-3, colocated vLLM TP 1 at 0.5, micro-batch 4 × 4 steps per generation,
+    8 generations, completions of 512 tokens on average (cap 1024), prompts of 256, a reference model, sleep level 1."""
+    r = predict_spec(job())
+    got = per_round(r)
+    mfu_peak, bw = PEAK * eff.MFU, HBM * eff.BANDWIDTH_EFFICIENCY
+    weights = P * 2
+    # rollout: 4 × 8 × 4 = 128 completions on 8 engines = 16 each. KV budget 0.5 × 79.65 GiB − weights − 0.5 GiB holds
+    # hundreds of 768-token sequences, max_num_seqs = 4 × 1 × 4 = 16: one wave of 16. The longest of 16 completions
+    # of mean 512 (512 · H16 = 1731) is capped at 1024: 512 + (1024 − 512) = 1024 decoding steps at a mean batch of
+    # 16 · 512 / 1024 = 8 sequences of 256 + 256 context; memory-bound (15 GB vs 0.1 TFLOP per step).
+    read = weights + 8 * 512 * KV_TOKEN
+    step = max(read / bw, 8 * (2 * MATMUL + 4 * 28 * 512 * 3584) / mfu_peak) + eff.DECODE_STEP_S
+    prefill = 16 * 256 * (2 * MATMUL + 4 * 28 * 128 * 3584) / mfu_peak
+    assert got["rollout"] == pytest.approx(prefill + 1024 * step, rel=1e-3)
+    assert r.details["waves"] == 1 and r.details["longest_completion"] == 1024
+    # log-probs: 4 micro-batches of 4 sequences per rank, padded to the longest of 4 (512 · H4 = 1069 → 1024): 1280
+    # tokens, a forward each (2 · MATMUL + attention over 640 on average), plus ZeRO-3's gather of the weights.
+    gather = weights * 7 / 8 / NVLINK_ONE_WAY
+    tokens = 4 * 1280
+    forward = tokens * (2 * MATMUL + 4 * 28 * 640 * 3584) / mfu_peak
+    assert got["old_logprobs"] == pytest.approx(4 * (forward + gather), rel=1e-3)
+    assert got["ref_logprobs"] == pytest.approx(got["old_logprobs"], rel=1e-9)  # the reference: the same model
+    # training: per micro-step forward + backward (×2) + recomputation = 4 passes of 2 · MATMUL, attention 4 times;
+    # ZeRO-3 adds two gathers and a reduce-scatter of the 16-bit gradients (no prefetch: not hidden). Four optimizer
+    # steps per round, AdamW on 1/8 of the parameters at 28 B each.
+    micro = tokens * (8 * MATMUL + 4 * 4 * 28 * 640 * 3584) / mfu_peak + 3 * gather
+    adam = P / 8 * 28 / bw
+    assert got["train"] == pytest.approx(4 * micro + 4 * adam, rel=1e-3)
+    # weight sync: gather, copy into vLLM on the same GPU, load per layer
+    assert got["weight_sync"] == pytest.approx(gather + weights / bw + 28 * eff.SYNC_LAYER_S, rel=1e-3)
+    # sleep level 1: vLLM's weights to host memory and back over PCIe Gen5, plus the re-mapping
+    assert got["sleep_wake"] == pytest.approx(2 * weights / PCIE + eff.SLEEP_WAKE_S, rel=1e-3)
+    assert got["offload"] == 0 and got["reward"] == 0 and got["overhead"] == eff.ROUND_OVERHEAD_S
+    assert r.steps_per_round == 4 and r.step_s == pytest.approx(sum(got.values()) / 4)
+    assert sum(r.phases.values()) == pytest.approx(r.step_s)
+
+
+def test_generate_without_vllm_worked_by_hand():
+    """transformers' generate(): each GPU decodes its 16 completions together until the longest (cap 1024) ends,
+    reading all its weights each step plus GENERATE_LAYER_S per layer; ZeRO-3 gathers the model first."""
+    r = predict_spec(job(rollout__use_vllm=False, rollout__vllm_mode=None, rollout__sleep_level=0))
+    weights, bw = P * 2, HBM * eff.BANDWIDTH_EFFICIENCY
+    longest = 1024  # 512 · H16 capped
+    read = weights + 16 * (256 + longest / 2) * KV_TOKEN
+    step = max(read / bw, 16 * (2 * MATMUL + 4 * 28 * 768 * 3584) / (PEAK * eff.MFU)) + 28 * eff.GENERATE_LAYER_S
+    prefill = 16 * 256 * (2 * MATMUL + 4 * 28 * 128 * 3584) / (PEAK * eff.MFU)
+    gather = weights * 7 / 8 / NVLINK_ONE_WAY
+    assert per_round(r)["rollout"] == pytest.approx(gather + prefill + longest * step, rel=1e-3)
+    assert per_round(r)["weight_sync"] == 0 and per_round(r)["sleep_wake"] == 0
+
+
+def test_server_mode_sends_weights_over_the_network_and_async_hides_generation():
+    """6 trainer GPUs + a 2-GPU rollout node (ms-swift's grpo_7b.sh layout): the whole model crosses the network at
+    cluster.internode_gbs each round; async_generate overlaps generation with training, so the round is the longer
+    of the two plus the sync."""
+    nodes = [{"host": "t", "gpus": list(range(6)), "gpu_model": "H100"},
+             {"host": "r", "role": "rollout", "gpus": [0, 1], "gpu_model": "H100"}]
+    server = dict(rollout__vllm_mode="server", rollout__sleep_level=0, server__vllm_data_parallel_size=2,
+                  cluster__nodes=nodes, train__steps_per_generation=2, cluster__internode_gbs=50.0)
+    sync = per_round(predict_spec(job(**server)))
+    overlapped = predict_spec(job(**server, rollout__async_generate=True))
+    gather = P * 2 * 5 / 6 / NVLINK_ONE_WAY
+    assert sync["weight_sync"] == pytest.approx(gather + P * 2 / 50e9 + 28 * eff.SYNC_LAYER_S, rel=1e-3)
+    trainer_side = sum(v for k, v in sync.items() if k not in ("rollout", "weight_sync"))
+    assert overlapped.round_s == pytest.approx(max(sync["rollout"], trainer_side) + sync["weight_sync"], rel=1e-6)
+    assert overlapped.round_s < sum(sync.values())
+    assert overlapped.gpus == 8
+    # the same servers on the trainer's node (ms-swift's grpo_7b.sh layout): the weights cross NVLink instead
+    local = [{**nodes[0], "host": "gpu-a"}, {**nodes[1], "host": "gpu-a"}]
+    inside = per_round(predict_spec(job(**{**server, "cluster__nodes": local})))
+    assert inside["weight_sync"] == pytest.approx(gather + P * 2 / NVLINK_ONE_WAY + 28 * eff.SYNC_LAYER_S, rel=1e-3)
+    assert not any("internode_gbs" in a for a in predict_spec(job(**{**server, "cluster__nodes": local})).assumptions)
+
+
+def step(**changes) -> float:
+    return predict_spec(job(**changes)).step_s
+
+
+def rollout_s(**changes) -> float:
+    return per_round(predict_spec(job(**changes)))["rollout"]
+
+
+def test_longer_completions_more_generations_and_a_slower_gpu_take_longer():
+    assert step(estimate__completion_tokens=900) > step() > step(estimate__completion_tokens=200)
+    assert step(train__max_completion_length=4096, estimate__completion_tokens=None) > step(
+        estimate__completion_tokens=None)
+    assert step(train__num_generations=16, train__per_device_train_batch_size=8) > step()
+    a100 = [{**H100[0], "gpu_model": "NVIDIA A100-SXM4-80GB"}]
+    assert step(cluster__nodes=a100) > step()
+
+
+def test_more_waves_take_longer():
+    """A smaller KV budget (lower vllm_gpu_memory_utilization) or a lower vllm_max_num_seqs runs the round in more
+    waves."""
+    big = dict(train__per_device_train_batch_size=16, estimate__completion_tokens=900, train__max_completion_length=2048)
+    roomy = predict_spec(job(**big, rollout__vllm_gpu_memory_utilization=0.6))
+    tight = predict_spec(job(**big, rollout__vllm_gpu_memory_utilization=0.22))
+    assert tight.details["waves"] > roomy.details["waves"]
+    assert per_round(tight)["rollout"] > per_round(roomy)["rollout"]
+    capped = predict_spec(job(**big, rollout__vllm_gpu_memory_utilization=0.6, rollout__vllm_max_num_seqs=8))
+    assert capped.details["waves"] > roomy.details["waves"] and per_round(capped)["rollout"] > per_round(roomy)["rollout"]
+
+
+def test_tensor_vs_data_parallel_rollout():
+    """Small batches are memory-bound: TP 2 halves each engine's weight reads, so it decodes faster than two TP-1
+    engines with half the batch each only when reading dominates … and a large model whose weights leave no room for
+    the KV cache at TP 1 runs many waves there, which TP 2 avoids."""
+    small = dict(train__per_device_train_batch_size=1, train__steps_per_generation=1)
+    assert rollout_s(**small, rollout__vllm_tensor_parallel_size=2) < rollout_s(**small)
+    nodes = [{**H100[0], "gpu_model": "NVIDIA A100-SXM4-40GB"}]
+    crowded = dict(train__model="Qwen/Qwen2.5-14B-Instruct", train__per_device_train_batch_size=16,
+                   rollout__vllm_gpu_memory_utilization=0.9, estimate__completion_tokens=900,
+                   train__max_completion_length=2048, cluster__nodes=nodes)
+    tp1 = predict_spec(job(**crowded))
+    tp2 = predict_spec(job(**crowded, rollout__vllm_tensor_parallel_size=2))
+    assert tp1.details["waves"] > tp2.details["waves"] and per_round(tp1)["rollout"] > per_round(tp2)["rollout"]
+    # a big round of a small model is compute-bound: data parallel (TP 1, twice the engines) is faster
+    busy = dict(train__model="Qwen/Qwen2.5-0.5B-Instruct", train__per_device_train_batch_size=64,
+                train__steps_per_generation=8, rollout__vllm_max_num_seqs=512)
+    assert rollout_s(**busy) < rollout_s(**busy, rollout__vllm_tensor_parallel_size=2)
+
+
+def test_colocate_vs_server():
+    """Moving generation from all 8 training GPUs to 2 rollout GPUs (same 8 in all) makes the rollout slower and sends
+    the weights over the network, but the trainers no longer sleep/wake vLLM."""
+    colocated = per_round(predict_spec(job(cluster__nodes=H100)))
+    nodes = [{"host": "t", "gpus": list(range(6)), "gpu_model": "H100"},
+             {"host": "r", "role": "rollout", "gpus": [0, 1], "gpu_model": "H100"}]
+    server = per_round(predict_spec(job(rollout__vllm_mode="server", rollout__sleep_level=0, cluster__nodes=nodes,
+                                        server__vllm_data_parallel_size=2, train__steps_per_generation=4)))
+    assert server["rollout"] > colocated["rollout"]
+    assert server["weight_sync"] > colocated["weight_sync"]
+    assert server["sleep_wake"] == 0 < colocated["sleep_wake"]
+
+
+def test_lora_reference_ms_swift_versions_and_offload():
+    lora = per_round(predict_spec(job(train__tuner_type="lora", train__deepspeed=None)))
+    full = per_round(predict_spec(job()))
+    assert lora["train"] < full["train"]  # no weight gradients, no ZeRO-3 collectives
+    assert predict_spec(job(train__beta=0.0)).phases["ref_logprobs"] == 0
+    # ms-swift 3.x computes the old policy's log-probs only off-policy (a round feeding several optimizer steps, or
+    # num_iterations > 1); 4.x always
+    on_policy = dict(swift_version="3.9", train__steps_per_generation=1)
+    assert predict_spec(job(**on_policy)).phases["old_logprobs"] == 0
+    assert predict_spec(job(**on_policy, train__num_iterations=2)).phases["old_logprobs"] > 0
+    assert predict_spec(job(swift_version="3.9")).phases["old_logprobs"] > 0
+    assert predict_spec(job(train__steps_per_generation=1)).phases["old_logprobs"] > 0
+    offloaded = per_round(predict_spec(job(rollout__offload_model=True, rollout__offload_optimizer=True)))
+    assert offloaded["offload"] > 0
+    # vllm_enable_lora syncs only the adapters
+    adapters = per_round(predict_spec(job(train__tuner_type="lora", train__deepspeed=None,
+                                          rollout__vllm_enable_lora=True)))
+    assert adapters["weight_sync"] < lora["weight_sync"]
+
+
+def test_reward_latency_and_reward_models():
+    plain = per_round(predict_spec(job()))
+    assert plain["reward"] == 0
+    assert per_round(predict_spec(job(estimate__reward_latency_s=3.0)))["reward"] == pytest.approx(3.0)
+    assert per_round(predict_spec(job(train__reward_model=["Qwen/Qwen2.5-1.5B-Instruct"])))["reward"] > 0
+
+
+def test_steps_hours_gpu_hours_and_cost():
+    """dataset #N rows × epochs ÷ prompts per round × optimizer steps per round; max_steps wins; unknown without
+    either; cost only with a price."""
+    spec = job(train__dataset=["AI-MO/NuminaMath-TIR#5000"], train__num_train_epochs=2,
+               estimate__price_per_gpu_hour=2.0)
+    r = predict_spec(spec)
+    assert r.steps == math.ceil(2 * math.ceil(5000 / 16) * 4)  # 128 completions ÷ 8 = 16 prompts per round
+    assert r.total_h == pytest.approx(r.steps * r.step_s / 3600)
+    assert r.gpu_hours == pytest.approx(r.total_h * 8) and r.cost == pytest.approx(r.gpu_hours * 2.0)
+    assert predict_spec(job(estimate__dataset_rows=1600)).steps == 3 * 100 * 4
+    assert predict_spec(job(train__max_steps=50)).steps == 50
+    unknown = predict_spec(job())
+    assert unknown.steps is None and unknown.total_h is None and unknown.cost is None
+    assert any("estimate.dataset_rows" in a for a in unknown.assumptions)
+    assert predict_spec(job(train__max_steps=50, train__split_dataset_ratio=0.5)).steps == 50
+
+
+def test_assumptions_name_the_field_that_changes_them():
+    r = predict_spec(job(estimate__completion_tokens=None, estimate__prompt_tokens=None,
+                         cluster__nodes=[*H100, {**H100[0], "host": "n1"}]))
+    said = " ".join(r.assumptions)
+    for path in ("estimate.completion_tokens", "estimate.prompt_tokens", "cluster.internode_gbs",
+                 "estimate.price_per_gpu_hour", "estimate.dataset_rows"):
+        assert path in said
+    assert f"{eff.COMPLETION_FILL:.0%} of max_completion_length" in said
+
+
+def test_a_gpu_without_speed_facts_gets_no_number_and_says_why():
+    with pytest.raises(NoTimeEstimate, match="GPU model is not set"):
+        time_inputs(job(cluster__nodes=[{"host": "localhost", "gpus": [0]}]))
+    with pytest.raises(NoTimeEstimate, match="no speed facts"):
+        time_inputs(job(cluster__nodes=[{"host": "a", "gpus": [0], "gpu_model": "NVIDIA A16"}]))
+
+
+CALIBRATION = load()
+
+
+def test_the_range_and_the_assumed_length_are_what_the_fit_rows_give():
+    """timing.report.RANGE is the fit rows' 10th-90th percentile of measured ÷ predicted, efficiency.COMPLETION_FILL
+    the median published mean ÷ cap; re-derive both (bench/time_accuracy.py prints them) when the rows or the model
+    change."""
+    results, _ = evaluate_all(CALIBRATION)
+    low, high = measured_range([r for r in results if r.split == "fit"])
+    assert RANGE == (round(low, 2), round(high, 2))
+    assert eff.COMPLETION_FILL == round(completion_fill(CALIBRATION), 2)
+
+
+def test_the_efficiencies_are_the_fit_rows_best(monkeypatch):
+    """efficiency's fitted constants are what bench/time_calibration.fit finds on the fit rows (the held-out rows
+    never enter it); re-run `python bench/time_accuracy.py --fit` after changing the model or the rows."""
+    for name in FITTED:  # fit() leaves its result in the module: restore it after
+        monkeypatch.setattr(eff, name, getattr(eff, name))
+    monkeypatch.setattr(eff, "COMPLETION_FILL", eff.COMPLETION_FILL)
+    frozen = {name: getattr(eff, name) for name in FITTED}
+    assert {name: value for name, value in fit(CALIBRATION).items() if name in FITTED} == frozen
+
+
+def test_every_calibration_row_but_an_unmodelled_architecture_is_predicted():
+    results, skipped = evaluate_all(CALIBRATION)
+    assert [row["id"] for row, _ in skipped] == ["deepseek-r1-zero-v3-base-512xh800"]  # MLA: not a ModelArch
+    assert all(r.ours > 0 and sum(r.report.phases.values()) == pytest.approx(r.ours) for r in results)
+
+
+def cli(path, *args):
+    return subprocess.run([sys.executable, "-m", "grpo_ui", "estimate", str(path), *args], capture_output=True,
+                          text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
+                                                    "GRPO_UI_HOME": str(path.parent)})
+
+
+def test_cli_contract(tmp_path):
+    """`estimate job.yaml --gpu NAME --json` has a top-level "time": step_s, phases_s adding up to it, steps, total_h,
+    gpu_hours, cost, range; --completion-tokens, --steps and --price set what they say; the text prints the same."""
+    path = tmp_path / "job.yaml"
+    path.write_text(spec_to_yaml(job(estimate__completion_tokens=None, cluster__nodes=[
+        {"host": "localhost", "gpus": list(range(8))}])))
+    out = json.loads(cli(path, "--gpu", "H100", "--json").stdout)["time"]
+    assert set(out) == {"step_s", "phases_s", "steps", "total_h", "gpu_hours", "cost", "range"}
+    assert isinstance(out["step_s"], float) and set(out["phases_s"]) == set(PHASES)
+    assert sum(out["phases_s"].values()) == pytest.approx(out["step_s"], abs=0.01)
+    assert out["steps"] is None and out["total_h"] is None and out["cost"] is None
+    low, high = out["range"]
+    assert low < out["step_s"] < high
+    given = json.loads(cli(path, "--gpu", "H100", "--json", "--completion-tokens", "300", "--steps", "200",
+                           "--price", "3").stdout)["time"]
+    assert given["step_s"] < out["step_s"] and given["steps"] == 200
+    assert given["total_h"] == pytest.approx(200 * given["step_s"] / 3600, rel=5e-3)
+    assert given["gpu_hours"] == pytest.approx(given["total_h"] * 8, rel=5e-3)
+    assert given["cost"] == pytest.approx(given["gpu_hours"] * 3, rel=5e-3)
+    text = cli(path, "--gpu", "H100", "--completion-tokens", "300", "--steps", "200", "--price", "3").stdout
+    assert f"{given['phases_s']['rollout']:.2f} s" in text and "200 steps" in text and "GPU-hours on 8 GPUs" in text
+
+
+def test_cli_on_a_cpu_host_says_why_there_is_no_time(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text(spec_to_yaml(job(cluster__nodes=[{"host": "localhost", "gpus": [0], "gpu_memory_gib": 16.0}])))
+    done = cli(path, "--json")
+    assert done.returncode in (0, 1)
+    assert json.loads(done.stdout)["time"] == {"error": "no step time: the trainer nodes' GPU model is not set; "
+                                               "choose it (cluster.nodes[0].gpu_model) from the catalogue"}
+    assert "no step time: the trainer nodes' GPU model is not set" in cli(path).stdout
+
+
+def test_every_speed_fact_has_a_source_or_says_why_not():
+    from grpo_ui.knowledge.catalog import gpus
+    fast = [g for g in gpus().values() if g.has_speed]
+    assert len(fast) >= 36
+    assert all(g.speed_source or g.name in ("NVIDIA L20", "NVIDIA H20") for g in fast)
+    assert all(g.tflops_bf16 > 0 and g.hbm_gbs > 0 and g.pcie_gbs > 0 for g in fast)
+
+
+def test_the_inputs_follow_ms_swift_s_batch():
+    t = time_inputs(job())
+    assert (t.generation_batch, t.replicas, t.max_num_seqs, t.steps_per_round) == (128, 8, 16, 4)
+    r = predict(t)
+    assert r.gpus == 8
+
+
+def test_the_launch_plan_carries_the_prediction_and_the_store_keeps_it(tmp_path):
+    """LaunchPlan.time is the CLI's time object with its assumptions (or why there is none), stored with the job
+    for Monitor and History to compare with the measured pace."""
+    from grpo_ui.jobs.store import Store
+    from grpo_ui.launch.plan import make_plan
+
+    spec = job(estimate__dataset_rows=1600)
+    plan = make_plan(spec, "t-1")
+    report = predict_spec(spec)
+    assert plan.time == {**report.to_dict(), "assumptions": report.assumptions}
+    store = Store(tmp_path / "jobs.db")
+    store.set_time_estimate("t-1", plan.time)
+    assert store.time_estimate("t-1") == json.loads(json.dumps(plan.time))
+    cpu = make_plan(job(cluster__nodes=[{"host": "localhost", "gpus": [0], "gpu_memory_gib": 80.0}]), "t-2")
+    assert cpu.time == {"error": "no step time: the trainer nodes' GPU model is not set; choose it "
+                                 "(cluster.nodes[0].gpu_model) from the catalogue"}
