@@ -73,7 +73,7 @@ def test_measured_next_to_the_prediction(tmp_path):
     assert "Predicted at launch: 3.2 s per step (range 2.4 s–4.3 s)." in s["lines"]
     assert "Training time: 20 s measured, 17 s predicted." in s["lines"]
     assert "Completions average 10 of 16 tokens, 0% cut at the cap." in s["lines"]
-    assert "Rollout share unknown: no whole vLLM sleep/wake cycle logged yet." in s["lines"]
+    assert "Rollout share unknown: no whole vLLM sleep/wake cycle in the log of rank 0's node." in s["lines"]
 
 
 @pytest.mark.parametrize("estimate,reason", [

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 
 Series = list[tuple[int, float]]
@@ -28,7 +28,7 @@ Series = list[tuple[int, float]]
 RECENT_ROUNDS = 10      # the ETA's pace: the last logged steps covering this many rollout rounds (or all there are)
 RECENT_CYCLES = 10      # the rollout share: over this many of the last sleep/wake cycles
 MOSTLY_CAPPED = 0.5     # clipped_ratio from which most completions are said to hit the cap
-VLLM_SLEEP = re.compile(r"(\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)? \[[^\]]*\] It took ([\d.]+) seconds to "
+VLLM_SLEEP = re.compile(r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.\d+)? \[[^\]]*\] It took ([\d.]+) seconds to "
                         r"(fall asleep|wake up)")
 SLEEP_MARK = "seconds to "  # a substring of every line VLLM_SLEEP matches (to select log lines cheaply)
 
@@ -75,7 +75,10 @@ class Pace:
     completions: Completions | None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """As plain values, the intervals as their count ('logged_intervals')."""
+        out = asdict(replace(self, intervals=[]))
+        del out["intervals"]
+        return {**out, "logged_intervals": len(self.intervals)}
 
 
 def _finite(x: float) -> bool:
@@ -141,11 +144,11 @@ def vllm_rollouts(lines: list[str]) -> Rollout | None:
         m = VLLM_SLEEP.search(line)
         if not m:
             continue
-        at = datetime.strptime("2000-" + m[1], "%Y-%m-%d %H:%M:%S").timestamp()  # a leap year: 02-29 parses
-        if m[3] == "fall asleep":
+        at = datetime(2000, *map(int, m.groups()[:5])).timestamp()  # vLLM gives no year; 2000 has a 02-29
+        if m[7] == "fall asleep":
             asleep = at if began is not None else None
         elif began is None or asleep is not None:  # the first wake-up of a rollout
-            start = at - float(m[2])
+            start = at - float(m[6])
             if began is not None and asleep is not None and start > asleep >= began:  # not across a new year
                 awake.append(asleep - began)
                 cycle.append(start - began)

@@ -101,7 +101,8 @@ class Watcher:
         if ended and not errors:
             self.store.set_meta(job_id, DRAINED, "1")
         record_peaks(self.store, job_id, spec)  # measured memory next to the launch's estimate
-        record_pace(self.store, job_id, spec)  # measured step time next to the launch's prediction
+        if new_steps or ended or self.store.time_measured(job_id) is None:  # the pace moves with each logged step
+            record_pace(self.store, job_id, spec)  # measured step time next to the launch's prediction
         alerts = self._diagnose(job_id, spec, self.store.job(job_id), nodes)
         return {"state": state, "new_lines": new_lines, "new_steps": new_steps, "alerts": alerts, "errors": errors}
 

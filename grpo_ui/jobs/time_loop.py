@@ -34,11 +34,10 @@ def measure(store: Store, job_id: str, spec: JobSpec) -> Pace:
 
 
 def record_pace(store: Store, job_id: str, spec: JobSpec) -> dict:
-    """Measure the job's pace and keep it with the job (its per-interval list as a count); also the start-up (the
+    """Measure the job's pace and keep it with the job (its intervals as their count); also the start-up (the
     launch to the first logged step: loading, vLLM start, first rollout) and when the job should finish (the last
     step's arrival plus the ETA)."""
     measured = measure(store, job_id, spec).to_dict()
-    measured["logged_intervals"] = len(measured.pop("intervals"))
     job, steps = store.job(job_id), store.step_times(job_id)
     measured["startup_s"] = steps[0][1] - job["started"] if steps and job and job["started"] else None
     measured["finish_at"] = steps[-1][1] + measured["eta_s"] if steps and measured["eta_s"] is not None else None
@@ -74,7 +73,7 @@ def no_rollout_share(spec: JobSpec) -> str:
         return "server mode: vLLM generates on the rollout nodes, and ms-swift logs no rollout time"
     if not spec.rollout.sleep_level:
         return "colocate with sleep_level 0: vLLM logs no sleep/wake lines, so the rollout is not timed"
-    return "no whole vLLM sleep/wake cycle logged yet"
+    return "no whole vLLM sleep/wake cycle in the log of rank 0's node"
 
 
 def comparison(store: Store, job_id: str) -> dict:
