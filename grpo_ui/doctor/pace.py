@@ -61,6 +61,8 @@ class Completions:
 
 @dataclass(frozen=True)
 class Pace:
+    """What a run's log says of its speed so far (``pace``); None where the log does not tell (yet)."""
+
     start_step: int               # the step training (re)started from (0, or the checkpoint a resumed run loaded)
     first_step: int | None        # the first logged step
     warmup_s: float | None        # seconds per step up to the first logged step (first rollout, compilation)
