@@ -1,7 +1,9 @@
 """Monitoring costs: metric-line parsing speed (target ≥ 200k lines/s), memory while tailing a large log (target:
-flat), and the CPU cost of GPU telemetry for 8 hosts × 8 GPUs at 1 Hz (target < 10 % of one core).
+flat), the CPU cost of GPU telemetry for 8 hosts × 8 GPUs at 1 Hz (target < 10 % of one core), and the measured
+pace the watcher records on every pass of a long run.
 
-Baselines in the same run: bare json.loads per line, and reading the file with plain f.read in the same chunks.
+Baselines in the same run: bare json.loads per line, reading the file with plain f.read in the same chunks, and the
+read of every stored metric the doctor already makes on each pass.
 Rates are per CPU-second of this process (best of 3), so that other work on a shared machine does not count.
 Telemetry input is nvidia-smi's documented CSV format (tests/data/nvidia-smi), no GPU being available here.
 """
@@ -19,6 +21,8 @@ from grpo_ui.doctor.diagnose import DUTY_WINDOW_S, Snapshot, diagnose
 from grpo_ui.doctor.logs import LogTail
 from grpo_ui.doctor.metrics import parse_jsonl_line, parse_stdout_line
 from grpo_ui.jobs.store import Store
+from grpo_ui.jobs.time_loop import record_pace
+from grpo_ui.spec.yaml_io import spec_to_yaml, validate_spec
 
 DATA = Path(__file__).parent.parent / "tests" / "data"
 
@@ -79,6 +83,37 @@ def main(log_mib: int = int(os.environ.get("BENCH_LOG_MIB", "1024"))):
               f"read {log_mib / raw_s:.0f} MiB/s); RSS {before:.0f} → peak {peak:.0f} MiB (+{peak - before:.0f} MiB)")
 
     telemetry()
+    pace_pass()
+
+
+def pace_pass(steps: int = 5000, passes: int = 20) -> None:
+    """One watcher pass's pace record over a run of ``steps`` logged steps (every metric key of the real 4.6 run)
+    and a full log window holding vLLM sleep/wake lines of 8 ranks, against reading every stored metric (which the
+    doctor's pass does anyway)."""
+    line = (DATA / "captured/swift46_tiny_grpo_logging.jsonl").read_text().splitlines()[0]
+    wake = (DATA / "gpu_logs/colocate_sleep_stuck.log").read_text().splitlines()[1:6]
+    spec = validate_spec({"train": {"model": "m", "dataset": ["d"], "reward_funcs": ["format"]},
+                          "rollout": {"use_vllm": True, "vllm_mode": "colocate", "sleep_level": 1},
+                          "cluster": {"nodes": [{"host": "h", "gpus": list(range(8))}]}})
+    with tempfile.TemporaryDirectory() as d:
+        store = Store(Path(d) / "db.sqlite")
+        store.create_job("job", "job", spec_to_yaml(spec), "running")
+        store.add_node("job", 0, "h", "trainer", 0, "node_0.sh", d)
+        for step in range(1, steps + 1):
+            values = parse_jsonl_line(line.replace('"1/3"', f'"{step}/{2 * steps}"')
+                                      .replace('"train_speed(s/it)": 0.162195', f'"train_speed(s/it)": {60 + step % 7}'))
+            store.add_metrics("job", step, values[1])
+        store.add_log_lines("job", 0, [w for w in wake for _ in range(8)] * 125)
+        cpu0 = cpu_s()
+        for _ in range(passes):
+            store.metrics("job")
+        read = (cpu_s() - cpu0) / passes
+        cpu0 = cpu_s()
+        for _ in range(passes):
+            record_pace(store, "job", spec)
+        ours = (cpu_s() - cpu0) / passes
+    print(f"pace record per watcher pass, {steps:,} logged steps: {ours * 1000:.0f} ms CPU (reading every stored metric, "
+          f"as the doctor's pass does: {read * 1000:.0f} ms; ratio {ours / read:.2f})")
 
 
 def telemetry(hosts: int = 8, ticks: int = 300) -> None:

@@ -251,7 +251,7 @@ def test_monitor_draws_the_extra_curves_and_the_ranks_stacks(tmp_path, monkeypat
     t0 = time.time() - 100
     store.set_job("job-b", started=t0)
     for step in (1, 2, 3):
-        store.add_metrics("job-b", step, {"step_time": 2.0 * step, "elapsed_time_s": 3.0 * step,
+        store.add_metrics("job-b", step, {"step_time": 2.0 * step, "elapsed_time_s": 3.0 * step, "seconds_per_step": 3.0,
                                           "completions/mean_length": 16.0, "max_steps": 3}, ts=t0 + 3 * step)
         store.add_gpu_samples("job-b", [{"host": "h0", "gpu_index": 0, "ts": t0 + 3 * step - 1,
                                          "mem_used": 1000.0 * step}])

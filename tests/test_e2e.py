@@ -1,7 +1,7 @@
 """End to end on real software: real `swift rlhf --rlhf_type grpo` (ms-swift 4.6, CPU, the tiny local model) started
 over real SSH on network-namespace hosts by grpo-ui's CLI, its logs and metrics flowing back, the doctor's alert on
-real data, the memory estimate stored at launch and exported next to the measured peak, and stops that leave
-nothing behind."""
+real data, the memory estimate stored at launch and exported next to the measured peak, the measured step time shown
+beside the prediction (or the reason there is none), and stops that leave nothing behind."""
 
 import json
 import os
@@ -11,11 +11,14 @@ import time
 from pathlib import Path
 
 import pytest
+from streamlit.testing.v1 import AppTest
 
 from bench.calibration import problems
 from grpo_ui.backends.remote.gpu import SmiChannel
 from grpo_ui.backends.remote.ssh import Pool
+from grpo_ui.doctor.pace import seconds_text
 from grpo_ui.jobs.store import Store
+from grpo_ui.jobs.time_loop import no_prediction
 from grpo_ui.spec.yaml_io import spec_to_yaml, validate_spec
 from tests.hosts import stop_active_jobs
 from tests.test_launcher import job_pids, wait_for
@@ -55,7 +58,7 @@ def job_yaml(tmp_path, hosts, max_steps, env=None, **train):
     return path
 
 
-def test_scenario1_one_host_validate_render_preflight_launch_watch_succeed(cli, ssh_env, tmp_path):
+def test_scenario1_one_host_validate_render_preflight_launch_watch_succeed(cli, ssh_env, tmp_path, monkeypatch):
     (h,) = ssh_env.add(1)
     spec = job_yaml(tmp_path, [h], max_steps=3, log_completions=True)
     start = time.time()
@@ -77,6 +80,7 @@ def test_scenario1_one_host_validate_render_preflight_launch_watch_succeed(cli, 
     sampled = Store(tmp_path / "db.sqlite").completions("e2e-one")
     assert sampled and all("completion" in row and "step" in row for row in sampled)
     memory_closed_loop(cli, h, tmp_path)
+    time_closed_loop(cli, tmp_path, monkeypatch)
     print(f"scenario 1 took {time.time() - start:.0f} s")
 
 
@@ -101,11 +105,37 @@ def memory_closed_loop(cli, h, tmp_path):
             samples, 8, 30)
     pool.close()
     assert cli("status", "e2e-one").returncode == 0  # a watcher pass records the peaks
-    out = cli("calibration", "export", "e2e-one")
+    out = cli("calibration", "export", "e2e-one", "--only", "memory")
     assert out.returncode == 0, out.stderr
     (row,) = [json.loads(line) for line in out.stdout.splitlines()]
     assert (row["compare"], row["measured_gib"]) == ("peak", round(61234 / 1024, 3))  # GPU 0: the job's only GPU
     assert row["estimated_gib"] == estimate["roles"][0]["peak_gib"] and problems(row) == []
+
+
+def time_closed_loop(cli, tmp_path, monkeypatch):
+    """The watcher recorded the job's measured pace (3 steps: the first apart, 2 logged intervals); `status` and the
+    Monitor page (AppTest over the same store) show it beside the prediction stored at launch, or beside the reason
+    there is none (these CPU hosts have no GPU facts)."""
+    store = Store(tmp_path / "db.sqlite")
+    measured = store.time_measured("e2e-one")
+    assert (measured["first_step"], measured["step"], measured["total"], measured["logged_intervals"]) == (1, 3, 3, 2)
+    assert measured["warmup_s"] > 0 and measured["median_s"] > 0 and measured["startup_s"] > 0
+    assert "step time: " + seconds_text(measured["median_s"]) + " per step measured" in cli("status", "e2e-one").stdout
+    reason = no_prediction(store.time_estimate("e2e-one"))
+    monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
+    monkeypatch.setenv("GRPO_UI_DB", str(tmp_path / "db.sqlite"))
+    import streamlit as st
+    st.cache_resource.clear()  # the app's jobs service is cached per process: open this test's store
+    monitor = AppTest.from_file(str(ROOT / "views/monitor.py"), default_timeout=60).run()
+    assert not monitor.exception, monitor.exception
+    shown = {m.label: m.value for m in monitor.metric}
+    assert shown["measured s/step (median)"] == seconds_text(measured["median_s"])
+    captions = [c.value for c in monitor.caption]
+    if reason:  # no prediction: the reason, beside the measurement
+        assert shown["predicted s/step"] == "—" and reason[0].upper() + reason[1:] + "." in captions
+    else:
+        predicted = store.time_estimate("e2e-one")["step_s"]
+        assert shown["measured / predicted"] == f"{measured['median_s'] / predicted:.2f}×"
 
 
 def test_metrics_found_by_listing_the_output_dir_when_swift_logs_only_warnings(cli, ssh_env, tmp_path):

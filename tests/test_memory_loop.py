@@ -105,8 +105,10 @@ def test_calibration_export_command(tmp_path):
                               text=True, env=env, cwd=ROOT)
     out = cli("db.sqlite", "j")
     assert out.returncode == 0 and [json.loads(line)["compare"] for line in out.stdout.splitlines()] == ["peak", "torch"]
-    appended = cli("db.sqlite", "--out", str(tmp_path / "rows.jsonl"))
+    appended = cli("db.sqlite", "--only", "memory", "--out", str(tmp_path / "rows.jsonl"))
     assert appended.returncode == 0 and len((tmp_path / "rows.jsonl").read_text().splitlines()) == 2
+    mixed = cli("db.sqlite", "--out", str(tmp_path / "rows.jsonl"))  # memory and time rows belong in separate files
+    assert mixed.returncode == 2 and "--only" in mixed.stderr
     assert cli("db.sqlite", "nope").returncode == 2
     none = cli("empty.sqlite", "k")
     assert none.returncode == 1 and "no measured peaks yet" in none.stderr

@@ -506,6 +506,26 @@ def test_stdout_dicts_stand_in_until_logging_jsonl_appears_without_double_counti
     assert m["seconds_per_step"][0] == (1, 0.162195)  # logging.jsonl's value replaced stdout's
 
 
+def test_the_watcher_records_the_pace_next_to_the_prediction(sleeper_job):
+    """The real 4.6 run's steps as they arrive: after the first, only its warm-up (stdout's digits until
+    logging.jsonl is read); after three, two logged intervals from ms-swift's clock (train_speed × steps)."""
+    jobs, job, rd = sleeper_job
+    run = rd / "out/v0-20261122-114336"
+    lines = [line.replace("/tmp/tinyruns/out", str(rd / "out")) for line in STDOUT_LINES]
+    swift_prints(rd, lines[:[k for k, line in enumerate(lines) if "{'loss'" in line][0] + 1])
+    watcher = Watcher(jobs)
+    watcher.poll(job)
+    first = jobs.store.time_measured(job)
+    assert (first["first_step"], first["warmup_s"], first["median_s"]) == (1, 0.1622, None)  # stdout's digits
+    swift_logs(run, JSONL[:3])
+    watcher.poll(job)
+    m = jobs.store.time_measured(job)
+    clock = [0.162195 * 1, 0.112705 * 2, 0.095395 * 3]  # train_speed(s/it) × steps at steps 1, 2, 3
+    assert (m["warmup_s"], m["logged_intervals"], m["step"], m["total"]) == (0.162195, 2, 3, 3)
+    assert m["median_s"] == pytest.approx((clock[2] - clock[1] + clock[1] - clock[0]) / 2)
+    assert m["startup_s"] > 0 and m["completions"] == {"mean_length": 16.0, "cap": 512, "clipped_ratio": 1.0}
+
+
 def test_watcher_alerts_on_stored_gpu_samples_with_the_jobs_settings(sleeper_job):
     jobs, job, _ = sleeper_job
     jobs.store.add_gpu_samples(job, gpu_series(lambda t, g: (t // 20) % 2 == 0, time.time()))

@@ -1,4 +1,5 @@
-"""History: past jobs with their config, final metrics and outcome; compare two runs; re-open a config."""
+"""History: past jobs with their config, final metrics, outcome, memory and step time (predicted at launch vs
+measured); compare two runs; re-open a config."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import streamlit as st
 from grpo_ui.core.findings import error_list
 from grpo_ui.jobs.memory_loop import comparison
 from grpo_ui.jobs.service import HANDLE, override_note
+from grpo_ui.jobs.time_loop import comparison as time_comparison
+from grpo_ui.jobs.time_loop import summary as time_summary
 from grpo_ui.spec.yaml_io import spec_from_yaml
 from views import drafts
 from views.service import store
@@ -23,6 +26,19 @@ def memory_columns(job: dict) -> dict:
     trainer = next((r for r in est.get("roles", []) if r["role"] == "trainer"), {})
     peaks = [p["peak_gib"] for p in db.memory_peaks(job["id"])]
     return {"estimate GiB": trainer.get("peak_gib"), "measured GiB": round(max(peaks), 1) if peaks else None}
+
+
+def time_columns(job: dict) -> dict:
+    """Seconds per step and training hours, predicted at launch and measured (3 significant digits)."""
+    c = time_comparison(db, job["id"])
+    m, p = c["measured"], c["predicted"] or {}
+    return {"predicted s/step": _sig(p.get("step_s")), "measured s/step": _sig(m and m["median_s"]),
+            "predicted h": _sig(c["predicted_total_s"] and c["predicted_total_s"] / 3600),
+            "measured h": _sig(c["measured_total_s"] and c["measured_total_s"] / 3600)}
+
+
+def _sig(x: float | None) -> float | None:
+    return float(f"{x:.3g}") if x else None
 
 
 def final(metrics: dict, key: str):
@@ -43,8 +59,9 @@ for j in jobs:
                  "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(j["started"] or j["created"])),
                  "minutes": round(((j["ended"] or time.time()) - (j["started"] or j["created"])) / 60, 1),
                  "steps": int(m["max_steps"][-1][0]) if m.get("max_steps") else 0, "reward": final(m, "reward"),
-                 "kl": final(m, "kl"), **memory_columns(j), "alerts": len(db.alerts(j["id"]))})
-blank_if_none = {c: lambda v: "—" if pd.isna(v) else f"{v:g}" for c in ("reward", "kl", "estimate GiB", "measured GiB")}
+                 "kl": final(m, "kl"), **memory_columns(j), **time_columns(j), "alerts": len(db.alerts(j["id"]))})
+blank_if_none = {c: lambda v: "—" if pd.isna(v) else f"{v:g}" for c in (
+    "reward", "kl", "estimate GiB", "measured GiB", "predicted s/step", "measured s/step", "predicted h", "measured h")}
 st.dataframe(pd.DataFrame(rows).style.format(blank_if_none, precision=1), hide_index=True,
              width="stretch")  # numbers stay numbers: they sort as numbers
 
@@ -72,6 +89,11 @@ with c2:
             " (it never started)." if job["state"] == "failed" and not db.meta(pick, HANDLE) else "."))
     st.markdown("**Memory per GPU: estimate at launch vs measured peak**")
     st.table(comparison(db, pick, spec_from_yaml(job["spec_yaml"])))
+    pace = time_summary(db, pick, spec_from_yaml(job["spec_yaml"]))
+    st.markdown(f"**Step time:** measured {pace['median']} per step (median), predicted {pace['predicted']} "
+                f"(measured / predicted {pace['ratio']})")
+    for line in pace["lines"]:
+        st.caption(line)
 
 st.subheader("Compare two runs")
 pair = st.multiselect("Runs", ids, max_selections=2, default=ids[:2] if len(ids) > 1 else ids[:1])

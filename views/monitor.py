@@ -1,5 +1,6 @@
-"""Monitor: a job's state (and its place in the queue), progress and ETA, doctor alerts, metric charts, the job's
-GPUs on the same time axis, and each node's log (follow, search, first error). The live part refreshes itself
+"""Monitor: a job's state (and its place in the queue), progress and ETA, doctor alerts, the step time measured next
+to the prediction made at launch, metric charts, the job's GPUs on the same time axis, and each node's log (follow,
+search, first error). The live part refreshes itself
 without rerunning the page; following the job and sampling its GPUs is the jobs service's work, this page draws."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from grpo_ui.doctor.stacks import parse_dumps
 from grpo_ui.jobs.follow import STACKS, STACKS_AT, Watcher
 from grpo_ui.jobs.memory_loop import comparison, record_peaks
 from grpo_ui.jobs.service import HANDLE, STATUS, override_note
+from grpo_ui.jobs.time_loop import summary
 from grpo_ui.spec.yaml_io import spec_from_yaml
 from views.boundary import guarded
 from views.service import jobs
@@ -27,7 +29,7 @@ CHARTS = [("reward", ["reward"], "rewards/"), ("reward spread", ["reward_std", "
           ("KL", ["kl"], None), ("loss", ["loss"], None), ("grad norm", ["grad_norm"], None),
           ("completion length", ["completions/mean_length", "completions/max_length"], None),
           ("clipped ratio", ["completions/clipped_ratio"], None), ("learning rate", ["learning_rate"], None),
-          ("seconds per step", ["seconds_per_step"], None)]
+          ("run average s/step (ms-swift's train_speed)", ["seconds_per_step"], None)]
 
 
 MEMORY_WINDOW_S = 7200  # memory per rank over the steps of the last two hours
@@ -82,6 +84,19 @@ def gpu_figure(samples: list[dict], step_times: list[float]) -> go.Figure:
     return fig
 
 
+def step_time_panel(pace: dict) -> None:
+    """Measured seconds per step (median and recent; the first step apart) next to the prediction made at launch,
+    with the rollout share and completion length vs the cap (grpo_ui.jobs.time_loop)."""
+    st.subheader("Step time")
+    c1, c2, c3, c4 = st.columns(4)
+    c1.metric("measured s/step (median)", pace["median"])
+    c2.metric("recent s/step", pace["recent"])
+    c3.metric("predicted s/step", pace["predicted"])
+    c4.metric("measured / predicted", pace["ratio"])
+    for line in pace["lines"]:
+        st.caption(line)
+
+
 def memory_table(job: dict) -> None:
     """The estimate the job was launched with next to each GPU's measured peak."""
     spec = spec_from_yaml(job["spec_yaml"])
@@ -123,12 +138,12 @@ def live():
         position = backend["queue_position"]
         st.caption(backend["detail"] + (f" — queue position {position}" if position else ""))
     steps = metrics.get("max_steps", [])
+    pace = summary(service.store, job_id, spec_from_yaml(job["spec_yaml"]))
     if steps:
         step, total = steps[-1][0], steps[-1][1]
         c2.metric("Step", f"{step} / {total:.0f}")
         st.progress(min(step / total, 1.0) if total else 0.0)
-        remaining = metrics.get("remaining_time_s", [(0, 0)])[-1][1]
-        c3.metric("ETA", time.strftime("%H:%M", time.localtime(time.time() + remaining)) if remaining else "—")
+        c3.metric("ETA", pace["eta"] or "—", help="the steps left × the recent measured pace")
     if "reward" in metrics:
         c4.metric("reward", f"{metrics['reward'][-1][1]:.4g}")
     if result and result["errors"]:
@@ -150,9 +165,9 @@ def live():
             st.write(a["message"])
             st.code(a["evidence"] or "")
             st.caption(f"Fix: {a['fix']}")
+    step_time_panel(pace)
     st.subheader("Training metrics")
-    step_marks = [tuple(r) for r in service.store.conn().execute(
-        "SELECT step, MIN(ts) FROM metrics WHERE job_id = ? GROUP BY step ORDER BY step", (job_id,))]
+    step_marks = service.store.step_times(job_id)
     if metrics:
         st.plotly_chart(metric_figure(metrics), width="stretch", key="metrics_chart")
         charts = extra_curves(metrics, service.store.gpu_samples(job_id, time.time() - MEMORY_WINDOW_S), step_marks)

@@ -7,6 +7,8 @@ import json
 from grpo_ui.jobs.follow import Watcher
 from grpo_ui.jobs.service import STATUS, Jobs
 from grpo_ui.jobs.store import Store
+from grpo_ui.jobs.time_loop import summary
+from grpo_ui.spec.yaml_io import spec_from_yaml
 
 
 def add_parser(sub) -> None:
@@ -45,6 +47,11 @@ def run(args) -> int:
         latest = {k: v[-1][1] for k, v in metrics.items() if v[-1][0] == step}
         print(f"  step {step}: " + ", ".join(f"{k}={latest[k]:.4g}" for k in ("reward", "reward_std", "kl", "loss")
                                              if k in latest))
+        pace = summary(store, args.job, spec_from_yaml(job["spec_yaml"]))
+        print(f"  step time: {pace['median']} per step measured (median; recent {pace['recent']}), "
+              f"{pace['predicted']} predicted" + (f", ETA {pace['eta']}" if pace["eta"] else ""))
+        for line in pace["lines"]:
+            print(f"    {line}")
     for a in result["alerts"]:
         print(f"  [{a['severity']}] {a['id']}: {a['title']}")
     if job["error"]:

@@ -1,7 +1,7 @@
 """Series derived from what ms-swift logs, for the Monitor's extra curves and the doctor's trend rules.
 
 ms-swift 4.x logs per step ``step_time`` (TRL's timer around the training step: rollout generation, reward scoring,
-forward and backward of the step's micro-batches) and the wall clock (``elapsed_time``, ``train_speed(s/it)``);
+forward and backward of the step's micro-batches) and its own clock (``train_speed(s/it)``, see pace.py);
 its finer timers go to wandb/swanlab only. So a step splits into the time inside the training step and the rest
 (optimizer step, logging, checkpoint saves, data loading). Memory per rank comes from the GPU samples of each node
 (nvidia-smi), peak per step.
@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import bisect
 
+from grpo_ui.doctor import pace
+
 Series = list[tuple[int, float]]
 
 
 def wall_per_step(metrics: dict[str, Series]) -> Series:
-    """Wall seconds per optimizer step over each logged interval (elapsed_time differences; before a second
-    logged step, the run's average so far)."""
-    elapsed = metrics.get("elapsed_time_s", [])
-    out = [(s2, (t2 - t1) / (s2 - s1)) for (s1, t1), (s2, t2) in zip(elapsed, elapsed[1:], strict=False) if s2 > s1]
-    speed = dict(metrics.get("seconds_per_step", []))
-    first = elapsed[0][0] if elapsed else None
-    return ([(first, speed[first])] if first in speed else []) + out
+    """Wall seconds per optimizer step over each logged interval, the first logged step's own first (ms-swift's
+    clock, see doctor.pace)."""
+    start, points = pace.clock(metrics)
+    if not points:
+        return []
+    (first, at), found = points[0], pace.intervals(points)
+    return [(first, at / (first - start))] + [(i.step, i.seconds) for i in found]
 
 
 def step_phases(metrics: dict[str, Series]) -> dict[str, Series]:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from grpo_ui.doctor import pace
+
 STARTUP_S = 1800.0     # the gap assumed before a step is logged: model loading, vLLM start-up, the first rollout
 MIN_MARGIN_S = 300.0   # silence tolerated beyond the expected gap, at least …
 MAX_MARGIN_S = 600.0   # … and at most (a silent run is flagged within 10 minutes beyond the expected gap)
@@ -20,11 +22,9 @@ STEP_BAR = re.compile(r"Train:\s+\d+%\|.*\| \d+/\d+ \[")
 
 
 def step_seconds(metrics: dict[str, list[tuple[int, float]]]) -> float | None:
-    """The longest recent time per optimizer step: the average over each of the last logged intervals (from
-    elapsed_time), and the run's average so far (train_speed); None before two steps are logged."""
-    elapsed = metrics.get("elapsed_time_s", [])
-    per_interval = [(t2 - t1) / (s2 - s1) for (s1, t1), (s2, t2) in zip(elapsed, elapsed[1:], strict=False)
-                    if s2 > s1][-RECENT:]
+    """The longest recent time per optimizer step: each of the last logged intervals (ms-swift's clock, see
+    pace.py), and the run's average so far (train_speed); None before a step is logged."""
+    per_interval = [i.seconds for i in pace.intervals(pace.clock(metrics)[1])][-RECENT:]
     average = [v for _, v in metrics.get("seconds_per_step", [])[-1:]]
     found = per_interval + average
     return max(found) if found else None

@@ -1,4 +1,5 @@
-"""One monitoring pass over a job: node states, new log lines, new metrics from rank 0, GPU samples, alerts.
+"""One monitoring pass over a job: node states, new log lines, new metrics from rank 0, GPU samples, alerts, and the
+measured memory peaks and pace kept next to what was predicted at launch.
 
 The app calls ``Watcher.poll`` from a timed fragment and the CLI from a loop; every offset and sample is kept in
 SQLite, so a restarted app continues where the last pass stopped. Offsets advance by compare-and-set, so two watchers
@@ -30,6 +31,7 @@ from grpo_ui.doctor.snapshot import job_settings, overdue
 from grpo_ui.jobs.memory_loop import record_peaks
 from grpo_ui.jobs.service import Jobs
 from grpo_ui.jobs.store import ACTIVE
+from grpo_ui.jobs.time_loop import record_pace
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.resolve import resolve
 from grpo_ui.spec.yaml_io import spec_from_yaml
@@ -99,6 +101,8 @@ class Watcher:
         if ended and not errors:
             self.store.set_meta(job_id, DRAINED, "1")
         record_peaks(self.store, job_id, spec)  # measured memory next to the launch's estimate
+        if new_steps or ended or self.store.time_measured(job_id) is None:  # the pace moves with each logged step
+            record_pace(self.store, job_id, spec)  # measured step time next to the launch's prediction
         alerts = self._diagnose(job_id, spec, self.store.job(job_id), nodes)
         return {"state": state, "new_lines": new_lines, "new_steps": new_steps, "alerts": alerts, "errors": errors}
 
@@ -189,8 +193,7 @@ class Watcher:
             if marks:
                 last_out[label] = max(marks)
         metrics = self.store.metrics(job_id)
-        step_times = [tuple(r) for r in self.store.conn().execute(
-            "SELECT step, MIN(ts) FROM metrics WHERE job_id = ? GROUP BY step ORDER BY step", (job_id,))]
+        step_times = self.store.step_times(job_id)
         first, last = (step_times[0][1], step_times[-1][1]) if step_times else (None, None)
         eff = resolve(spec)
         snap = Snapshot(metrics=metrics, logs=logs, now=now, last_step_at=last, first_step_at=first,

@@ -58,6 +58,8 @@ CREATE TABLE IF NOT EXISTS memory_peaks (
     ts REAL NOT NULL, PRIMARY KEY (job_id, host, gpu_index, source));
 CREATE TABLE IF NOT EXISTS time_estimates (
     job_id TEXT PRIMARY KEY, estimate TEXT NOT NULL, created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS time_measured (
+    job_id TEXT PRIMARY KEY, measured TEXT NOT NULL, updated REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS drafts (
     id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, spec_yaml TEXT NOT NULL, version INTEGER NOT NULL,
     updated REAL NOT NULL);
@@ -291,11 +293,21 @@ class Store:
                           "SET value = excluded.value", [(job_id, step, k, v, ts) for k, v in values.items()])
         return known is None
 
-    def metrics(self, job_id: str) -> dict[str, list[tuple[int, float]]]:
+    def metrics(self, job_id: str, keys: tuple[str, ...] | None = None) -> dict[str, list[tuple[int, float]]]:
+        """key → [(step, value)] in step order; every key, or only ``keys``."""
+        sql, args = "SELECT step, key, value FROM metrics WHERE job_id = ?", [job_id]
+        if keys is not None:
+            sql += f" AND key IN ({', '.join('?' * len(keys))})"
+            args += keys
         out: dict[str, list[tuple[int, float]]] = {}
-        for r in self.conn().execute("SELECT step, key, value FROM metrics WHERE job_id = ? ORDER BY step", (job_id,)):
+        for r in self.conn().execute(sql + " ORDER BY step", args):
             out.setdefault(r["key"], []).append((r["step"], r["value"]))
         return out
+
+    def step_times(self, job_id: str) -> list[tuple[int, float]]:
+        """(step, when it was first stored) of every logged step, in step order."""
+        return [tuple(r) for r in self.conn().execute(
+            "SELECT step, MIN(ts) FROM metrics WHERE job_id = ? GROUP BY step ORDER BY step", (job_id,))]
 
     def add_completions(self, job_id: str, rows: list[dict], keep: int = 500) -> None:
         """The latest sampled completions (completions.jsonl rows), at most ``keep`` per job."""
@@ -381,6 +393,16 @@ class Store:
 
     def time_estimate(self, job_id: str) -> dict | None:
         row = self.conn().execute("SELECT estimate FROM time_estimates WHERE job_id = ?", (job_id,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def set_time_measured(self, job_id: str, measured: dict) -> None:
+        """The job's pace as last measured (doctor.pace.Pace.to_dict()), replacing the one before."""
+        with self._write() as c:
+            c.execute("INSERT OR REPLACE INTO time_measured VALUES (?, ?, ?)",
+                      (job_id, json.dumps(measured), time.time()))
+
+    def time_measured(self, job_id: str) -> dict | None:
+        row = self.conn().execute("SELECT measured FROM time_measured WHERE job_id = ?", (job_id,)).fetchone()
         return json.loads(row[0]) if row else None
 
     def upsert_alert(self, job_id: str, alert_id: str, severity: str, message: str, evidence: str, fix: str) -> None:
