@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from grpo_ui.checks import rules
 from grpo_ui.checks.fit import Suggestion, suggest
+from grpo_ui.checks.rules.seeds import vllm_share
 from grpo_ui.checks.slurm import slurm_findings
 from grpo_ui.core.findings import Finding, finding, has_errors, unique
 from grpo_ui.knowledge.catalog import ModelArch, UnknownGpu
@@ -60,10 +61,12 @@ def assess(job: JobSpec | Resolved, arch: ModelArch | None = None) -> Assessment
     eff = resolve(job, arch)
     train = train_command(eff)
     rollout = rollout_command(eff) if eff.server and eff.rollout.nodes else None
+    checked = rules.validate(eff) + train.findings + (rollout.findings if rollout else [])
     memory, memory_error, memory_found = _memory(eff)
-    suggestions = suggest(eff, base=memory) if memory and memory.verdict in ("oom", "tight") else []
-    found = (rules.validate(eff) + train.findings + (rollout.findings if rollout else []) + memory_found
-             + _verdict_findings(memory, suggestions) + slurm_findings(eff.spec))
+    suggestions = suggest(eff, base=memory, errors=[f for f in checked if f.severity == "error"]) \
+        if memory and memory.verdict in ("oom", "tight") else []
+    found = (checked + vllm_share(eff, memory) + memory_found + _verdict_findings(memory, suggestions)
+             + slurm_findings(eff.spec))
     return Assessment(eff, train, rollout, unique(found), memory, memory_error, suggestions)
 
 
@@ -76,10 +79,11 @@ def _memory(eff: Resolved) -> tuple[MemoryReport | None, str | None, list[Findin
         report = estimate_spec(eff)
     except (UnknownModel, UnknownGpu, EngineConfigError) as e:
         return None, str(e), [estimate_error_finding(eff.spec, e)]
-    cannot_start = [n for r in report.roles for n in r.notes if n.startswith("vLLM cannot start")]
-    return report, None, [finding("MEMORY-VLLM-START", "error", "rollout.vllm_gpu_memory_utilization", cannot_start[0],
+    share = report.trainer.vllm  # a colocated vLLM
+    why = share.cannot_start() if share else None
+    return report, None, [finding("MEMORY-VLLM-START", "error", "rollout.vllm_gpu_memory_utilization", why,
                                   "Raise vllm_gpu_memory_utilization (or use a larger GPU, or tensor parallelism for "
-                                  "vLLM).")] if cannot_start else []
+                                  "vLLM).")] if why else []
 
 
 def estimate_error_finding(spec: JobSpec, e: ValueError) -> Finding:

@@ -14,7 +14,7 @@ from grpo_ui.knowledge.catalog import from_hf_config
 from grpo_ui.spec.cluster import ClusterSpec, Node
 from grpo_ui.spec.errors import SpecError
 from grpo_ui.spec.fields import ArgDecl, SettingDecl, arg_decls, setting, setting_decls
-from grpo_ui.spec.names import SECRET_NAME, check_env_names, check_name, check_no_secrets
+from grpo_ui.spec.names import check_env_names, check_name, check_no_secrets, is_secret_name
 from grpo_ui.spec.slurm import SlurmSpec
 from grpo_ui.spec.swift_args import SUPPORTED_VERSIONS, RolloutArgs, ServerArgs, TrainArgs, dialect_of
 
@@ -27,7 +27,7 @@ def _split_secrets(data: dict) -> tuple[dict, list[str]]:
     def take(env):
         if not isinstance(env, dict):
             return env
-        found = [k for k in env if isinstance(k, str) and SECRET_NAME.search(k)]
+        found = [k for k in env if isinstance(k, str) and is_secret_name(k)]
         moved.extend(k for k in found if k not in moved)
         return {k: v for k, v in env.items() if k not in found}
 
