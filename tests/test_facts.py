@@ -5,11 +5,19 @@ import json
 
 import pytest
 
+from grpo_ui.backends.base import Handle
 from grpo_ui.backends.preflight.facts import HostFacts
 from grpo_ui.backends.preflight.host import host_findings
+from grpo_ui.backends.slurm import SlurmHandle
+from grpo_ui.backends.ssh import SshHandle
 from grpo_ui.checks.assess import assess
 from grpo_ui.checks.fit import suggest
 from grpo_ui.importer import import_scripts
+from grpo_ui.jobs.memory_loop import gpu_roles
+from grpo_ui.jobs.service import HANDLE, Jobs
+from grpo_ui.jobs.store import Store
+from grpo_ui.launch.plan import default_job_id, make_plan
+from grpo_ui.launch.runfiles import NodeFiles
 from grpo_ui.memory.estimate import estimate_spec
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.names import LAUNCH_ENV, RESERVED_ENV, is_loopback, is_secret_name
@@ -159,3 +167,56 @@ def test_preflight_reads_server_mode_as_resolved():
     assert "PREFLIGHT-PROXY" not in {f.id for f in host_findings(off, 0, facts)}
     server = resolve(job(rollout__vllm_mode="server", rollout__vllm_server_host=["r"]))
     assert "PREFLIGHT-PROXY" in {f.id for f in host_findings(server, 0, facts)}
+
+
+# The backend handle: typed per backend (backends.ssh.SshHandle, backends.slurm.SlurmHandle), (de)serialised in one
+# place (backends.base.Handle); the rows of jobs launched before still load, and are written back the same.
+
+OLD_SSH = ('{"backend": "ssh", "job": "wl-1", "tag": "a1b2c3d4e5f6", "run_dir": "/tmp/runs/wl-1", "nodes": ['
+           '{"index": 0, "role": "trainer", "rank": 0, "script": "node_0.sh", "tried": true, "pid": 4242, '
+           '"pgid": 4242, "start": "123456"}, '
+           '{"index": 1, "role": "rollout", "rank": null, "script": "rollout_0.sh", "tried": false}]}')
+OLD_SLURM = ('{"backend": "slurm", "job": "17", "run_dir": "/shared/runs/x", "trainers": [0, 1], "rollouts": [2], '
+             '"submitted": 1764000000.5}')
+
+
+def test_a_stored_ssh_handle_loads_typed_and_is_written_back_as_it_was(tmp_path):
+    store = Store(tmp_path / "db.sqlite")
+    store.create_job("wl-1", "wl", "name: wl\n", "running")
+    store.set_meta("wl-1", HANDLE, OLD_SSH)
+    handle = Jobs(store).handle("wl-1")
+    assert isinstance(handle, SshHandle) and (handle.job, handle.tag, handle.run_dir) == ("wl-1", "a1b2c3d4e5f6",
+                                                                                          "/tmp/runs/wl-1")
+    trainer, server = handle.nodes
+    assert (trainer.pid, trainer.pgid, trainer.start, trainer.tried) == (4242, 4242, "123456", True)
+    assert server.pid is None and server.files.exit_code == "exit_code.rollout0" and trainer.files.log == "node_0.log"
+    assert json.loads(handle.to_json()) == json.loads(OLD_SSH)
+
+
+def test_a_stored_slurm_handle_loads_typed_and_is_written_back_as_it_was():
+    handle = Handle.from_json(OLD_SLURM)
+    assert isinstance(handle, SlurmHandle) and handle.job == "17" and handle.trainers == [0, 1]
+    assert handle.rollouts == [2] and handle.submitted == 1764000000.5
+    assert json.loads(handle.to_json()) == json.loads(OLD_SLURM)
+
+
+# Run-directory files and trainer ranks: launch.runfiles and JobSpec.numbered (the renderer, the plan, the backends,
+# the memory loop)
+
+def test_the_plan_the_scripts_and_the_gpu_ranks_agree_on_each_nodes_rank_and_files():
+    spec = job(rollout__vllm_mode="server", cluster__nodes=[
+        {"host": "r", "role": "rollout", "gpus": [0]}, {"host": "a", "gpus": [0, 1]}, {"host": "b", "gpus": [0, 1]}],
+        cluster__master_addr="10.0.0.1")
+    plan = make_plan(spec, "j")
+    assert [(n.index, n.role, n.rank, n.script) for n in plan.nodes] == [
+        (0, "rollout", None, "rollout_0.sh"), (1, "trainer", 0, "node_0.sh"), (2, "trainer", 1, "node_1.sh")]
+    assert "export NODE_RANK=1" in plan.bundle.files[plan.nodes[2].script]
+    assert [n.log for n in plan.nodes] == ["rollout_0.log", "node_0.log", "node_1.log"]
+    assert gpu_roles(spec)[("b", 1)] == ("trainer", 3)  # node rank 1 × 2 processes + local rank 1
+    assert 'exit_code.$NODE_RANK' in plan.bundle.files["node_0.sh"]
+    assert NodeFiles.of_script("rollout_0.sh") == NodeFiles("rollout", 0)
+
+
+def test_the_job_id_a_launch_and_an_export_default_to_is_one():
+    spec = job()
+    assert make_plan(spec).job_id.startswith(f"{spec.name}-") and default_job_id(spec).startswith(f"{spec.name}-")

@@ -12,6 +12,7 @@ import streamlit as st
 from grpo_ui.core.findings import error_list
 from grpo_ui.jobs.memory_loop import comparison
 from grpo_ui.jobs.service import HANDLE, override_note
+from grpo_ui.jobs.specs import job_spec
 from grpo_ui.spec.yaml_io import spec_from_yaml
 from views import drafts
 from views.service import store
@@ -71,7 +72,7 @@ with c2:
         st.caption("None: the job never logged a training step" + (
             " (it never started)." if job["state"] == "failed" and not db.meta(pick, HANDLE) else "."))
     st.markdown("**Memory per GPU: estimate at launch vs measured peak**")
-    st.table(comparison(db, pick, spec_from_yaml(job["spec_yaml"])))
+    st.table(comparison(db, pick, job_spec(job)))
 
 st.subheader("Compare two runs")
 pair = st.multiselect("Runs", ids, max_selections=2, default=ids[:2] if len(ids) > 1 else ids[:1])

@@ -19,7 +19,7 @@ from grpo_ui.doctor.stacks import parse_dumps
 from grpo_ui.jobs.follow import STACKS, STACKS_AT, Watcher
 from grpo_ui.jobs.memory_loop import comparison, record_peaks
 from grpo_ui.jobs.service import HANDLE, STATUS, override_note
-from grpo_ui.spec.yaml_io import spec_from_yaml
+from grpo_ui.jobs.specs import job_spec
 from views.boundary import guarded
 from views.service import jobs
 
@@ -84,13 +84,13 @@ def gpu_figure(samples: list[dict], step_times: list[float]) -> go.Figure:
 
 def memory_table(job: dict) -> None:
     """The estimate the job was launched with next to each GPU's measured peak."""
-    spec = spec_from_yaml(job["spec_yaml"])
-    record_peaks(service.store, job["id"], spec)
+    eff = job_spec(job)  # parsed and resolved once per job, not on every refresh
+    record_peaks(service.store, job["id"], eff)
     st.caption("Memory per GPU: the estimate at launch vs the measured peak")
     error = (service.store.memory_estimate(job["id"]) or {}).get("error")
     if error:
         st.caption(f"No estimate at launch: {error}")
-    st.table(comparison(service.store, job["id"], spec))
+    st.table(comparison(service.store, job["id"], eff))
 
 
 st.title("Monitor")
@@ -200,7 +200,7 @@ def stacks_panel(job: dict) -> None:
         if job["state"] in ("starting", "running") and st.button("Dump every rank's stack now", key="dump_stacks"):
             try:
                 w = Watcher(service)
-                service.store.set_meta(job_id, STACKS, w.dump_stacks(job_id, spec_from_yaml(job["spec_yaml"]),
+                service.store.set_meta(job_id, STACKS, w.dump_stacks(job_id, job_spec(job).spec,
                                                               service.store.nodes(job_id)))
                 service.store.set_meta(job_id, STACKS_AT, str(time.time()))
             except UserError as e:

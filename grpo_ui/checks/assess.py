@@ -49,6 +49,10 @@ class Assessment:
         """Errors hold the downloads and the launch (unless overridden with a reason)."""
         return has_errors(self.findings)
 
+    def held(self, override: str | None) -> bool:
+        """Whether the downloads and the launch are held: errors hold them unless an override gives a reason."""
+        return self.blocked and not (override or "").strip()
+
     @property
     def verdict(self) -> str | None:
         """The memory verdict (fits, tight, oom, unknown), or None without an estimate."""

@@ -149,7 +149,7 @@ def launch_env_findings(spec: JobSpec, trainers: list[Call], draft: Draft) -> No
     """Where a script sets a launch variable to something other than what grpo-ui renders for its node, say so (rank
     0's MASTER_ADDR=127.0.0.1 is the same rendezvous as node 0's address, so it passes)."""
     eff = resolve(spec)
-    index = [i for i, n in enumerate(spec.cluster.nodes) if n.role == "trainer"]
+    index = [i for i, _ in spec.numbered("trainer")]  # rank → its node
     for rank, call in enumerate(trainers):
         expected = eff.launch_env(rank, spec.cluster.nodes[index[rank]])
         own = {k: text for k in LAUNCH_ENV if (text := call.text(k)) is not None and text != expected[k]

@@ -114,11 +114,17 @@ class JobSpec(BaseModel):
     def _secret_names_ok(cls, v: list[str]) -> list[str]:
         return check_env_names(v)
 
+    def numbered(self, role: str) -> list[tuple[int, Node]]:
+        """(index in cluster.nodes, node) of one role's nodes in the order listed: a trainer's place in this list is
+        its NODE_RANK, a rollout node's its number among the rollout servers (ROLLOUT_INDEX)."""
+        return [(i, n) for i, n in enumerate(self.cluster.nodes) if n.role == role]
+
     def trainer_nodes(self) -> list[Node]:
-        return [n for n in self.cluster.nodes if n.role == "trainer"]
+        """The trainer nodes, by NODE_RANK."""
+        return [n for _, n in self.numbered("trainer")]
 
     def rollout_nodes(self) -> list[Node]:
-        return [n for n in self.cluster.nodes if n.role == "rollout"]
+        return [n for _, n in self.numbered("rollout")]
 
 
 # ---------------------------------------------------------------------------------------------------------------

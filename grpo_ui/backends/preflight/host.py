@@ -103,7 +103,7 @@ def py_spy_findings(spec: JobSpec, runners: dict[int, Runner], progress) -> list
     grpo-ui's tools prefix (run_root/.grpo-ui-tools), the job's environment nor PATH has it, the node's python3
     pip-installs it into that prefix (the job's environment is left as it is), with the job's environment variables
     (e.g. an index URL)."""
-    trainers = [i for i, n in enumerate(spec.cluster.nodes) if n.role == "trainer" and i in runners]
+    trainers = [i for i, _ in spec.numbered("trainer") if i in runners]
 
     def ensure(i: int) -> str:
         node = spec.cluster.nodes[i]

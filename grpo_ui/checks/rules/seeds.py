@@ -113,7 +113,7 @@ def seed_dataloader(spec, eff):
 
 @rule
 def seed_node_differ(spec, eff):
-    trainers = [(i, n) for i, n in enumerate(spec.cluster.nodes) if n.role == "trainer"]
+    trainers = spec.numbered("trainer")
     if len(trainers) < 2:
         return
     i0, n0 = trainers[0]
