@@ -1,4 +1,5 @@
-"""Field experience (shared/seeds): what published runs and field reports hit beyond ms-swift's own checks."""
+"""Field experience (shared/seeds): what published runs and field reports hit beyond ms-swift's own checks. One of
+them, vllm_share, needs the memory estimate and is asked by the assessment with its report; the others are rules."""
 
 from __future__ import annotations
 
