@@ -1,6 +1,7 @@
 """The one assessment: a job is validated and estimated once per launch plan and per Configure rerun (an unchanged
-spec not at all), the make-it-fit search runs at most once, only for a job that is out of memory or tight, and the
-make-it-faster search once, checking each of its candidate changes once."""
+spec not at all), and the make-it-fit search runs at most once, only for a job that is out of memory or tight; its
+candidates are estimated once each, and validated once each, only those that fit, until enough pass. The
+make-it-faster search runs once per assessment, checking each of its candidate changes once."""
 
 import subprocess
 import sys
@@ -23,9 +24,11 @@ FITS = next(iter(presets().values()))
 
 @pytest.fixture
 def calls(monkeypatch):
-    """Counts of rules.validate, the job's memory estimate, the make-it-fit search and its candidates' estimates, and
-    the make-it-faster search's candidate checks."""
-    counted = {"validate": 0, "estimate": 0, "search": 0, "candidate estimates": 0, "faster candidates": 0}
+    """Counts of rules.validate (the job's), the job's memory estimate, the make-it-fit search, its candidates'
+    estimates (and how many of those fit), its candidates' validations, and the make-it-faster search's candidate
+    checks."""
+    counted = {"validate": 0, "estimate": 0, "search": 0, "candidate estimates": 0, "candidates that fit": 0,
+               "candidate validations": 0, "faster candidates": 0}
 
     def counting(name, real):
         def wrapper(*args, **kwargs):
@@ -35,7 +38,14 @@ def calls(monkeypatch):
     monkeypatch.setattr(rules, "validate", counting("validate", rules.validate))
     monkeypatch.setattr(assess_module, "estimate_spec", counting("estimate", assess_module.estimate_spec))
     monkeypatch.setattr(assess_module, "suggest", counting("search", assess_module.suggest))
-    monkeypatch.setattr(fit, "estimate_spec", counting("candidate estimates", fit.estimate_spec))
+    def estimating(*args, **kwargs):
+        counted["candidate estimates"] += 1
+        report = real_estimate(*args, **kwargs)
+        counted["candidates that fit"] += report.verdict in ("fits", "tight")
+        return report
+    real_estimate = fit.estimate_spec
+    monkeypatch.setattr(fit, "estimate_spec", estimating)
+    monkeypatch.setattr(fit, "validate", counting("candidate validations", fit.validate))
     monkeypatch.setattr(faster, "validate", counting("faster candidates", faster.validate))
     return counted
 
@@ -52,7 +62,8 @@ def out_of_memory():
 
 def test_a_plan_of_a_job_that_fits_validates_and_estimates_once(calls):
     plan = make_plan(FITS, "counted")
-    assert without_faster(calls) == {"validate": 1, "estimate": 1, "search": 0, "candidate estimates": 0}
+    assert without_faster(calls) == {"validate": 1, "estimate": 1, "search": 0, "candidate estimates": 0,
+                                     "candidates that fit": 0, "candidate validations": 0}
     assert 0 < calls["faster candidates"] <= len(faster._candidates(plan.resolved))
     assert plan.assessment.verdict == "fits" and plan.estimate["verdict"] == "fits"
 
@@ -62,6 +73,8 @@ def test_a_job_out_of_memory_searches_make_it_fit_once(calls):
     assert a.verdict == "oom" and a.suggestions and any(f.id == "MEMORY-OOM" for f in a.findings)
     assert calls["validate"] == 1 and calls["estimate"] == 1 and calls["search"] == 1
     assert calls["candidate estimates"] > 1  # the search itself estimates each candidate change
+    # each card offered was validated on the job it produces; only candidates that fit are, and not all of them
+    assert len(a.suggestions) <= calls["candidate validations"] <= calls["candidates that fit"]
     plan = make_plan(out_of_memory(), "oom")
     assert plan.assessment.suggestions == a.suggestions and calls["search"] == 2 and calls["validate"] == 2
 
@@ -75,12 +88,13 @@ def test_a_configure_rerun_assesses_a_changed_spec_once_and_an_unchanged_one_not
     calls.update(dict.fromkeys(calls, 0))
     at.text_input(key="f:train.learning_rate").set_value("3.3e-7").run()  # a spec no test assessed before
     assert [m.value for m in at.metric][0] == "FITS"
-    assert without_faster(calls) == {"validate": 1, "estimate": 1, "search": 0, "candidate estimates": 0}
+    once = {"validate": 1, "estimate": 1, "search": 0, "candidate estimates": 0, "candidates that fit": 0,
+            "candidate validations": 0}
+    assert without_faster(calls) == once
     searched = calls["faster candidates"]
     assert searched > 0
     at.run()  # nothing changed
-    assert without_faster(calls) == {"validate": 1, "estimate": 1, "search": 0, "candidate estimates": 0}
-    assert calls["faster candidates"] == searched
+    assert without_faster(calls) == once and calls["faster candidates"] == searched
 
 
 @pytest.mark.parametrize("version, why", [("banana", "not an ms-swift version: 'banana'"),

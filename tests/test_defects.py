@@ -7,15 +7,20 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from grpo_ui.checks.assess import assess
 from grpo_ui.core.findings import finding, format_findings
+from grpo_ui.importer import import_scripts
 from grpo_ui.jobs.drafts import latest_spec
+from grpo_ui.jobs.service import Jobs, LaunchError
 from grpo_ui.jobs.store import Store
+from grpo_ui.launch.plan import make_plan
 from grpo_ui.launch.render import render
 from grpo_ui.memory.estimate import estimate_spec
 from grpo_ui.spec import form
 from grpo_ui.spec.model import ARGS_BY_PATH
 from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.presets import presets
+from grpo_ui.spec.resolve import resolve
 from grpo_ui.spec.yaml_io import spec_to_yaml
 from views.memory_chart import memory_chart
 
@@ -341,3 +346,65 @@ def test_a_row_added_to_the_node_table_starts_blank_with_the_first_nodes_choices
     assert columns["role"]["default"] == "trainer" and "" not in columns["role"]["type_config"]["options"]
     assert columns["gpu_model"]["default"] == FIRST.cluster.nodes[0].gpu_model
     assert columns["gpu_model"]["type_config"]["options"][0] == ""
+
+
+# Issue 24: two copies of one ms-swift fact that disagreed, and make-it-fit cards whose claims were false.
+
+IMPORTED_ENV = ("export TOKENIZERS_PARALLELISM=false HF_TOKEN=hf_x IMAGE_MAX_TOKEN_NUM=1024\n"
+                "swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-7B-Instruct --dataset d --reward_funcs accuracy\n")
+
+
+def test_an_imported_tokenizers_setting_stays_a_setting_and_the_launch_asks_only_for_the_token(tmp_path):
+    """The importer took any name containing TOKEN or KEY for a secret: TOKENIZERS_PARALLELISM lost its value and the
+    launch demanded one. The importer now asks the spec's own rule (spec.names.is_secret_name)."""
+    spec, findings = import_scripts([("run.sh", IMPORTED_ENV)])
+    assert spec.secret_env == ["HF_TOKEN"] and [f.id for f in findings if f.id == "IMPORT-SECRET"] == ["IMPORT-SECRET"]
+    assert spec.env == {"TOKENIZERS_PARALLELISM": "false", "IMAGE_MAX_TOKEN_NUM": "1024"}
+    script = render(spec, "j").files["node_0.sh"]
+    assert "export TOKENIZERS_PARALLELISM=false\n" in script and "hf_x" not in script
+    with pytest.raises(LaunchError, match=r"secret value\(s\) missing for HF_TOKEN:"):
+        Jobs(Store(tmp_path / "db.sqlite")).launch(make_plan(spec, "j"), override="a test: nothing starts")
+
+
+def cards_on_page() -> list[str]:
+    """The changes of each make-it-fit card Configure shows for the draft."""
+    at = open_app()
+    return [m.value for m in at.markdown if m.value.startswith("- `") and "` → `" in m.value]
+
+
+def new_errors(spec, changes) -> set[str]:
+    def errors(job):
+        return {f.id for f in assess(job).findings if f.severity == "error" and not f.id.startswith("MEMORY-")}
+    return errors(with_changes(spec, changes)) - errors(spec)
+
+
+def test_make_it_fit_never_offers_liger_where_the_rules_forbid_it(home):
+    """Make-it-fit knew three of the seven things Liger cannot run with: on the full-tuning preset on A10 GPUs with
+    log_entropy it offered use_liger_kernel, whose card raised LIGER-INCOMPATIBLE. Every card is now checked by the
+    rules on the job it produces."""
+    job = with_changes(FULL, {"cluster.nodes[0].gpu_model": "NVIDIA A10", "train.log_entropy": True})
+    (home / "draft.yaml").write_text(spec_to_yaml(job))
+    a = assess(job)
+    assert a.verdict == "oom" and a.suggestions
+    cards = cards_on_page()
+    assert len(cards) == len(a.suggestions) and not any("use_liger_kernel" in c for c in cards)
+    assert all(new_errors(job, s.changes) == set() for s in a.suggestions)
+
+
+def test_a_same_batch_card_keeps_the_batch_and_brings_back_no_error(home):
+    """With num_generations 7, GRPO-BATCH-DIV's fix made the micro-batch 7; a card then offered "micro-batch 3 with 4
+    accumulation steps (same batch)", 7 × 2 = 14 → 3 × 4 = 12, and GRPO-BATCH-DIV came back. What a card says about
+    the batch is now computed on the job it produces, and a card that raises an error is not offered."""
+    job = with_changes(ROLLOUT, {"train.num_generations": 7})
+    div = next(f for f in assess(job).findings if f.id == "GRPO-BATCH-DIV")
+    job = with_changes(job, div.apply)
+    assert job.train.per_device_train_batch_size == 7
+    a = assess(job)
+    batch_cards = [s for s in a.suggestions if "train.per_device_train_batch_size" in s.changes]
+    assert batch_cards and all("(same batch)" in s.why for s in batch_cards)
+    for s in a.suggestions:
+        before, after = resolve(job), resolve(with_changes(job, s.changes))
+        t0, t1 = before.spec.train, after.spec.train
+        assert after.generation_batch == before.generation_batch
+        assert (t1.per_device_train_batch_size * after.grad_accum == t0.per_device_train_batch_size * before.grad_accum)
+        assert new_errors(job, s.changes) == set()

@@ -555,3 +555,19 @@ def test_a_moving_tqdm_bar_without_a_new_line_counts_as_progress(sleeper_job):
     time.sleep(0.01)
     watcher.poll(job)
     assert float(jobs.store.meta(job, "progress_at:0")) > float(first)
+
+
+def test_polling_an_unchanged_job_parses_and_resolves_its_spec_once(sleeper_job, monkeypatch):
+    """The Monitor polls every 3 s: the stored spec (which never changes) is parsed and resolved once per text, not
+    on every pass of the watcher or the jobs service."""
+    from grpo_ui.jobs import specs
+    from grpo_ui.spec import yaml_io
+    jobs, job, _ = sleeper_job
+    parsed, parse = [], yaml_io.validate_spec  # every spec_from_yaml, wherever it is called, validates through it
+    monkeypatch.setattr(yaml_io, "validate_spec", lambda data, source="spec": parsed.append(source) or parse(data,
+                                                                                                        source))
+    specs.stored_job.cache_clear()
+    watcher = Watcher(jobs)
+    for _ in range(3):
+        watcher.poll(job)
+    assert len(parsed) == 1

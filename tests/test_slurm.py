@@ -14,14 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from grpo_ui.backends.slurm import SlurmBackend
 from grpo_ui.backends.slurm_text import gres_gpus
 from grpo_ui.checks.assess import assess
 from grpo_ui.jobs.follow import Watcher
 from grpo_ui.jobs.memory_loop import comparison
-from grpo_ui.jobs.service import ENDED, HANDLE, STATUS, Jobs
+from grpo_ui.jobs.service import ENDED, HANDLE, STATUS, Jobs, preflight
 from grpo_ui.jobs.store import Store
-from grpo_ui.launch.plan import make_plan
 from grpo_ui.launch.render import render
 from grpo_ui.spec.errors import SpecError
 from grpo_ui.spec.yaml_io import spec_to_yaml, validate_spec
@@ -131,7 +129,7 @@ def test_two_nodes_get_rank_master_gpus_and_secrets_and_the_failed_rank_is_named
     rd = tmp_path / "runs/rec-two"
     n1 = slurm_env.hosts[0].addr
     seen = [(rd / f"seen.{r}").read_text() for r in (0, 1)]
-    port = 20000 + int(handle["job"]) % 20000  # master_port unset: derived from the Slurm job id
+    port = 20000 + int(handle.job) % 20000  # master_port unset: derived from the Slurm job id
     for rank, text in enumerate(seen):
         assert f"rank={rank} of=2 master={n1}:{port} host=n{rank + 1} gpus=0 secret=s3cr'et cwd={rd}" in text
     assert "s3cr" not in (rd / "job.sbatch").read_text()
@@ -142,7 +140,7 @@ def test_two_nodes_get_rank_master_gpus_and_secrets_and_the_failed_rank_is_named
     assert nodes[0] in (("n1", "succeeded", 0), ("n1", "failed", None))
     assert error.startswith("node 1 (n2, rank 1) failed first: exit code 7; Slurm job ")
     assert "FAILED" in error and "exit code 7" in error
-    assert not slurm_env.job_pids(handle["job"])
+    assert not slurm_env.job_pids(handle.job)
 
 
 def test_a_task_killed_before_writing_its_exit_code_is_named_from_srun_and_ends_the_others(slurm_env, env_dir,
@@ -153,7 +151,7 @@ def test_a_task_killed_before_writing_its_exit_code_is_named_from_srun_and_ends_
     assert nodes == [("n1", "failed", None), ("n2", "failed", None)]
     error = jobs.store.job("rec-killed")["error"]
     assert error.startswith("node 1 (n2, rank 1) failed first: srun: task 1: Killed; Slurm job "), error
-    assert not slurm_env.job_pids(handle["job"])
+    assert not slurm_env.job_pids(handle.job)
 
 
 def test_rollout_servers_are_a_heterogeneous_component_the_trainer_finds_and_waits_for(slurm_env, env_dir,
@@ -162,11 +160,11 @@ def test_rollout_servers_are_a_heterogeneous_component_the_trainer_finds_and_wai
                          rollout={"use_vllm": True, "vllm_mode": "server", "vllm_server_timeout": 30})
     (trainer, roll), handle = run_to_end(jobs, spec, "rec-het", timeout=90)
     rd = tmp_path / "runs/rec-het"
-    assert jobs.store.job("rec-het")["state"] == "succeeded", (rd / f"slurm-{handle['job']}.out").read_text()
+    assert jobs.store.job("rec-het")["state"] == "succeeded", (rd / f"slurm-{handle.job}.out").read_text()
     assert (trainer[1], roll[1]) == ("succeeded", "stopped") and {trainer[0], roll[0]} == {"n1", "n2"}
     addr = slurm_env.hosts[int(roll[0][1:]) - 1].addr  # n1 runs on hosts[0], n2 on hosts[1]
     assert f"--vllm_server_host {addr} --vllm_server_port 18111" in (rd / "seen.0").read_text()
-    assert not slurm_env.job_pids(handle["job"])
+    assert not slurm_env.job_pids(handle.job)
 
 
 def test_queued_jobs_show_reason_and_position_and_stop_while_queued(slurm_env, env_dir, tmp_path, jobs):
@@ -177,7 +175,7 @@ def test_queued_jobs_show_reason_and_position_and_stop_while_queued(slurm_env, e
     words = [json.loads(jobs.store.meta(j, STATUS)) for j in (first, second)]
     assert [(w["reason"], w["queue_position"]) for w in words] == [("JobHeldUser", 1), ("JobHeldUser", 2)]
     assert "PENDING (JobHeldUser)" in words[0]["detail"]
-    assert jobs.stop(first) == {f"Slurm job {jobs.handle(first)['job']}": "stopped"}
+    assert jobs.stop(first) == {f"Slurm job {jobs.handle(first).job}": "stopped"}
     assert jobs.store.job(first)["state"] == "stopped"
     assert json.loads(jobs.store.meta(second, STATUS))["queue_position"] == 2
     jobs.refresh(second)
@@ -192,7 +190,7 @@ def test_preflight_names_partition_capacity_and_refused_requests_over_the_ssh_lo
 
     def findings(**changes):
         spec = recorder_spec(tmp_path, env_dir, cluster=login, **changes)
-        return {f.id: f for f in SlurmBackend(spec).prepare(make_plan(spec, "pre"), lambda host, msg: None)[1]}
+        return {f.id: f for f in preflight(spec)[1]}  # as the Cluster page and the preflight command ask
 
     assert findings() == {}  # two nodes wrote into run_root from their allocation, the login node saw it
     assert "single" in findings(slurm={"partition": "nope"})["SLURM-PARTITION"].message
@@ -229,7 +227,7 @@ def test_gpu_samples_are_the_allocations_and_metrics_are_found_in_output_dir_wit
         (row,) = comparison(jobs.store, job, spec)  # the estimate at launch next to the GPU Slurm gave rank 0
         assert (row["host"], row["GPU"], row["rank"], row["nvidia-smi peak GiB"]) == ("s0", 1, 0, round(61234 / 1024, 2))
         assert jobs.store.meta(job, "logging_jsonl") == str(out / "v1-20261124-120000/logging.jsonl")
-        steps = jobs.handle(job)["job"]
+        steps = jobs.handle(job).job
         assert jobs.stop(job, grace=3) == {"s0": "stopped"}
         jobs.close()
         assert wait_for(lambda: not slurm_env.job_pids(steps), 30), describe(slurm_env.job_pids(steps))

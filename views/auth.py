@@ -5,12 +5,13 @@ app (an attacker can open new sessions at will)."""
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import math
 import threading
 import time
 import unicodedata
 from collections import deque
+
+from grpo_ui.spec.names import is_loopback
 
 FREE_ATTEMPTS = 5  # per browser session before the waits start
 GLOBAL_FREE_ATTEMPTS = 50  # failures of all sessions within WINDOW before everyone waits
@@ -22,13 +23,7 @@ WINDOW = 900.0  # seconds a failure counts for
 def needs_password(address: str | None) -> bool:
     """Anything but a loopback address or 'localhost': empty (Streamlit then listens on every interface), 0.0.0.0,
     ::, a LAN address, or a host name (it may resolve to anything)."""
-    address = (address or "").strip().removeprefix("[").removesuffix("]")
-    if address.lower() == "localhost":
-        return False
-    try:
-        return not ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return True
+    return not is_loopback((address or "").strip().removeprefix("[").removesuffix("]"))
 
 
 def password_matches(given: str, expected: str) -> bool:

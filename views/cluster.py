@@ -9,11 +9,10 @@ import streamlit as st
 from grpo_ui.backends.preflight import HostFacts
 from grpo_ui.backends.remote.ssh import Pool, SshError, UnknownHostKey, ssh_config_path, trust_host_key
 from grpo_ui.core.findings import SEVERITY_ICON, sort_findings
-from grpo_ui.jobs.service import backend_for
-from grpo_ui.launch.plan import make_plan
 from grpo_ui.spec import form
 from grpo_ui.spec.paths import with_changes
 from views import drafts
+from views.service import jobs
 
 
 @st.cache_resource
@@ -109,8 +108,7 @@ st.subheader("Preflight")
 if st.button("Run preflight on every host", type="primary"):
     with st.status("Preflight…", expanded=True) as box:
         steps: list[str] = []  # progress arrives from one thread per host: collect it, show it here
-        facts, findings = backend_for(spec, pool()).prepare(make_plan(spec, "preflight"),
-                                                            lambda host, msg: steps.append(f"{host}: {msg}"))
+        facts, findings = jobs().preflight(spec, lambda host, msg: steps.append(f"{host}: {msg}"))
         for line in steps:
             box.write(line)
         box.update(label="Preflight done", state="error" if any(f.severity == "error" for f in findings)

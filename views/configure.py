@@ -441,7 +441,7 @@ elif blockers:
                "one-click fix), or override with a reason.")
     override = override_box(draft.id, blockers)
 c1, c2 = st.columns(2)
-held = bool(parse_errors) or bool(blockers and not override)
+held = bool(parse_errors) or a.held(override)
 c1.download_button("Download job YAML", text, file_name=f"{spec.name}.yaml", key="dl_yaml",
                    disabled=held)
 with steps_slot:

@@ -13,6 +13,7 @@ import streamlit as st
 from grpo_ui.core.findings import error_list
 from grpo_ui.jobs.memory_loop import comparison
 from grpo_ui.jobs.service import HANDLE, override_note
+from grpo_ui.jobs.specs import job_spec
 from grpo_ui.jobs.time_loop import comparison as time_comparison
 from grpo_ui.jobs.time_loop import summary as time_summary
 from grpo_ui.spec.yaml_io import spec_from_yaml
@@ -88,8 +89,8 @@ with c2:
         st.caption("None: the job never logged a training step" + (
             " (it never started)." if job["state"] == "failed" and not db.meta(pick, HANDLE) else "."))
     st.markdown("**Memory per GPU: estimate at launch vs measured peak**")
-    st.table(comparison(db, pick, spec_from_yaml(job["spec_yaml"])))
-    pace = time_summary(db, pick, spec_from_yaml(job["spec_yaml"]))
+    st.table(comparison(db, pick, job_spec(job)))
+    pace = time_summary(db, pick, job_spec(job))
     st.markdown(f"**Step time:** measured {pace['median']} per step (median), predicted {pace['predicted']} "
                 f"(measured / predicted {pace['ratio']})")
     for line in pace["lines"]:

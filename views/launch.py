@@ -4,13 +4,12 @@ against node 0, the zip), secrets, and the launch of exactly that plan with per-
 from __future__ import annotations
 
 import difflib
-import time
 
 import streamlit as st
 
-from grpo_ui.core.findings import SEVERITY_ICON, error_list, sort_findings
+from grpo_ui.core.findings import SEVERITY_ICON, error_list, sort_findings, unique
 from grpo_ui.jobs.service import LaunchError
-from grpo_ui.launch.plan import LaunchPlan
+from grpo_ui.launch.plan import LaunchPlan, default_job_id
 from grpo_ui.spec.errors import SpecError
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.yaml_io import spec_to_yaml
@@ -34,7 +33,7 @@ draft = drafts.tab_draft()
 spec = draft.spec
 st.caption(f"Draft **{draft.name}** (this tab's, as saved on the Configure page)")
 job_id = st.text_input("Job id (the run directory on every node)",
-                       value=st.session_state.get("launch_id") or f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}",
+                       value=st.session_state.get("launch_id") or default_job_id(spec),
                        key="launch_id")
 try:
     plan = plan_for(spec, job_id)
@@ -46,11 +45,11 @@ bundle = plan.bundle
 for f in plan.errors:
     st.error(f"{f.id}: {f.message} — {f.fix}")
 override = None
-if plan.errors:
+if plan.assessment.blocked:
     st.warning("Fix the errors on the Configure page before launching, or override them with a reason.")
     override = drafts.override_reason(draft.id, "Override: why this is safe to run anyway (kept with the job, shown "
                                       "on Monitor and History)", key=f"launch_override:{draft.id}")
-held = bool(plan.errors) and not override
+held = plan.assessment.held(override)
 where = (f"Slurm (sbatch on {spec.cluster.login})" if spec.cluster.backend == "slurm"
          else ", ".join(n.host for n in plan.nodes))
 st.caption(f"{len(plan.role('trainer'))} trainer node(s), {len(plan.role('rollout'))} rollout server(s) on {where}; "
@@ -84,8 +83,7 @@ if chosen.startswith("node_") and chosen != "node_0.sh":
 st.code(text, language="yaml" if chosen.endswith(".yaml") else "bash", wrap_lines=True)
 for flags, why in bundle.added:
     st.caption(f"{SEVERITY_ICON['info']} grpo-ui adds `{flags}`: {why}")
-notes = [f for f in plan.findings if f.severity != "error"]
-for f in sort_findings(notes + [f for f in bundle.findings if f.severity != "error" and f not in notes]):
+for f in sort_findings(f for f in unique(plan.findings + bundle.findings) if f.severity != "error"):
     st.caption(f"{SEVERITY_ICON[f.severity]} {f.id}: {f.message}")
 
 secrets = {name: st.text_input(f"{name} (secret: sent in a 0600 file, never stored)", type="password",

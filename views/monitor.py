@@ -20,8 +20,8 @@ from grpo_ui.doctor.stacks import parse_dumps
 from grpo_ui.jobs.follow import STACKS, STACKS_AT, Watcher
 from grpo_ui.jobs.memory_loop import comparison, record_peaks
 from grpo_ui.jobs.service import HANDLE, STATUS, override_note
+from grpo_ui.jobs.specs import job_spec
 from grpo_ui.jobs.time_loop import summary
-from grpo_ui.spec.yaml_io import spec_from_yaml
 from views.boundary import guarded
 from views.service import jobs
 
@@ -99,13 +99,13 @@ def step_time_panel(pace: dict) -> None:
 
 def memory_table(job: dict) -> None:
     """The estimate the job was launched with next to each GPU's measured peak."""
-    spec = spec_from_yaml(job["spec_yaml"])
-    record_peaks(service.store, job["id"], spec)
+    eff = job_spec(job)  # parsed and resolved once per job, not on every refresh
+    record_peaks(service.store, job["id"], eff)
     st.caption("Memory per GPU: the estimate at launch vs the measured peak")
     error = (service.store.memory_estimate(job["id"]) or {}).get("error")
     if error:
         st.caption(f"No estimate at launch: {error}")
-    st.table(comparison(service.store, job["id"], spec))
+    st.table(comparison(service.store, job["id"], eff))
 
 
 st.title("Monitor")
@@ -138,7 +138,7 @@ def live():
         position = backend["queue_position"]
         st.caption(backend["detail"] + (f" — queue position {position}" if position else ""))
     steps = metrics.get("max_steps", [])
-    pace = summary(service.store, job_id, spec_from_yaml(job["spec_yaml"]))
+    pace = summary(service.store, job_id, job_spec(job))
     if steps:
         step, total = steps[-1][0], steps[-1][1]
         c2.metric("Step", f"{step} / {total:.0f}")
@@ -215,7 +215,7 @@ def stacks_panel(job: dict) -> None:
         if job["state"] in ("starting", "running") and st.button("Dump every rank's stack now", key="dump_stacks"):
             try:
                 w = Watcher(service)
-                service.store.set_meta(job_id, STACKS, w.dump_stacks(job_id, spec_from_yaml(job["spec_yaml"]),
+                service.store.set_meta(job_id, STACKS, w.dump_stacks(job_id, job_spec(job).spec,
                                                               service.store.nodes(job_id)))
                 service.store.set_meta(job_id, STACKS_AT, str(time.time()))
             except UserError as e:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from grpo_ui.backends.base import Backend, BackendError, JobStatus, NodeStatus, Progress
+from grpo_ui.backends.base import Backend, BackendError, Handle, JobStatus, NodeStatus, Progress
 from grpo_ui.backends.remote.runner import Runner, Wrapped, runner_for
 from grpo_ui.backends.slurm_text import (
     QUEUED,
@@ -27,11 +28,26 @@ from grpo_ui.backends.slurm_text import (
 from grpo_ui.core import shell
 from grpo_ui.core.findings import Finding, finding
 from grpo_ui.launch.plan import LaunchPlan
-from grpo_ui.launch.render import Bundle, secrets_file, slurm_gpus
+from grpo_ui.launch.render import sbatch_request, slurm_gpus
+from grpo_ui.launch.runfiles import HOSTS, ROLLOUT_HOSTS, SBATCH, SBATCH_OUTPUT, NodeFiles, secrets_file
 from grpo_ui.spec.cluster import Node
+from grpo_ui.spec.resolve import Resolved
 
 PROBE_WAIT = 20  # seconds the preflight's srun waits for an allocation (--immediate) before giving up
 STOP_WAIT = 60   # seconds, on top of the grace, a cancelled job may stay COMPLETING while Slurm kills its tasks
+# What a run writes into the run directory as it goes (exit_code.*: the rollout servers' exit codes too)
+RUN_FILES = f"{HOSTS} {ROLLOUT_HOSTS} {NodeFiles('trainer', '*').exit_code}"
+
+
+@dataclass
+class SlurmHandle(Handle):
+    """A submitted job: ``job`` is its Slurm job id."""
+
+    backend = "slurm"
+
+    trainers: list[int] = field(default_factory=list)  # node indices in cluster.nodes, by NODE_RANK
+    rollouts: list[int] = field(default_factory=list)  # node indices of the rollout servers, by their number
+    submitted: float = 0.0
 
 
 class SlurmBackend(Backend):
@@ -47,46 +63,46 @@ class SlurmBackend(Backend):
     def runner(self, node: int) -> Runner:
         return self.login  # every node's files are in the shared run directory
 
-    def node_shell(self, handle: dict, node: int, host: str) -> Runner:
+    def node_shell(self, handle: SlurmHandle, node: int, host: str) -> Runner:
         """A job step beside the running one on that node (srun --overlap): it gets the job's GPUs there, as
         Slurm sets CUDA_VISIBLE_DEVICES for any step, and it ends with the job."""
-        component = [f"--het-group={int(node in handle['rollouts'])}"] if handle["rollouts"] else []
-        srun = ["srun", f"--jobid={handle['job']}", *component, "--overlap", "--nodes=1", "--ntasks=1",
+        component = [f"--het-group={int(node in handle.rollouts)}"] if handle.rollouts else []
+        srun = ["srun", f"--jobid={handle.job}", *component, "--overlap", "--nodes=1", "--ntasks=1",
                 f"--nodelist={host}", "--quiet"]
         return Wrapped(self.login, lambda command: shell.join([*srun, "bash", "--norc", "-c", command]))
 
-    def process_marker(self, handle: dict, node: int) -> str:
-        return f"SLURM_JOB_ID={handle['job']}"
+    def process_marker(self, handle: SlurmHandle, node: int) -> str:
+        return f"SLURM_JOB_ID={handle.job}"
 
-    def launched_file(self, handle: dict, node: int) -> str:
-        return f"{handle['run_dir']}/job.sbatch"
+    def launched_file(self, handle: SlurmHandle, node: int) -> str:
+        return f"{handle.run_dir}/{SBATCH}"
 
     # -- preflight ------------------------------------------------------------------------------------------------
 
-    def prepare(self, plan: LaunchPlan, progress: Progress) -> tuple[list, list[Finding]]:
+    def prepare(self, eff: Resolved, progress: Progress) -> tuple[list, list[Finding]]:
         """sinfo: the partition exists and has enough usable nodes with the GPUs asked for; sbatch --test-only:
         Slurm accepts the request (account, QoS, limits); srun: every allocated node can write into run_root and
         the login node sees what they wrote. No facts about the machines: Slurm has not chosen them yet."""
         progress(self.spec.cluster.login, "preflight (sinfo, sbatch --test-only, srun)")
-        return [], self._findings(plan.bundle)
+        return [], self._findings(eff)
 
-    def _findings(self, bundle: Bundle) -> list[Finding]:
+    def _findings(self, eff: Resolved) -> list[Finding]:
         login = self.login
         res = login.run("sinfo -h -N -o '%N|%P|%G|%t'", timeout=30)
         if res.rc:
             return [finding("SLURM-UNREACHABLE", "error", "cluster.login",
                             f"sinfo on {login.host} failed: {(res.err or res.out).strip()[-500:]}",
                             "Check that cluster.login is a Slurm login node and that slurmctld answers there.")]
-        found = self._capacity(bundle, res.out)
+        found = self._capacity(eff, res.out)
         if not found:
-            test = login.run("sbatch --test-only", timeout=60, stdin=bundle.files["job.sbatch"].encode())
+            test = login.run("sbatch --test-only", timeout=60, stdin=sbatch_request(eff).encode())
             if test.rc:
                 found.append(finding("SLURM-REQUEST", "error", ("slurm.partition", "slurm.account", "slurm.qos"),
                                      f"Slurm refuses the job: {(test.err or test.out).strip()[-500:]}",
                                      "Fix the slurm section (partition, account, QoS, time limit, extra lines)."))
-        return found or self._probe_run_root(login, len(bundle.node_files))
+        return found or self._probe_run_root(login, eff.nnodes)
 
-    def _capacity(self, bundle: Bundle, sinfo: str) -> list[Finding]:
+    def _capacity(self, eff: Resolved, sinfo: str) -> list[Finding]:
         nodes = sinfo_nodes(sinfo)
         wanted = self.spec.slurm.partition
         parts = wanted.split(",") if wanted else sorted({n.partition for n in nodes if n.default})
@@ -99,10 +115,10 @@ class SlurmBackend(Backend):
                             "Set slurm.partition to one of them.")]
         usable = {n.name: n for n in nodes if n.partition in parts and n.usable}
         out = []
-        for role, indices in (("trainer", bundle.node_files), ("rollout", bundle.rollout_files)):
-            if not indices:
+        for role, group in (("trainer", eff.spec.trainer_nodes()),
+                            ("rollout", eff.spec.rollout_nodes() if eff.server else [])):
+            if not group:
                 continue
-            group = [self.spec.cluster.nodes[i] for i in indices]
             gpus = slurm_gpus(self.spec, group, role)
             fit = sorted(n.name for n in usable.values() if n.gpus >= gpus)
             if len(fit) < len(group):
@@ -144,34 +160,34 @@ class SlurmBackend(Backend):
     # -- the job --------------------------------------------------------------------------------------------------
 
     def start(self, plan: LaunchPlan, secrets: dict[str, str], progress: Progress,
-              save: Callable[[dict], None]) -> tuple[dict, JobStatus]:
+              save: Callable[[Handle], None]) -> tuple[SlurmHandle, JobStatus]:
         """Write job.sbatch (and the 0600 secrets file) into the run directory and submit it from there."""
         login, rd, bundle = self.login, plan.run_dir, plan.bundle
         progress(login.host, "submitting")
-        res = login.run(f"mkdir -p {shell.path(rd)} && cd {shell.path(rd)} && rm -f exit_code.* hosts rollout_hosts",
-                        timeout=30)
+        res = login.run(f"mkdir -p {shell.path(rd)} && cd {shell.path(rd)} && rm -f {RUN_FILES}", timeout=30)
         if res.rc:
             raise BackendError(f"{login.host}: cannot create the run directory {rd}: {res.err.strip()}")
-        login.write(f"{rd}/job.sbatch", bundle.files["job.sbatch"], 0o755)
+        login.write(f"{rd}/{SBATCH}", bundle.files[SBATCH], 0o755)
         if secrets:
-            login.write(f"{rd}/{secrets_file('job.sbatch')}", "".join(f"{k}={shell.quote(v)}\n" for k, v in secrets.items()), 0o600)
-        res = login.run(f"cd {shell.path(rd)} && sbatch --parsable job.sbatch", timeout=60)
+            login.write(f"{rd}/{secrets_file(SBATCH)}", "".join(f"{k}={shell.quote(v)}\n" for k, v in secrets.items()),
+                        0o600)
+        res = login.run(f"cd {shell.path(rd)} && sbatch --parsable {SBATCH}", timeout=60)
         job = res.out.strip().split(";")[0]
         if res.rc or not job.isdigit():
             raise BackendError(f"sbatch on {login.host} refused the job: {(res.err or res.out).strip()}")
-        handle = {"backend": self.name, "job": job, "run_dir": rd, "trainers": sorted(bundle.node_files),
-                  "rollouts": sorted(bundle.rollout_files), "submitted": time.time()}
+        handle = SlurmHandle(job, rd, [n.index for n in plan.role("trainer")], [n.index for n in plan.role("rollout")],
+                             time.time())
         save(handle)
         progress(login.host, f"submitted (Slurm job {job})")
         return handle, JobStatus("queued", f"Slurm job {job}: submitted", self._nodes(handle, {}))
 
-    def poll(self, handle: dict) -> JobStatus:
-        job, rd = shell.quote(handle["job"]), shell.path(handle["run_dir"])
+    def poll(self, handle: SlurmHandle) -> JobStatus:
+        job, rd = shell.quote(handle.job), shell.path(handle.run_dir)
         login = self.login
         res = login.run(
             f"if s=$(scontrol show job -o {job} 2>&1); then echo \"$s\"; elif grep -q 'Invalid job id' <<< \"$s\"; "
             f"then echo '#forgotten'; sacct -n -X -P -j {job} -o State,ExitCode 2>/dev/null; else echo \"#error $s\"; "
-            f"fi; echo '#files'; cd {rd} 2>/dev/null && for f in hosts rollout_hosts exit_code.*; do [ -f \"$f\" ] && "
+            f"fi; echo '#files'; cd {rd} 2>/dev/null && for f in {RUN_FILES}; do [ -f \"$f\" ] && "
             "echo \"$f $(stat -c %.3Y \"$f\") $(tr '\\n' ' ' < \"$f\")\"; done; true", timeout=30)
         head, _, tail = res.out.partition("#files\n")
         if head.startswith("#error"):
@@ -188,7 +204,7 @@ class SlurmBackend(Backend):
         nodes = self._nodes(handle, files)
         state = job_state(slurm) if slurm else (
             "succeeded" if all(n.exit_code == 0 for n in nodes if n.role == "trainer") else "failed")
-        status = JobStatus(state, f"Slurm job {handle['job']}: {slurm or 'no longer known to Slurm'}", nodes)
+        status = JobStatus(state, f"Slurm job {handle.job}: {slurm or 'no longer known to Slurm'}", nodes)
         if reason != "None":
             status.detail += f" ({reason})"
             status.reason = reason
@@ -197,7 +213,7 @@ class SlurmBackend(Backend):
                 # ended without an exit code: killed (rollout servers are, when the training ends)
                 n.state = "stopped" if state == "stopped" or n.role == "rollout" else "failed"
         if state == "queued":
-            status.queue_position = self._queue_position(handle["job"], lead)
+            status.queue_position = self._queue_position(handle.job, lead)
             if lead.get("StartTime") not in (None, "Unknown", "None"):
                 status.detail += f", expected start {lead['StartTime']}"
         elif state == "failed":
@@ -206,22 +222,20 @@ class SlurmBackend(Backend):
         return status
 
     @staticmethod
-    def _nodes(handle: dict, files: dict) -> list[NodeStatus]:
+    def _nodes(handle: SlurmHandle, files: dict) -> list[NodeStatus]:
         """Each node's status from the run directory: its host once allocated, its exit code (and when it was
         written) once it ended."""
         out = []
-        for role, key, hosts, exit_name, log in (("trainer", "trainers", "hosts", "exit_code.{}", "node_{}.log"),
-                                                 ("rollout", "rollouts", "rollout_hosts", "exit_code.rollout{}",
-                                                  "rollout_{}.log")):
+        for role, indices, hosts in (("trainer", handle.trainers, HOSTS), ("rollout", handle.rollouts, ROLLOUT_HOSTS)):
             names = files.get(hosts, (0, []))[1]
-            for k, index in enumerate(handle[key]):
-                written, words = files.get(exit_name.format(k), (None, ["?"]))
+            for k, index in enumerate(indices):
+                node = NodeFiles(role, k)
+                written, words = files.get(node.exit_code, (None, ["?"]))
                 code = int(words[0]) if words and words[0].lstrip("-").isdigit() else None
                 state = ("succeeded" if code == 0 else "failed") if code is not None else (
                     "running" if names else "pending")
                 out.append(NodeStatus(index, role, k if role == "trainer" else None,
-                                      names[k] if k < len(names) else None, state, code,
-                                      f"{handle['run_dir']}/{log.format(k)}",
+                                      names[k] if k < len(names) else None, state, code, f"{handle.run_dir}/{node.log}",
                                       why=f"exit code {code}" if code not in (None, 0) else None, ended=written))
         return out
 
@@ -241,12 +255,12 @@ class SlurmBackend(Backend):
             ahead += (-int(prio), int(base)) < mine
         return ahead + 1
 
-    def _explain(self, handle: dict, status: JobStatus) -> None:
+    def _explain(self, handle: SlurmHandle, status: JobStatus) -> None:
         """A failed job whose nodes wrote no failing exit code: the task srun reported failed (one killed before it
         could write one), else what Slurm says and the batch script's own output."""
         if any(n.why for n in status.nodes):
             return
-        out = shell.path(f"{handle['run_dir']}/slurm-{handle['job']}.out")
+        out = shell.path(f"{handle.run_dir}/{SBATCH_OUTPUT.replace('%j', handle.job)}")
         batch = self.login.run(f"tail -n 200 {out} 2>&1", timeout=20).out
         reported = srun_task_error(batch)
         trainers = {n.rank: n for n in status.nodes if n.role == "trainer"}
@@ -255,12 +269,12 @@ class SlurmBackend(Backend):
         else:
             status.error = f"{status.detail}\n{batch[-4000:]}"
 
-    def stop(self, handle: dict, grace: float = 10.0) -> dict[str, str]:
+    def stop(self, handle: SlurmHandle, grace: float = 10.0) -> dict[str, str]:
         """scancel, then wait until no component is pending, running or completing (Slurm has then killed every
         task process: SIGTERM, and SIGKILL after its KillWait), and check that no allocated node was drained for
         processes that would not die ('Kill task failed')."""
         before = self.poll(handle)
-        job, active = handle["job"], "|".join(sorted(QUEUED | RUNNING))
+        job, active = handle.job, "|".join(sorted(QUEUED | RUNNING))
         rounds = int((grace + STOP_WAIT) / 0.5)
         res = self.login.run(f"scancel {shell.quote(job)} 2>&1; for _ in $(seq {rounds}); do s=$(scontrol show job "
                              f"-o {shell.quote(job)} "

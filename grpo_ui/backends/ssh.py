@@ -12,8 +12,8 @@ Secret values travel in a 0600 file next to each node's script; the script reads
 swift, and the start waits for that (and removes the file itself if the script died first), so no secret stays on a
 node once the job runs.
 
-The handle: {"backend": "ssh", "job", "tag" (the launch), "run_dir", "nodes": [{"index", "role", "rank", "script",
-"tried" (its start command ran: something may run there), "pid", "pgid", "start"}]}.
+The handle (SshHandle): the job, the launch's tag, the run directory, and per node its index, role, rank, script,
+whether its start command ran (something may run there) and, once started, its pid, process group and start time.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ import os
 import tarfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from grpo_ui.backends.base import Backend, BackendError, JobStatus, NodeStatus, Progress
+from grpo_ui.backends.base import Backend, BackendError, Handle, JobStatus, NodeStatus, Progress
 from grpo_ui.backends.preflight import HostFacts, preflight
 from grpo_ui.backends.remote.runner import Runner, Wrapped, parallel, runner_for
 from grpo_ui.backends.remote.ssh import SshError
@@ -32,7 +33,9 @@ from grpo_ui.core import shell
 from grpo_ui.core.errors import describe
 from grpo_ui.core.findings import Finding
 from grpo_ui.launch.plan import LaunchPlan, PlannedNode
-from grpo_ui.launch.render import secrets_file
+from grpo_ui.launch.runfiles import NodeFiles
+from grpo_ui.spec.names import RUN_TOKEN
+from grpo_ui.spec.resolve import Resolved
 
 SETTLE = 0.3  # seconds a node script must live to count as started (a missing command fails well within it)
 SECRETS_READ = 30.0  # seconds a started node script has to read (and delete) its secrets file
@@ -40,10 +43,52 @@ FIND = ('find_job() { for d in /proc/[0-9]*; do tr "\\0" "\\n" < "$d/environ" 2>
         '&& echo "${d#/proc/}"; done; }; ')
 
 
-def run_token(handle: dict, node: dict) -> str:
+@dataclass
+class SshNode:
+    """One started (or tried) node of an SSH job."""
+
+    index: int                 # in spec.cluster.nodes
+    role: str
+    rank: int | None           # NODE_RANK of a trainer
+    script: str
+    tried: bool = False        # its start command ran: something may run there
+    pid: int | None = None     # once started: the script's process, its process group and its start time
+    pgid: int | None = None
+    start: str | None = None
+
+    @property
+    def files(self) -> NodeFiles:
+        return NodeFiles.of_script(self.script)
+
+    def to_dict(self) -> dict:
+        started = {"pid": self.pid, "pgid": self.pgid, "start": self.start} if self.pid is not None else {}
+        return {"index": self.index, "role": self.role, "rank": self.rank, "script": self.script,
+                "tried": self.tried, **started}
+
+
+@dataclass
+class SshHandle(Handle):
+    backend = "ssh"
+
+    tag: str = ""              # drawn at each launch: another launch of the same job id is never touched
+    nodes: list[SshNode] = field(default_factory=list)
+
+    def node(self, index: int) -> SshNode:
+        return next(n for n in self.nodes if n.index == index)
+
+    def to_dict(self) -> dict:
+        return {"backend": self.backend, "job": self.job, "tag": self.tag, "run_dir": self.run_dir,
+                "nodes": [n.to_dict() for n in self.nodes]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> SshHandle:
+        return cls(data["job"], data["run_dir"], data["tag"], [SshNode(**n) for n in data["nodes"]])
+
+
+def run_token(handle: SshHandle, node: SshNode) -> str:
     """The environment entry every process of the node inherits."""
-    who = f"{node['role']}{node['rank'] if node['role'] == 'trainer' else node['index']}"
-    return f"GRPO_UI_RUN={handle['job']}/{who}@{handle['tag']}"
+    who = f"{node.role}{node.rank if node.role == 'trainer' else node.index}"
+    return f"{RUN_TOKEN}={handle.job}/{who}@{handle.tag}"
 
 
 def _payload(plan: LaunchPlan, n: PlannedNode, secrets: dict[str, str]) -> bytes:
@@ -61,15 +106,6 @@ def _payload(plan: LaunchPlan, n: PlannedNode, secrets: dict[str, str]) -> bytes
     return buf.getvalue()
 
 
-def _log(node: dict) -> str:
-    return node["script"].removesuffix(".sh") + ".log"
-
-
-def _exit_file(node: dict) -> str:
-    k = node["script"].removeprefix("rollout_").removesuffix(".sh")
-    return f"exit_code.{node['rank']}" if node["role"] == "trainer" else f"exit_code.rollout{k}"
-
-
 class SshBackend(Backend):
     """One job spec run on its nodes over SSH (or on the dashboard's own machine); see the module docstring."""
 
@@ -78,31 +114,26 @@ class SshBackend(Backend):
     def runner(self, node: int) -> Runner:
         return runner_for(self.spec.cluster.nodes[node], self.pool)
 
-    def node_shell(self, handle: dict, node: int, host: str) -> Runner:
+    def node_shell(self, handle: SshHandle, node: int, host: str) -> Runner:
         gpus = ",".join(map(str, self.spec.cluster.nodes[node].gpus))
         return Wrapped(self.runner(node), lambda command: f"export CUDA_VISIBLE_DEVICES={shell.quote(gpus)}; {command}")
 
-    def process_marker(self, handle: dict, node: int) -> str:
-        return run_token(handle, self._node(handle, node))
+    def process_marker(self, handle: SshHandle, node: int) -> str:
+        return run_token(handle, handle.node(node))
 
-    def launched_file(self, handle: dict, node: int) -> str:
-        return f"{handle['run_dir']}/{self._node(handle, node)['script']}"
+    def launched_file(self, handle: SshHandle, node: int) -> str:
+        return f"{handle.run_dir}/{handle.node(node).script}"
 
-    @staticmethod
-    def _node(handle: dict, index: int) -> dict:
-        return next(n for n in handle["nodes"] if n["index"] == index)
-
-    def prepare(self, plan: LaunchPlan, progress: Progress) -> tuple[list[HostFacts], list[Finding]]:
+    def prepare(self, eff: Resolved, progress: Progress) -> tuple[list[HostFacts], list[Finding]]:
         """Every node in parallel (remote.preflight): versions, GPUs, ports, paths, disk, clock."""
-        return preflight(plan.resolved, self.pool, progress)
+        return preflight(eff, self.pool, progress)
 
     # -- start ----------------------------------------------------------------------------------------------------
 
     def start(self, plan: LaunchPlan, secrets: dict[str, str], progress: Progress,
-              save: Callable[[dict], None]) -> tuple[dict, JobStatus]:
-        handle = {"backend": self.name, "job": plan.job_id, "tag": os.urandom(6).hex(), "run_dir": plan.run_dir,
-                  "nodes": [{"index": n.index, "role": n.role, "rank": n.rank, "script": n.script, "tried": False}
-                            for n in plan.nodes]}
+              save: Callable[[Handle], None]) -> tuple[SshHandle, JobStatus]:
+        handle = SshHandle(plan.job_id, plan.run_dir, os.urandom(6).hex(),
+                           [SshNode(n.index, n.role, n.rank, n.script) for n in plan.nodes])
 
         def connect(n: PlannedNode) -> Runner:
             progress(n.host, "connecting")
@@ -114,19 +145,20 @@ class SshBackend(Backend):
         trainer0 = plan.role("trainer")[0]
         for group in (plan.role("rollout"), plan.role("trainer")):
             for n in group:
-                self._node(handle, n.index)["tried"] = True
+                handle.node(n.index).tried = True
             save(handle)
             results = parallel(lambda n: self._start(plan, handle, n, runners[n.index], secrets, progress), group)
             for n, res in results:
                 if not isinstance(res, Exception):
-                    self._node(handle, n.index).update(zip(("pid", "pgid", "start"), res, strict=True))
+                    started = handle.node(n.index)
+                    started.pid, started.pgid, started.start = res
             save(handle)
             self._fail([(n, e) for n, e in results if isinstance(e, Exception)])
             if group and group[0].role == "rollout":
-                self._node(handle, trainer0.index)["tried"] = True  # the health probe carries its token
+                handle.node(trainer0.index).tried = True  # the health probe carries its token
                 save(handle)
                 self._fail(self._wait_healthy(plan, handle, group, runners, trainer0, progress))
-        return handle, JobStatus("running", nodes=[self._status(handle, n, "running") for n in handle["nodes"]])
+        return handle, JobStatus("running", nodes=[self._status(handle, n, "running") for n in handle.nodes])
 
     @staticmethod
     def _fail(failed: list[tuple[PlannedNode, Exception]]) -> None:
@@ -134,13 +166,13 @@ class SshBackend(Backend):
             raise BackendError("; ".join(str(e) if isinstance(e, SshError) else f"{n.host}: {describe(e)}"
                                          for n, e in failed), tuple(n.index for n, _ in failed))
 
-    def _start(self, plan: LaunchPlan, handle: dict, n: PlannedNode, runner: Runner, secrets: dict[str, str],
+    def _start(self, plan: LaunchPlan, handle: SshHandle, n: PlannedNode, runner: Runner, secrets: dict[str, str],
                progress) -> tuple[int, int, str]:
         """One remote shell per node: create the run directory, unpack the script (and the 0600 secrets file) from
         stdin, start the script in its own session, and report pid, process group and start time once it has
         lived SETTLE seconds and read its secrets file (or its log tail if it exited)."""
         progress(n.host, "starting")
-        token = run_token(handle, self._node(handle, n.index))
+        token = run_token(handle, handle.node(n.index))
         rd, log, secrets_file = shell.path(plan.run_dir), shell.quote(n.log), shell.quote(n.secrets)
         # The session leader writes its pid to a file and to the pipe `read` waits on (setsid may fork, so $! would
         # not be it), then becomes the node script with its output in the log, which closes the pipe. Then a short
@@ -149,7 +181,7 @@ class SshBackend(Backend):
         # name, field 3 is the process group and field 20 the start time.
         # --norc: a `bash -c` under sshd sources ~/.bashrc (Debian builds bash to, when SSH_CLIENT is set and SHLVL
         # < 2, which exec resets): slow (conda/pyenv init) and it could change the job's environment.
-        leader = (f"echo $$ > {shell.quote(n.script[:-3] + '.pid')}; echo $$; "
+        leader = (f"echo $$ > {shell.quote(n.files.pid)}; echo $$; "
                   f"exec bash {shell.quote(n.script)} > {log} 2>&1")
         cmd = (f"mkdir -p {rd} && cd {rd} && tar -x --no-same-owner -f - || exit 1; "
                f"read -r pid < <({shell.join(['env', token, 'setsid', 'nohup', 'bash', '--norc', '-c', leader])} "
@@ -170,7 +202,7 @@ class SshBackend(Backend):
         progress(n.host, f"running (pid {words[1]})")
         return int(words[1]), int(words[2]), words[3]
 
-    def _wait_healthy(self, plan: LaunchPlan, handle: dict, rollouts: list[PlannedNode], runners: dict[int, Runner],
+    def _wait_healthy(self, plan: LaunchPlan, handle: SshHandle, rollouts: list[PlannedNode], runners: dict[int, Runner],
                       trainer0: PlannedNode, progress) -> list[tuple[PlannedNode, Exception]]:
         """Poll every rollout server's /health/ from trainer rank 0 until it answers 200 (the model is loaded) or
         vllm_server_timeout passes; [(node, error)] for the servers that did not come up. The probe carries trainer
@@ -182,7 +214,7 @@ class SshBackend(Backend):
                 "until (exec 3<>/dev/tcp/$h/$p && printf 'GET /health/ HTTP/1.0\r\n\r\n' >&3 && "
                 "head -n 1 <&3 | grep -q ' 200') 2>/dev/null; do [ $SECONDS -ge $end ] && { echo \"down $hp\"; "
                 "break; }; sleep 2; done; done")
-        token = run_token(handle, self._node(handle, trainer0.index))
+        token = run_token(handle, handle.node(trainer0.index))
         for n in rollouts:
             progress(n.host, "waiting for /health/")
         down = runners[trainer0.index].run(shell.join(["env", token, "bash", "--norc", "-c", loop]),
@@ -201,14 +233,14 @@ class SshBackend(Backend):
 
     # -- follow ---------------------------------------------------------------------------------------------------
 
-    def poll(self, handle: dict) -> JobStatus:
+    def poll(self, handle: SshHandle) -> JobStatus:
         """Each started node: alive with the same start time, else its exit code (or lost without one). The job
         failed once a node failed, succeeded once every trainer did."""
-        started = [n for n in handle["nodes"] if n.get("pid")]
-        results = {n["index"]: res for n, res in parallel(lambda n: self._probe(handle, n), started)}
+        started = [n for n in handle.nodes if n.pid]
+        results = {n.index: res for n, res in parallel(lambda n: self._probe(handle, n), started)}
         nodes = []
-        for n in handle["nodes"]:
-            status, res = self._status(handle, n, "pending"), results.get(n["index"])
+        for n in handle.nodes:
+            status, res = self._status(handle, n, "pending"), results.get(n.index)
             if isinstance(res, Exception):
                 status.state = "unknown"  # unreachable now: the watcher names the host when it reads the log
             elif res:
@@ -219,21 +251,21 @@ class SshBackend(Backend):
                  "succeeded" if trainers and all(n.state == "succeeded" for n in trainers) else "running")
         return JobStatus(state, nodes=nodes)
 
-    def _status(self, handle: dict, n: dict, state: str) -> NodeStatus:
-        return NodeStatus(n["index"], n["role"], n["rank"], self.spec.cluster.nodes[n["index"]].host, state,
-                          log=f"{handle['run_dir']}/{_log(n)}", pid=n.get("pid"))
+    def _status(self, handle: SshHandle, n: SshNode, state: str) -> NodeStatus:
+        return NodeStatus(n.index, n.role, n.rank, self.spec.cluster.nodes[n.index].host, state,
+                          log=f"{handle.run_dir}/{n.files.log}", pid=n.pid)
 
-    def _probe(self, handle: dict, n: dict) -> tuple[str, int | None, float | None, str | None]:
+    def _probe(self, handle: SshHandle, n: SshNode) -> tuple[str, int | None, float | None, str | None]:
         """(node state, exit code, when it ended, why it failed or None) of a started node."""
-        host = self.spec.cluster.nodes[n["index"]].host
-        exit_file = f"{shell.path(handle['run_dir'])}/{shell.quote(_exit_file(n))}"
+        host = self.spec.cluster.nodes[n.index].host
+        exit_file = f"{shell.path(handle.run_dir)}/{shell.quote(n.files.exit_code)}"
         # running: the recorded process, same start time (field 20 after the command name), not a zombie (an
         # exited process its new parent has not reaped yet)
-        cmd = (f"if read -r s 2> /dev/null < /proc/{int(n['pid'])}/stat && set -- ${{s##*) }} && [ $1 != Z ] && "
-               f'[ "${{20}}" = {shell.quote(n["start"])} ]; '
+        cmd = (f"if read -r s 2> /dev/null < /proc/{int(n.pid)}/stat && set -- ${{s##*) }} && [ $1 != Z ] && "
+               f'[ "${{20}}" = {shell.quote(n.start)} ]; '
                f'then echo running; elif [ -f {exit_file} ]; then echo "exited $(stat -c %.3Y {exit_file}) '
                f'$(head -c 64 {exit_file})"; else echo dead; fi')
-        words = self.runner(n["index"]).run(cmd, timeout=20).out.split()
+        words = self.runner(n.index).run(cmd, timeout=20).out.split()
         if words == ["running"]:
             return "running", None, None, None
         if words == ["dead"]:
@@ -243,19 +275,19 @@ class SshBackend(Backend):
             if text.lstrip("-").isdigit():
                 code = int(text)
                 return ("succeeded", 0, when, None) if code == 0 else ("failed", code, when, f"exit code {code}")
-            why = (f"its {_exit_file(n)} file is empty: the disk of {host} may be full" if not text else
-                   f"its {_exit_file(n)} file holds {text!r}, not an exit code")
+            why = (f"its {n.files.exit_code} file is empty: the disk of {host} may be full" if not text else
+                   f"its {n.files.exit_code} file holds {text!r}, not an exit code")
             return "failed", None, when, why
-        raise SshError(host, f"unexpected answer to the status check of node {n['index']}: {words!r}")
+        raise SshError(host, f"unexpected answer to the status check of node {n.index}: {words!r}")
 
     # -- stop -----------------------------------------------------------------------------------------------------
 
-    def stop(self, handle: dict, grace: float = 10.0) -> dict[str, str]:
+    def stop(self, handle: SshHandle, grace: float = 10.0) -> dict[str, str]:
         """Stop every node whose start ran; returns host → outcome (gone/stopped/killed). Raises BackendError naming
         the hosts where that could not be verified."""
-        tried = [n for n in handle["nodes"] if n["tried"]]
+        tried = [n for n in handle.nodes if n.tried]
         results = parallel(lambda n: self._kill(handle, n, grace), tried)
-        outcome = {self.spec.cluster.nodes[n["index"]].host + ("" if n["role"] == "trainer" else " (rollout)"):
+        outcome = {self.spec.cluster.nodes[n.index].host + ("" if n.role == "trainer" else " (rollout)"):
                    res if isinstance(res, str) else describe(res) for n, res in results}
         left = [f"{host} ({what})" for host, what in outcome.items() if not what.startswith(("gone", "stopped",
                                                                                              "killed"))]
@@ -263,7 +295,7 @@ class SshBackend(Backend):
             raise BackendError(f"could not verify that nothing is left on {', '.join(left)}")
         return outcome
 
-    def _kill(self, handle: dict, n: dict, grace: float) -> str:
+    def _kill(self, handle: SshHandle, n: SshNode, grace: float) -> str:
         """SIGTERM the node's processes, SIGKILL after the grace period, verify nothing is left.
 
         The node's processes are those carrying its env token, plus its process group when the group's leader is
@@ -271,9 +303,9 @@ class SshBackend(Backend):
         cleared its environment (`env -i`) is still in the group. Once verified, the group number stays ours as
         long as it has members, so the wait loop may keep using it.
         """
-        group = (f"g={int(n['pgid'])}; s=$(cat /proc/$g/stat 2>/dev/null) && set -- ${{s##*) }} && "
-                 f"[ \"${{20}}\" = {shell.quote(n['start'])} ] && grp=1; " if n.get("pgid") else "")
-        cmd = (f"rm -f -- {shell.path(handle['run_dir'])}/{shell.quote(secrets_file(n['script']))}; "  # a start that never got to it
+        group = (f"g={int(n.pgid)}; s=$(cat /proc/$g/stat 2>/dev/null) && set -- ${{s##*) }} && "
+                 f"[ \"${{20}}\" = {shell.quote(n.start)} ] && grp=1; " if n.pgid else "")
+        cmd = (f"rm -f -- {shell.path(handle.run_dir)}/{shell.quote(n.files.secrets)}; "  # a start that never got to it
                + FIND + f"t={shell.quote(run_token(handle, n))}; grp=; {group}"
                'members() { find_job "$t"; [ -n "$grp" ] && ps -eo pid=,pgid=,stat= | '
                'awk -v g="$g" \'$2 == g && $3 !~ /^Z/ {print $1}\'; }; '
@@ -282,4 +314,4 @@ class SshBackend(Backend):
                '[ -z "$(members)" ] && echo stopped && exit 0; done; '
                'kill -KILL $(members) 2>/dev/null; sleep 0.5; left=$(members); '
                '[ -z "$left" ] && echo killed || echo "left" $left')
-        return self.runner(n["index"]).run(cmd, timeout=grace + 30).out.strip()
+        return self.runner(n.index).run(cmd, timeout=grace + 30).out.strip()

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from grpo_ui.checks import rules
 from grpo_ui.checks.faster import Faster, faster
 from grpo_ui.checks.fit import Suggestion, suggest
+from grpo_ui.checks.rules.seeds import vllm_share
 from grpo_ui.checks.slurm import slurm_findings
 from grpo_ui.core.findings import Finding, finding, has_errors, unique
 from grpo_ui.knowledge.catalog import ModelArch, UnknownGpu
@@ -55,6 +56,10 @@ and the changes that make it faster."""
         """Errors hold the downloads and the launch (unless overridden with a reason)."""
         return has_errors(self.findings)
 
+    def held(self, override: str | None) -> bool:
+        """Whether the downloads and the launch are held: errors hold them unless an override gives a reason."""
+        return self.blocked and not (override or "").strip()
+
     @property
     def verdict(self) -> str | None:
         """The memory verdict (fits, tight, oom, unknown), or None without an estimate."""
@@ -67,10 +72,12 @@ def assess(job: JobSpec | Resolved, arch: ModelArch | None = None) -> Assessment
     eff = resolve(job, arch)
     train = train_command(eff)
     rollout = rollout_command(eff) if eff.server and eff.rollout.nodes else None
+    checked = rules.validate(eff) + train.findings + (rollout.findings if rollout else [])
     memory, memory_error, memory_found = _memory(eff)
-    suggestions = suggest(eff, base=memory) if memory and memory.verdict in ("oom", "tight") else []
-    found = (rules.validate(eff) + train.findings + (rollout.findings if rollout else []) + memory_found
-             + _verdict_findings(memory, suggestions) + slurm_findings(eff.spec))
+    suggestions = suggest(eff, base=memory, errors=[f for f in checked if f.severity == "error"]) \
+        if memory and memory.verdict in ("oom", "tight") else []
+    found = (checked + vllm_share(eff, memory) + memory_found + _verdict_findings(memory, suggestions)
+             + slurm_findings(eff.spec))
     time, time_error = _time(eff)
     return Assessment(eff, train, rollout, unique(found), memory, memory_error, suggestions, time, time_error,
                       faster(eff, time) if time else [])
@@ -93,10 +100,11 @@ def _memory(eff: Resolved) -> tuple[MemoryReport | None, str | None, list[Findin
         report = estimate_spec(eff)
     except (UnknownModel, UnknownGpu, EngineConfigError) as e:
         return None, str(e), [estimate_error_finding(eff.spec, e)]
-    cannot_start = [n for r in report.roles for n in r.notes if n.startswith("vLLM cannot start")]
-    return report, None, [finding("MEMORY-VLLM-START", "error", "rollout.vllm_gpu_memory_utilization", cannot_start[0],
+    share = report.trainer.vllm  # a colocated vLLM
+    why = share.cannot_start() if share else None
+    return report, None, [finding("MEMORY-VLLM-START", "error", "rollout.vllm_gpu_memory_utilization", why,
                                   "Raise vllm_gpu_memory_utilization (or use a larger GPU, or tensor parallelism for "
-                                  "vLLM).")] if cannot_start else []
+                                  "vLLM).")] if why else []
 
 
 def estimate_error_finding(spec: JobSpec, e: ValueError) -> Finding:

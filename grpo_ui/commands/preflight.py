@@ -8,8 +8,7 @@ from dataclasses import asdict
 
 from grpo_ui.backends.remote.ssh import Pool, UnknownHostKey, trust_host_key
 from grpo_ui.core.findings import format_findings, has_errors
-from grpo_ui.jobs.service import backend_for
-from grpo_ui.launch.plan import make_plan
+from grpo_ui.jobs.service import preflight
 from grpo_ui.spec.cluster import Node
 from grpo_ui.spec.yaml_io import load_spec
 
@@ -37,8 +36,7 @@ def run(args) -> int:
                 trust_host_key(e.hostname, e.port, e.key)
             except Exception:  # noqa: BLE001 - preflight below reports it properly
                 pass
-    facts, findings = backend_for(spec, pool).prepare(make_plan(spec, "preflight"),
-                                                      lambda host, msg: None if args.json else print(f"{host}: {msg}"))
+    facts, findings = preflight(spec, pool, lambda host, msg: None if args.json else print(f"{host}: {msg}"))
     pool.close()
     if args.json:
         print(json.dumps({"hosts": [asdict(f) for f in facts], "findings": [f.to_dict() for f in findings]},

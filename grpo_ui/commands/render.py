@@ -3,11 +3,10 @@ job's findings; exit 1 if any is an error (the files are written all the same, t
 
 from __future__ import annotations
 
-import time
-
 from grpo_ui.checks.assess import assess
 from grpo_ui.commands import job_id
-from grpo_ui.core.findings import format_findings, has_errors
+from grpo_ui.core.findings import format_findings, unique
+from grpo_ui.launch.plan import default_job_id
 from grpo_ui.launch.render import render, write_bundle
 from grpo_ui.spec.yaml_io import load_spec
 
@@ -22,12 +21,12 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     spec = load_spec(args.spec)
-    job_id = args.job_id or f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    job_id = args.job_id or default_job_id(spec)
     a = assess(spec)
     bundle = render(a, job_id)
     for path in write_bundle(bundle, args.out):
         print(path)
-    findings = a.findings + bundle.findings
+    findings = unique(a.findings + bundle.findings)
     if findings:
         print(format_findings(findings))
-    return 1 if has_errors(findings) else 0
+    return 1 if a.blocked else 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from grpo_ui.checks.assess import assess
-from grpo_ui.core.findings import format_findings, has_errors, sort_findings
+from grpo_ui.core.findings import format_findings, sort_findings
 from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.yaml_io import load_spec
 
@@ -22,11 +22,12 @@ def run(args) -> int:
     spec = load_spec(args.spec)
     if args.swift:
         spec = with_changes(spec, {"swift_version": args.swift})
-    findings = sort_findings(assess(spec).findings)
+    a = assess(spec)
+    findings = sort_findings(a.findings)
     if args.json:
         print(json.dumps([f.to_dict() for f in findings], indent=2, ensure_ascii=False))
     else:
-        errors = sum(f.severity == "error" for f in findings)
         print(format_findings(findings) or "no findings")
-        print(f"\n{errors} error(s), {len(findings) - errors} other finding(s) for ms-swift {spec.swift_version}")
-    return 1 if has_errors(findings) else 0
+        print(f"\n{len(a.errors)} error(s), {len(findings) - len(a.errors)} other finding(s) for ms-swift "
+              f"{spec.swift_version}")
+    return 1 if a.blocked else 0

@@ -19,9 +19,6 @@ from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.swift_cli import FLAG_LIFETIMES, coerce, flag_missing_in
 from grpo_ui.spec.yaml_io import validate_spec
 
-LAUNCH_ENV = ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NPROC_PER_NODE", "CUDA_VISIBLE_DEVICES")
-SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
 
 

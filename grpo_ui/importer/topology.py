@@ -6,9 +6,10 @@ what grpo-ui renders for that node is a finding, never a node env override."""
 from __future__ import annotations
 
 from grpo_ui.core.findings import Finding, finding
-from grpo_ui.importer.build import LAUNCH_ENV, LOOPBACK, SECRET_ENV, Call, Draft
+from grpo_ui.importer.build import Call, Draft
 from grpo_ui.spec.fields import parse_version
 from grpo_ui.spec.model import JobSpec
+from grpo_ui.spec.names import LAUNCH_ENV, is_loopback, is_secret_name
 from grpo_ui.spec.resolve import resolve
 
 SHARED_WITH_ROLLOUT = ("model_type", "template", "external_plugins", "multi_turn_scheduler")  # rollout_command adds
@@ -86,7 +87,7 @@ def cluster(trainers: list[Call], servers: list[Call], draft: Draft) -> None:
     """Fill data['cluster'], data['env'] and data['secret_env'] from the calls."""
     nodes = trainer_nodes(trainers, draft)
     masters = [m for c in trainers if (m := c.text("MASTER_ADDR"))]
-    routable = next((m for m in masters if m not in LOOPBACK), None)
+    routable = next((m for m in masters if not is_loopback(m)), None)
     for rank, node in enumerate(nodes):
         node["host"] = (routable or "localhost") if rank == 0 and (routable or len(nodes) == 1) else f"node{rank}"
     hosts = draft.data.get("rollout", {}).get("vllm_server_host") or []
@@ -123,7 +124,7 @@ def _environment(trainers: list[Call], servers: list[Call], draft: Draft) -> Non
                 if word.unresolved:
                     draft.unresolved(f"env.{key}", word.unresolved, call.source, word.line, key)
                 continue
-            if SECRET_ENV.search(key):
+            if is_secret_name(key):
                 if key not in draft.data.setdefault("secret_env", []):
                     draft.data["secret_env"].append(key)
                     draft.findings.append(finding("IMPORT-SECRET", "info", "secret_env", f"{key} looks like a "
@@ -148,12 +149,12 @@ def launch_env_findings(spec: JobSpec, trainers: list[Call], draft: Draft) -> No
     """Where a script sets a launch variable to something other than what grpo-ui renders for its node, say so (rank
     0's MASTER_ADDR=127.0.0.1 is the same rendezvous as node 0's address, so it passes)."""
     eff = resolve(spec)
-    index = [i for i, n in enumerate(spec.cluster.nodes) if n.role == "trainer"]
+    index = [i for i, _ in spec.numbered("trainer")]  # rank → its node
     for rank, call in enumerate(trainers):
         expected = eff.launch_env(rank, spec.cluster.nodes[index[rank]])
         own = {k: text for k in LAUNCH_ENV if (text := call.text(k)) is not None and text != expected[k]
                and k not in ("NNODES", "NPROC_PER_NODE")  # IMPORT-NNODES and IMPORT-NPROC-GPUS say those
-               and not (k == "MASTER_ADDR" and rank == 0 and text in LOOPBACK)}
+               and not (k == "MASTER_ADDR" and rank == 0 and is_loopback(text))}
         if "NODE_RANK" in own:
             draft.findings.append(finding("IMPORT-NODE-RANK", "warning", "cluster.nodes", f"{call.source} says "
                                           f"NODE_RANK={own.pop('NODE_RANK')} but it is trainer script {rank} of "
@@ -170,7 +171,7 @@ def launch_env_findings(spec: JobSpec, trainers: list[Call], draft: Draft) -> No
 def disagreements(trainers: list[Call]) -> list[Finding]:
     """Node scripts must run identical arguments and agree on the rendezvous (seed 003)."""
     out = []
-    masters = {m for c in trainers if (m := c.text("MASTER_ADDR")) and m not in LOOPBACK}
+    masters = {m for c in trainers if (m := c.text("MASTER_ADDR")) and not is_loopback(m)}
     if len(masters) > 1:
         out.append(finding("NODE-ENV-DIFFER", "error", "cluster.master_addr", f"The node scripts name different "
                            f"masters: MASTER_ADDR {', '.join(sorted(masters))}.", "Every node must use node 0's "

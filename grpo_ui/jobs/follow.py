@@ -30,11 +30,12 @@ from grpo_ui.doctor.metrics import (
 from grpo_ui.doctor.snapshot import job_settings, overdue
 from grpo_ui.jobs.memory_loop import record_peaks
 from grpo_ui.jobs.service import Jobs
+from grpo_ui.jobs.specs import job_spec
 from grpo_ui.jobs.store import ACTIVE
 from grpo_ui.jobs.time_loop import record_pace
+from grpo_ui.launch.runfiles import NodeFiles
 from grpo_ui.spec.model import JobSpec
-from grpo_ui.spec.resolve import resolve
-from grpo_ui.spec.yaml_io import spec_from_yaml
+from grpo_ui.spec.resolve import Resolved
 
 LOGGING_PATH = "logging_jsonl"  # job_meta key: where rank 0 writes logging.jsonl, once known
 STACKS, STACKS_AT = "stacks", "stacks_at"  # job_meta keys: the last py-spy dumps of every rank, and when
@@ -80,7 +81,8 @@ class Watcher:
         errors: list[str] = []
         state = job["state"]
         try:
-            spec = spec_from_yaml(job["spec_yaml"])
+            eff = job_spec(job)  # parsed and resolved once per job, not on every pass
+            spec = eff.spec
             if state in ACTIVE:
                 state = self.jobs.refresh(job_id)
         except Exception as e:  # noqa: BLE001 - this job alone fails; the message names it
@@ -95,19 +97,19 @@ class Watcher:
                 lines = self._tail(job_id, n, runner)
                 new_lines += len(lines)
                 if n["node_rank"] == 0:
-                    new_steps += self._metrics(job_id, spec, n, runner, lines)
+                    new_steps += self._metrics(job_id, eff, n, runner, lines)
             except Exception as e:  # noqa: BLE001 - one node fails alone, named
                 errors.append(f"job {job_id}, node {n['node_index']} ({n['host']}): {describe(e)}")
         if ended and not errors:
             self.store.set_meta(job_id, DRAINED, "1")
-        record_peaks(self.store, job_id, spec)  # measured memory next to the launch's estimate
+        record_peaks(self.store, job_id, eff)  # measured memory next to the launch's estimate
         if new_steps or ended or self.store.time_measured(job_id) is None:  # the pace moves with each logged step
-            record_pace(self.store, job_id, spec)  # measured step time next to the launch's prediction
-        alerts = self._diagnose(job_id, spec, self.store.job(job_id), nodes)
+            record_pace(self.store, job_id, eff)  # measured step time next to the launch's prediction
+        alerts = self._diagnose(job_id, eff, self.store.job(job_id), nodes)
         return {"state": state, "new_lines": new_lines, "new_steps": new_steps, "alerts": alerts, "errors": errors}
 
     def _tail(self, job_id: str, n: dict, runner) -> list[str]:
-        path = f"{n['run_dir']}/{n['script'].removesuffix('.sh')}.log"
+        path = f"{n['run_dir']}/{NodeFiles.of_script(n['script']).log}"
         start = self.store.offset(job_id, n["node_index"], path)
         tail = LogTail(runner.read, path, start)
         lines = tail.poll()
@@ -120,10 +122,10 @@ class Watcher:
             self.store.set_meta(job_id, f"progress_at:{n['node_index']}", str(time.time()))
         return lines if mine else []
 
-    def _metrics(self, job_id: str, spec: JobSpec, n: dict, runner, new_lines: list[str]) -> int:
+    def _metrics(self, job_id: str, eff: Resolved, n: dict, runner, new_lines: list[str]) -> int:
         """New steps from rank 0's logging.jsonl; while there is none (yet), from the dicts it prints on stdout. A
         step first taken from stdout is overwritten, not repeated, when logging.jsonl brings it."""
-        path = self.store.meta(job_id, LOGGING_PATH) or self._find_logging_path(job_id, spec, n, runner, new_lines)
+        path = self.store.meta(job_id, LOGGING_PATH) or self._find_logging_path(job_id, eff, n, runner, new_lines)
         new_steps = 0
         if not path or self.store.offset(job_id, n["node_index"], path) == 0:  # no logging.jsonl read (yet)
             new_steps = self._store_steps(job_id, [p for p in map(parse_stdout_line, new_lines) if p])
@@ -148,29 +150,30 @@ class Watcher:
         with self.store.claim(job_id, n["node_index"], path, start, tail.offset) as mine:
             return (store(job_id, rows) or 0) if mine else 0
 
-    def _find_logging_path(self, job_id: str, spec: JobSpec, n: dict, runner, new_lines: list[str]) -> str | None:
+    def _find_logging_path(self, job_id: str, eff: Resolved, n: dict, runner, new_lines: list[str]) -> str | None:
         """From rank 0's log lines (new ones, then the stored window), else the newest versioned run dir written
         since the job started; remembered once found, as those log lines later leave the window."""
         found = logging_file(new_lines) or logging_file(
             [t for _, t, _ in self.store.log_lines(job_id, n["node_index"], 1, contains="The logging file will be")
              + self.store.log_lines(job_id, n["node_index"], 1, contains="] output_dir: ")])
+        spec = eff.spec
         workdir = spec.cluster.nodes[n["node_index"]].workdir or spec.cluster.workdir or n["run_dir"]
         if found and not found.startswith(("/", "~/")):
             found = f"{workdir}/{found}"
         handle = self.jobs.handle(job_id)
         if not found and handle:
             since = self.jobs.backend(spec).launched_file(handle, n["node_index"])
-            found = self._newest_run_dir(spec, runner, workdir, since)
+            found = self._newest_run_dir(eff, runner, workdir, since)
         if found:
             self.store.set_meta(job_id, LOGGING_PATH, found)
         return found
 
     @staticmethod
-    def _newest_run_dir(spec: JobSpec, runner, workdir: str, since: str) -> str | None:
+    def _newest_run_dir(eff: Resolved, runner, workdir: str, since: str) -> str | None:
         """``<output_dir>/vN-YYYYMMDD-HHMMSS/logging.jsonl`` (or ``<output_dir>/logging.jsonl`` without versions)
         modified after the file ``since`` (the backend wrote it at the start), the newest one: a listing where the
         node's files are, by that machine's clock."""
-        out = resolve(spec).output_dir
+        out = eff.output_dir
         out = out if out.startswith("/") else "./" + out  # swift's own argument: relative to the workdir
         res = runner.run(f"cd {shell.path(workdir)} && find {shell.quote(out)} -maxdepth 2 -name logging.jsonl "
                          f"-newer {shell.path(since)} -printf '%T@ %p\\n' 2>/dev/null", timeout=20)
@@ -180,7 +183,7 @@ class Watcher:
         path = max(stamped, key=lambda x: float(x[0]))[1]
         return path if path.startswith("/") else posixpath.normpath(f"{workdir}/{path}")
 
-    def _diagnose(self, job_id: str, spec, job: dict, nodes: list[dict]) -> list[dict]:
+    def _diagnose(self, job_id: str, eff: Resolved, job: dict, nodes: list[dict]) -> list[dict]:
         now = time.time()
         logs, last_out = {}, {}
         for n in nodes:
@@ -195,7 +198,7 @@ class Watcher:
         metrics = self.store.metrics(job_id)
         step_times = self.store.step_times(job_id)
         first, last = (step_times[0][1], step_times[-1][1]) if step_times else (None, None)
-        eff = resolve(spec)
+        spec = eff.spec
         snap = Snapshot(metrics=metrics, logs=logs, now=now, last_step_at=last, first_step_at=first,
                         last_output_at=last_out, started_at=job["started"],
                         gpu=self.store.gpu_samples(job_id, now - DUTY_WINDOW_S), job_state=job["state"],

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import time
 
+from grpo_ui.jobs.specs import job_spec
 from grpo_ui.jobs.store import Store
 from grpo_ui.spec.model import JobSpec
-from grpo_ui.spec.resolve import resolve
-from grpo_ui.spec.yaml_io import spec_from_yaml
+from grpo_ui.spec.resolve import Resolved, resolve
 
 EXPORTED = "grpo-ui export"  # the calibration rows' 'added' value
 
@@ -22,38 +22,40 @@ def placement(store: Store, job_id: str, spec: JobSpec) -> dict[int, tuple[str, 
             if n["host"] != spec.cluster.nodes[n["node_index"]].host and n["host"] in sampled}
 
 
-def gpu_roles(spec: JobSpec, placed: dict[int, tuple[str, list[int]]] | None = None
+def gpu_roles(job: JobSpec | Resolved, placed: dict[int, tuple[str, list[int]]] | None = None
               ) -> dict[tuple[str, int], tuple[str, int | None]]:
-    """(host, GPU index) → (role, global rank) for every GPU the job uses: trainer GPUs in torchrun's rank order
-    (node rank × processes per node + local rank); vLLM's own GPUs (rollout nodes, ms-swift 3.2–3.4's spare GPUs)
-    have no rank. ``placed``: where the backend put nodes (``placement``)."""
+    """(host, GPU index) → (role, global rank) for every GPU the job (its spec or Resolved values) uses: trainer GPUs
+    in torchrun's rank order (node rank × processes per node + local rank); vLLM's own GPUs (rollout nodes, ms-swift
+    3.2–3.4's spare GPUs) have no rank. ``placed``: where the backend put nodes (``placement``)."""
+    eff = resolve(job)
     out: dict[tuple[str, int], tuple[str, int | None]] = {}
-    nproc, node_rank = resolve(spec).nproc_per_node, 0
-    for i, node in enumerate(spec.cluster.nodes):
+    ranks = {i: rank for rank, (i, _) in enumerate(eff.spec.numbered("trainer"))}
+    for i, node in enumerate(eff.spec.cluster.nodes):
         host, gpus = (placed or {}).get(i, (node.host, node.gpus))
         for local, gpu in enumerate(gpus):
-            trainer = node.role == "trainer" and local < nproc
-            out[(host, gpu)] = ("trainer", node_rank * nproc + local) if trainer else ("rollout", None)
-        node_rank += node.role == "trainer"
+            trainer = i in ranks and local < eff.nproc_per_node
+            out[(host, gpu)] = ("trainer", ranks[i] * eff.nproc_per_node + local) if trainer else ("rollout", None)
     return out
 
 
-def record_peaks(store: Store, job_id: str, spec: JobSpec) -> None:
+def record_peaks(store: Store, job_id: str, job: JobSpec | Resolved) -> None:
     """Raise the job's stored peaks to its latest samples (ms-swift logs memory(GiB) on global rank 0: node 0's first
     GPU)."""
-    roles = gpu_roles(spec, placement(store, job_id, spec))
+    eff = resolve(job)
+    roles = gpu_roles(eff, placement(store, job_id, eff.spec))
     rank0 = next(((host, gpu) for (host, gpu), (_, rank) in roles.items() if rank == 0), None)
     store.update_memory_peaks(job_id, rank0)
 
 
-def comparison(store: Store, job_id: str, spec: JobSpec) -> list[dict]:
-    """One row per GPU of the job: its role and rank, the estimate's peak for that role (what must fit) and what
-    nvidia-smi should show (with torch's cache), and the measured peaks."""
+def comparison(store: Store, job_id: str, job: JobSpec | Resolved) -> list[dict]:
+    """One row per GPU of the job (its spec or Resolved values): its role and rank, the estimate's peak for that role
+    (what must fit) and what nvidia-smi should show (with torch's cache), and the measured peaks."""
+    eff = resolve(job)
     est = store.memory_estimate(job_id) or {}
     roles = {r["role"]: r for r in est.get("roles", [])}
     peaks = {(p["host"], p["gpu_index"], p["source"]): p["peak_gib"] for p in store.memory_peaks(job_id)}
     rows = []
-    for (host, gpu), (role, rank) in gpu_roles(spec, placement(store, job_id, spec)).items():
+    for (host, gpu), (role, rank) in gpu_roles(eff, placement(store, job_id, eff.spec)).items():
         r = roles.get(role, {})
         rows.append({"host": host, "GPU": gpu, "role": role, "rank": rank, "estimated peak GiB": r.get("peak_gib"),
                      "expected on nvidia-smi GiB": r.get("expected_gib"),
@@ -86,11 +88,12 @@ def export_rows(store: Store, job_ids: list[str]) -> list[dict]:
         job = store.job(job_id)
         if not job:
             continue
-        spec = spec_from_yaml(job["spec_yaml"])
-        record_peaks(store, job_id, spec)
+        eff = job_spec(job)
+        spec = eff.spec
+        record_peaks(store, job_id, eff)
         est = store.memory_estimate(job_id) or {}
         trainer = next((r for r in est.get("roles", []) if r["role"] == "trainer"), {})
-        ranks = {key for key, (role, _) in gpu_roles(spec, placement(store, job_id, spec)).items() if role == "trainer"}
+        ranks = {key for key, (role, _) in gpu_roles(eff, placement(store, job_id, spec)).items() if role == "trainer"}
         peaks = [p for p in store.memory_peaks(job_id) if (p["host"], p["gpu_index"]) in ranks]
         launched = time.strftime("%Y-%m-%d", time.localtime(job["started"] or job["created"]))
         node0 = spec.trainer_nodes()[0]

@@ -11,7 +11,8 @@ an exit code fails the job. What lives here, once for every backend:
   the next refresh stops what the launch had started and fails the job; a job left pending or in preflight by a
   process elsewhere counts as abandoned after a while;
 - stop, reattach after a restart, and the GPU telemetry of running jobs (monitor.telemetry) when asked for.
-The backend's handle is kept in the job's meta (``backend_handle``), its last status words in ``backend_status``.
+The backend's Handle is kept in the job's meta (``backend_handle``, as Handle.to_json writes it), its last status
+words in ``backend_status``.
 """
 
 from __future__ import annotations
@@ -22,20 +23,23 @@ import socket
 import time
 from pathlib import Path
 
-from grpo_ui.backends.base import Backend, JobStatus, NodeStatus, Progress
+from grpo_ui.backends.base import Backend, Handle, JobStatus, NodeStatus, Progress
+from grpo_ui.backends.preflight import HostFacts
 from grpo_ui.backends.remote.runner import Runner
 from grpo_ui.backends.remote.ssh import Pool, SshError
 from grpo_ui.backends.slurm import SlurmBackend
 from grpo_ui.backends.ssh import SshBackend
 from grpo_ui.core import shell
 from grpo_ui.core.errors import UserError, describe
-from grpo_ui.core.findings import format_findings
+from grpo_ui.core.findings import Finding, format_findings
+from grpo_ui.jobs.specs import job_spec
 from grpo_ui.jobs.store import DuplicateJob, Store
 from grpo_ui.jobs.telemetry import Collector
 from grpo_ui.knowledge.catalog import fetch_hf_config
 from grpo_ui.launch.plan import LaunchPlan, make_plan
 from grpo_ui.spec.model import JobSpec
-from grpo_ui.spec.yaml_io import spec_from_yaml, spec_to_yaml
+from grpo_ui.spec.resolve import resolve
+from grpo_ui.spec.yaml_io import spec_to_yaml
 
 HANDLE, STATUS, OWNER, OVERRIDE = "backend_handle", "backend_status", "launcher", "override"  # job_meta keys
 BACKENDS: dict[str, type[Backend]] = {"ssh": SshBackend, "slurm": SlurmBackend}
@@ -62,6 +66,13 @@ def override_note(store: Store, job_id: str) -> str | None:
 def backend_for(spec: JobSpec, pool: Pool | None = None) -> Backend:
     """The backend that runs the spec (cluster.backend)."""
     return BACKENDS[spec.cluster.backend](spec, pool)
+
+
+def preflight(spec: JobSpec, pool: Pool | None = None, progress: Progress = lambda where, msg: None
+              ) -> tuple[list[HostFacts], list[Finding]]:
+    """The backend's preflight of a job before any launch (the Cluster page, the ``preflight`` command): facts about
+    the machines and findings, checked as a launch's preflight checks them; no plan, no job id."""
+    return backend_for(spec, pool).prepare(resolve(spec), progress)
 
 
 def _this_process() -> str:
@@ -98,8 +109,10 @@ class Jobs:
     def runner(self, spec: JobSpec, index: int) -> Runner:
         return self.backend(spec).runner(index)
 
-    def handle(self, job_id: str) -> dict | None:
-        return json.loads(self.store.meta(job_id, HANDLE) or "null")
+    def handle(self, job_id: str) -> Handle | None:
+        """The backend's handle of the job, once its start began (None before)."""
+        text = self.store.meta(job_id, HANDLE)
+        return Handle.from_json(text) if text else None
 
     def close(self) -> None:
         """Stop collecting telemetry and close the SSH connections."""
@@ -113,8 +126,12 @@ class Jobs:
         """The job resolved once (grpo_ui.launch.plan); a model the catalogue lacks is read from its config.json where the
         job's first trainer runs."""
         backend = self.backend(spec)
-        first = next((i for i, n in enumerate(spec.cluster.nodes) if n.role == "trainer"), 0)
+        first = next((i for i, _ in spec.numbered("trainer")), 0)  # rank 0
         return make_plan(spec, job_id, arch, lambda path: fetch_hf_config(backend.runner(first), path))
+
+    def preflight(self, spec: JobSpec, progress: Progress = lambda where, msg: None
+                  ) -> tuple[list[HostFacts], list[Finding]]:
+        return preflight(spec, self.pool, progress)
 
     def launch(self, plan: LaunchPlan, secrets: dict[str, str] | None = None,
                progress: Progress = lambda where, msg: None, preflight: bool = False, override: str | None = None) -> str:
@@ -122,7 +139,7 @@ class Jobs:
         fail the job before anything starts. The spec's errors stop it too, unless ``override`` gives the reason to
         run anyway (kept with the job: ``overridden``). Raises LaunchError with every reason, and leaves nothing
         running."""
-        if plan.errors and not (override or "").strip():
+        if plan.assessment.held(override):
             raise LaunchError("the spec has errors:\n" + format_findings(plan.errors))
         secrets = secrets or {}
         missing = [n for n in plan.spec.secret_env if not secrets.get(n)]
@@ -134,7 +151,7 @@ class Jobs:
         except DuplicateJob as e:
             raise LaunchError(str(e)) from None
         self.store.set_meta(job_id, OWNER, _this_process())
-        if plan.errors:
+        if plan.assessment.blocked:  # launched despite its errors: the reason is kept with it
             self.store.set_meta(job_id, OVERRIDE, json.dumps({"reason": override.strip(),
                                                               "errors": [f.id for f in plan.errors]}))
         for n in plan.nodes:
@@ -145,18 +162,18 @@ class Jobs:
         try:
             if preflight:
                 self.store.set_job(job_id, state="preflight")
-                errors = [f for f in backend.prepare(plan, progress)[1] if f.severity == "error"]
+                errors = [f for f in backend.prepare(plan.resolved, progress)[1] if f.severity == "error"]
                 if errors:
                     raise LaunchError("preflight found errors, nothing was started:\n" + format_findings(errors))
             self.store.set_job(job_id, state="starting")
             handle, status = backend.start(plan, secrets, progress,
-                                           lambda h: self.store.set_meta(job_id, HANDLE, json.dumps(h)))
+                                           lambda h: self.store.set_meta(job_id, HANDLE, h.to_json()))
         except LaunchError as e:
             self._fail(job_id, str(e))
             raise
         except Exception as e:  # noqa: BLE001 - any failure of the start: roll back, name it
             self._roll_back(backend, job_id, e)
-        self.store.set_meta(job_id, HANDLE, json.dumps(handle))
+        self.store.set_meta(job_id, HANDLE, handle.to_json())
         self.store.set_meta(job_id, OWNER, None)  # launched: from now on the job is followed, not started
         self._follow(self.store.job(job_id), backend, handle, status)
         return job_id
@@ -198,10 +215,10 @@ class Jobs:
             if self.collector and state in ENDED:
                 self.collector.drop(job_id)
             return state
-        backend = self.backend(spec_from_yaml(job["spec_yaml"]))
+        backend = self.backend(job_spec(job).spec)
         return self._follow(job, backend, handle, backend.poll(handle))
 
-    def _follow(self, job: dict, backend: Backend, handle: dict, status: JobStatus) -> str:
+    def _follow(self, job: dict, backend: Backend, handle: Handle, status: JobStatus) -> str:
         """Record the status; sample the GPUs of a running job, stop sampling an ended one. Returns the state."""
         state = self._record(job, backend, handle, status)
         if self.collector:
@@ -211,7 +228,7 @@ class Jobs:
                 self.collector.drop(job["id"])
         return state
 
-    def _record(self, job: dict, backend: Backend, handle: dict, status: JobStatus) -> str:
+    def _record(self, job: dict, backend: Backend, handle: Handle, status: JobStatus) -> str:
         job_id = job["id"]
         for n in status.nodes:
             if n.state != "unknown":
@@ -231,7 +248,7 @@ class Jobs:
         self.store.set_job(job_id, **fields)
         return state
 
-    def _stop_rest(self, job_id: str, backend: Backend, handle: dict, status: JobStatus) -> str:
+    def _stop_rest(self, job_id: str, backend: Backend, handle: Handle, status: JobStatus) -> str:
         """Stop whatever of an ended job still runs (after a failure, or a succeeded job's rollout servers);
         '' or '; ' + why that could not be verified."""
         rest = [n for n in status.nodes if n.state in ("pending", "running", "unknown")]
@@ -269,7 +286,7 @@ class Jobs:
         handle, outcome = self.handle(job["id"]), "; no node was started"
         if handle:
             try:
-                self.backend(spec_from_yaml(job["spec_yaml"])).stop(handle, grace=5)
+                self.backend(job_spec(job).spec).stop(handle, grace=5)
                 outcome = "; everything it had started was stopped"
             except UserError as e:
                 outcome = f"; {e}"
@@ -298,7 +315,7 @@ class Jobs:
         if not handle:  # nothing was started
             return {}
         try:
-            outcome = self.backend(spec_from_yaml(job["spec_yaml"])).stop(handle, grace)
+            outcome = self.backend(job_spec(job).spec).stop(handle, grace)
         except UserError as e:
             self.store.set_job(job_id, error=f"stop incomplete: {e}")
             raise LaunchError(f"could not verify that everything stopped: {e}") from None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import atexit
 import threading
 
-from grpo_ui.backends.base import Backend, NodeStatus
+from grpo_ui.backends.base import Backend, Handle, NodeStatus
 from grpo_ui.backends.remote.gpu import PROCESSES, SmiChannel
 from grpo_ui.core import shell
 from grpo_ui.jobs.store import Store
@@ -24,7 +24,7 @@ class Collector:
         self._lock = threading.Lock()
         atexit.register(self.close)  # a channel's command runs on the node: end it with this process
 
-    def follow(self, job_id: str, backend: Backend, handle: dict, nodes: list[NodeStatus]) -> None:
+    def follow(self, job_id: str, backend: Backend, handle: Handle, nodes: list[NodeStatus]) -> None:
         """Start the channels of the job's running nodes that have none yet."""
         for node in nodes:
             with self._lock:
@@ -33,7 +33,7 @@ class Collector:
                     continue
                 followed[node.index] = self._open(job_id, backend, handle, node)
 
-    def _open(self, job_id: str, backend: Backend, handle: dict, node: NodeStatus) -> list[SmiChannel]:
+    def _open(self, job_id: str, backend: Backend, handle: Handle, node: NodeStatus) -> list[SmiChannel]:
         env = backend.spec.cluster.nodes[node.index].python_env  # where a conda env or module puts nvidia-smi
         path = f"export PATH={shell.path(env)}/bin:$PATH; " if env else ""
 

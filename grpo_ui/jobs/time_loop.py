@@ -12,11 +12,11 @@ import time
 
 from grpo_ui.doctor.pace import MOSTLY_CAPPED, RECENT_CYCLES, SLEEP_MARK, Pace, pace, seconds_text
 from grpo_ui.jobs.memory_loop import EXPORTED
+from grpo_ui.jobs.specs import job_spec
 from grpo_ui.jobs.store import ACTIVE, Store
 from grpo_ui.knowledge.engines import EngineConfigError, zero_config
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.resolve import Resolved, resolve
-from grpo_ui.spec.yaml_io import spec_from_yaml
 
 PACE_KEYS = ("seconds_per_step", "elapsed_time_s", "max_steps", "completions/mean_length",
              "completions/clipped_ratio", "step_time")
@@ -24,22 +24,24 @@ SLEEP_LINES = 5000  # vLLM sleep/wake lines of rank 0's node looked at (every ra
 HELD_OUT_DIGITS = "012345"  # time_measurements.README.md: held out when sha256(source key) starts with one of these
 
 
-def measure(store: Store, job_id: str, spec: JobSpec) -> Pace:
-    """The job's pace from its stored metrics and the vLLM sleep/wake lines of the node running global rank 0."""
-    eff = resolve(spec)
+def measure(store: Store, job_id: str, job: JobSpec | Resolved) -> Pace:
+    """The job's pace (its spec or Resolved values) from its stored metrics and the vLLM sleep/wake lines of the node
+    running global rank 0."""
+    eff = resolve(job)
+    spec = eff.spec
     rank0 = next((n["node_index"] for n in store.nodes(job_id) if n["role"] == "trainer" and n["node_rank"] == 0),
                  None)
     sleep = [] if rank0 is None else [t for _, t, _ in store.log_lines(job_id, rank0, SLEEP_LINES, SLEEP_MARK)]
     return pace(store.metrics(job_id, PACE_KEYS), eff.rollout_steps, sleep, spec.train.max_completion_length)
 
 
-def record_pace(store: Store, job_id: str, spec: JobSpec) -> dict:
+def record_pace(store: Store, job_id: str, job: JobSpec | Resolved) -> dict:
     """Measure the job's pace and keep it with the job (its intervals as their count); also the start-up (the
     launch to the first logged step: loading, vLLM start, first rollout) and when the job should finish (the last
     step's arrival plus the ETA)."""
-    measured = measure(store, job_id, spec).to_dict()
-    job, steps = store.job(job_id), store.step_times(job_id)
-    measured["startup_s"] = steps[0][1] - job["started"] if steps and job and job["started"] else None
+    measured = measure(store, job_id, job).to_dict()
+    row, steps = store.job(job_id), store.step_times(job_id)
+    measured["startup_s"] = steps[0][1] - row["started"] if steps and row and row["started"] else None
     measured["finish_at"] = steps[-1][1] + measured["eta_s"] if steps and measured["eta_s"] is not None else None
     store.set_time_measured(job_id, measured)
     return measured
@@ -64,9 +66,10 @@ def no_pace(measured: dict | None) -> str | None:
     return None
 
 
-def no_rollout_share(spec: JobSpec) -> str:
+def no_rollout_share(job: JobSpec | Resolved) -> str:
     """Why the log shows no rollout share for this job's rollout setting."""
-    eff = resolve(spec)
+    eff = resolve(job)
+    spec = eff.spec
     if eff.vllm_mode == "none":
         return "no vLLM: generation runs inside the training step (step_time)"
     if eff.server:
@@ -82,7 +85,7 @@ def comparison(store: Store, job_id: str) -> dict:
     median s/step / predicted s/step), 'measured_total_s' (training time of a finished run; while it runs, so far
     plus the ETA; None for a run that ended early), 'predicted_total_s'}."""
     job = store.job(job_id)
-    measured = store.time_measured(job_id) or record_pace(store, job_id, spec_from_yaml(job["spec_yaml"]))
+    measured = store.time_measured(job_id) or record_pace(store, job_id, job_spec(job))
     estimate = store.time_estimate(job_id)
     why_not = no_prediction(estimate)
     predicted = None if why_not else estimate
@@ -111,16 +114,16 @@ def completions_text(measured: dict) -> str | None:
     return text
 
 
-def rollout_text(measured: dict, spec: JobSpec) -> str:
+def rollout_text(measured: dict, job: JobSpec | Resolved) -> str:
     r = measured.get("rollout") if measured else None
     if not r:
-        return "rollout share unknown: " + no_rollout_share(spec)
+        return "rollout share unknown: " + no_rollout_share(job)
     return (f"rollout (vLLM awake) {r['share']:.0%} of each cycle: {seconds_text(r['awake_s'])} of "
             f"{seconds_text(r['cycle_s'])} (last {min(r['cycles'], RECENT_CYCLES)} of {r['cycles']} cycles, vLLM's sleep/wake "
             "lines)")
 
 
-def summary(store: Store, job_id: str, spec: JobSpec) -> dict:
+def summary(store: Store, job_id: str, job: JobSpec | Resolved) -> dict:
     """What Monitor, History and ``status`` show, as text: 'median', 'recent', 'predicted' (s/step), 'ratio'
     (measured / predicted), 'eta' and 'lines' (warm-up and start-up, the prediction or why there is none, totals,
     the rollout share, completions vs their cap)."""
@@ -141,7 +144,7 @@ def summary(store: Store, job_id: str, spec: JobSpec) -> dict:
         lines.append(f"training time: {seconds_text(c['measured_total_s'])} measured"
                      + (" (so far, plus the ETA)" if active else "")
                      + (f", {seconds_text(c['predicted_total_s'])} predicted" if c["predicted_total_s"] else ""))
-    lines.append(rollout_text(m, spec))
+    lines.append(rollout_text(m, job))
     if text := completions_text(m):
         lines.append(text)
     eta = None
@@ -214,11 +217,11 @@ def time_row(store: Store, job_id: str) -> tuple[dict | None, str | None]:
     job = store.job(job_id)
     if not job:
         return None, "no such job"
-    spec = spec_from_yaml(job["spec_yaml"])
-    measured = record_pace(store, job_id, spec)
+    eff = job_spec(job)
+    spec = eff.spec
+    measured = record_pace(store, job_id, eff)
     if why := no_pace(measured):
         return None, why
-    eff = resolve(spec)
     if not eff.trainer.model:
         return None, "no GPU model in its cluster settings (a step time says little without the GPU)"
     config, notes = _config(eff, measured)

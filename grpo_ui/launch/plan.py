@@ -17,10 +17,16 @@ from grpo_ui.core.errors import UserError
 from grpo_ui.core.findings import Finding
 from grpo_ui.knowledge import hub
 from grpo_ui.knowledge.catalog import ModelArch, from_hf_config
-from grpo_ui.launch.render import Bundle, render, run_dir, secrets_file
+from grpo_ui.launch.render import Bundle, render, run_dir
+from grpo_ui.launch.runfiles import NodeFiles
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.names import check_name
 from grpo_ui.spec.resolve import Resolved, resolve
+
+
+def default_job_id(spec: JobSpec) -> str:
+    """A job's id when the user names none: <name>-<YYYYmmdd-HHMMSS> (it names the job's run directory)."""
+    return f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def assessment_at_launch(spec: JobSpec, arch: ModelArch | None = None,
@@ -54,26 +60,32 @@ def time_at_launch(a: Assessment) -> dict:
 
 @dataclass(frozen=True)
 class PlannedNode:
-    """One entry of cluster.nodes and its script in the bundle."""
+    """One entry of cluster.nodes and its files in the run directory (its script from the bundle)."""
 
     index: int                              # in spec.cluster.nodes
-    role: Literal["trainer", "rollout"]
-    rank: int | None                        # NODE_RANK of a trainer
+    files: NodeFiles                        # its role and number (a trainer's NODE_RANK), and so its files' names
     host: str                               # as the spec names it (on Slurm the scheduler picks the machine)
-    script: str                             # node_<rank>.sh or rollout_<k>.sh
+
+    @property
+    def role(self) -> Literal["trainer", "rollout"]:
+        return self.files.role
+
+    @property
+    def rank(self) -> int | None:
+        """NODE_RANK of a trainer."""
+        return self.files.number if self.role == "trainer" else None
+
+    @property
+    def script(self) -> str:
+        return self.files.script
 
     @property
     def log(self) -> str:
-        return self.script.removesuffix(".sh") + ".log"
-
-    @property
-    def exit_file(self) -> str:
-        k = self.script.removeprefix("rollout_").removesuffix(".sh")
-        return f"exit_code.{self.rank}" if self.role == "trainer" else f"exit_code.rollout{k}"
+        return self.files.log
 
     @property
     def secrets(self) -> str:
-        return secrets_file(self.script)
+        return self.files.secrets
 
 
 @dataclass(frozen=True)
@@ -105,7 +117,8 @@ class LaunchPlan:
 
     @property
     def errors(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity == "error"]
+        """The errors that hold the launch (Assessment.blocked) unless overridden with a reason."""
+        return self.assessment.errors
 
     def role(self, role: str) -> list[PlannedNode]:
         return [n for n in self.nodes if n.role == role]
@@ -113,17 +126,13 @@ class LaunchPlan:
 
 def make_plan(spec: JobSpec, job_id: str | None = None, arch=None,
               read_config: Callable[[str], dict] | None = None) -> LaunchPlan:
-    """Resolve the job once. ``job_id`` defaults to <name>-<timestamp> (SpecError when it cannot name a directory);
+    """Resolve the job once. ``job_id`` defaults to default_job_id (SpecError when it cannot name a directory);
     ``arch`` is a model architecture the user supplied; ``read_config`` reads the model's config.json where the job
     runs, for a model the catalogue lacks."""
-    job_id = check_name(job_id or f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    job_id = check_name(job_id or default_job_id(spec))
     a, estimate = assessment_at_launch(spec, arch, read_config)
     bundle = render(a, job_id)
-    nodes, rank = [], 0
-    for i, node in enumerate(spec.cluster.nodes):
-        if i in bundle.node_files:
-            nodes.append(PlannedNode(i, "trainer", rank, node.host, bundle.node_files[i]))
-            rank += 1
-        elif i in bundle.rollout_files:
-            nodes.append(PlannedNode(i, "rollout", None, node.host, bundle.rollout_files[i]))
+    scripts = {**bundle.node_files, **bundle.rollout_files}
+    nodes = [PlannedNode(i, NodeFiles.of_script(scripts[i]), node.host) for i, node in enumerate(spec.cluster.nodes)
+             if i in scripts]
     return LaunchPlan(job_id, a, bundle, estimate, nodes, run_dir(spec, job_id))

@@ -18,6 +18,8 @@ import yaml
 from grpo_ui.checks.assess import Assessment
 from grpo_ui.core import shell
 from grpo_ui.core.findings import Finding, finding
+from grpo_ui.launch import runfiles
+from grpo_ui.launch.runfiles import SBATCH, NodeFiles, secrets_file
 from grpo_ui.spec.cluster import Node
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.names import check_name
@@ -33,6 +35,11 @@ ROLLOUT_HOSTS = '"${ROLLOUT_HOSTS[@]}"'  # in job.sbatch: the rollout component'
 _env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                           autoescape=False, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
 _env.filters["q"] = shell.quote
+# The run directory's files as the scripts name them (grpo_ui.launch.runfiles), the node's number a shell expression
+_env.globals.update(trainer_exit=NodeFiles("trainer", "$NODE_RANK").exit_code,
+                    rollout_exit=NodeFiles("rollout", "$ROLLOUT_INDEX").exit_code,
+                    trainer_log=NodeFiles("trainer", "%n").log, rollout_log=NodeFiles("rollout", "%n").log,
+                    hosts=runfiles.HOSTS, rollout_hosts=runfiles.ROLLOUT_HOSTS, sbatch_output=runfiles.SBATCH_OUTPUT)
 
 
 @dataclass
@@ -55,13 +62,6 @@ class Bundle:
                 info.compress_type = zipfile.ZIP_DEFLATED
                 z.writestr(info, text)
         return buf.getvalue()
-
-
-def secrets_file(script: str) -> str:
-    """The 0600 file a script reads its secret values from and then deletes, next to it in the run directory:
-    node_<NODE_RANK>, rollout_<ROLLOUT_INDEX> or job (job.sbatch) .secrets.env. The scripts name it through
-    those variables, so node scripts still differ only in NODE_RANK."""
-    return script.rsplit(".", 1)[0] + ".secrets.env"
 
 
 def run_dir(spec: JobSpec, job_id: str) -> str:
@@ -108,6 +108,16 @@ def _sbatch_options(spec: JobSpec, nodes: list[Node], role: str) -> list[str]:
              "constraint": s.constraint, "cpus-per-task": s.cpus_per_task}
     return [f"--nodes={len(nodes)}", "--ntasks-per-node=1", *([f"--gres=gpu:{gpus}"] if gpus else []),
             *(f"--{k}={v}" for k, v in named.items() if v is not None), *map(sbatch_option, s.extra_sbatch)]
+
+
+def sbatch_request(job: JobSpec | Resolved) -> str:
+    """The Slurm request of the job's job.sbatch alone (its #SBATCH lines: nodes, GPUs, partition, …), as a script
+    ``sbatch --test-only`` can judge before there is a job to render."""
+    eff = resolve(job)
+    trainers, rollouts = eff.spec.trainer_nodes(), eff.spec.rollout_nodes() if eff.server else []
+    return "#!/usr/bin/env bash\n" + _env.get_template("_sbatch_request.j2").render(
+        trainer_sbatch=_sbatch_options(eff.spec, trainers, "trainer") if trainers else [],
+        rollout_sbatch=_sbatch_options(eff.spec, rollouts, "rollout") if rollouts else [])
 
 
 def _sbatch_context(spec: JobSpec, trainers: list[Node], rollouts: list[Node], train_argv: list[str],
@@ -157,8 +167,7 @@ def render(job: Assessment | JobSpec | Resolved, job_id: str) -> Bundle:
     spec = eff.spec
     train = train or train_command(eff)
     findings: list[Finding] = []
-    trainers = [(i, n) for i, n in enumerate(spec.cluster.nodes) if n.role == "trainer"]
-    rollouts = [(i, n) for i, n in enumerate(spec.cluster.nodes) if n.role == "rollout"]
+    trainers, rollouts = spec.numbered("trainer"), spec.numbered("rollout")
     files: dict[str, str] = {}
     bundle = Bundle(job_id, files, findings, added=list(train.added))
     common = {"nnodes": eff.nnodes, "master_addr": eff.master_addr, "master_port": eff.master_port,
@@ -166,9 +175,9 @@ def render(job: Assessment | JobSpec | Resolved, job_id: str) -> Bundle:
               "server_timeout": int(spec.rollout.vllm_server_timeout)}
     yaml_ok = eff.version >= (4, 1, 0)
     for rank, (i, node) in enumerate(trainers):
-        name = f"node_{rank}.sh"
+        name = NodeFiles("trainer", rank).script
         ctx = {**common, **_node_context(spec, node, job_id), "rank": rank, "command": swift_line(train.argv),
-               "secrets_file": "node_${NODE_RANK}.secrets.env"}
+               "secrets_file": NodeFiles("trainer", "${NODE_RANK}").secrets}  # node scripts differ in NODE_RANK only
         files[name] = _env.get_template("node.sh.j2").render(ctx)
         bundle.node_files[i] = name
         if yaml_ok:
@@ -182,15 +191,15 @@ def render(job: Assessment | JobSpec | Resolved, job_id: str) -> Bundle:
         for k, (i, node) in enumerate(rollouts):
             roll = rollout_command(eff, index=k)
             bundle.added += [(f"{flags} (rollout_{k}.sh)", why) for flags, why in roll.added]
-            name = f"rollout_{k}.sh"
+            name = NodeFiles("rollout", k).script
             ctx = {**_node_context(spec, node, job_id), "index": k, "command": swift_line(roll.argv),
-                   "secrets_file": "rollout_${ROLLOUT_INDEX}.secrets.env"}
+                   "secrets_file": NodeFiles("rollout", "${ROLLOUT_INDEX}").secrets}
             files[name] = _env.get_template("rollout.sh.j2").render(ctx)
             bundle.rollout_files[i] = name
     if trainers:
-        files["job.sbatch"] = _env.get_template("job.sbatch.j2").render(
+        files[SBATCH] = _env.get_template("job.sbatch.j2").render(
             {**common, "master_port": spec.cluster.master_port or SLURM_MASTER_PORT,
-             **_node_context(spec, trainers[0][1], job_id), "secrets_file": secrets_file("job.sbatch"),
+             **_node_context(spec, trainers[0][1], job_id), "secrets_file": secrets_file(SBATCH),
              **_sbatch_context(spec, [n for _, n in trainers], [n for _, n in rollouts], train.argv,
                                servers.argv if servers else None)})
     files["secrets.env.example"] = "".join(f"{name}=\n" for name in spec.secret_env) or "# no secrets declared\n"

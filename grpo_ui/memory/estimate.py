@@ -45,7 +45,7 @@ from grpo_ui.memory.dynamic import (
     vision_activations,
 )
 from grpo_ui.memory.inputs import Inputs, inputs_from_spec
-from grpo_ui.memory.report import GIB, MemoryReport, Phase, RoleReport, Term
+from grpo_ui.memory.report import GIB, MemoryReport, Phase, RoleReport, Term, VllmShare
 from grpo_ui.memory.states import base_weight_bytes, live_gradients, model_states, sharding_buffers
 from grpo_ui.memory.vllm import VLLM_OVERHEAD_GIB, vllm_asleep, vllm_kv, vllm_weight_bytes, zero3_generation_gather
 from grpo_ui.spec.model import JobSpec
@@ -115,29 +115,32 @@ def optimizer_step_phase(i: Inputs, ms: dict, training: list[Term]) -> Phase:
                                                 "partition")])
 
 
+def _vllm_share(i: Inputs, util: float, tp: int, max_len: int, sequences: int) -> VllmShare:
+    """vLLM's share of a GPU: its weights ÷ TP, the KV cache of one max_len sequence, the sequences a rollout wants."""
+    return VllmShare(util, tp, i.capacity_gib, vllm_weight_bytes(i, tp) / GIB, VLLM_OVERHEAD_GIB,
+                     vllm_kv(i, tp, 1, max_len) / GIB, sequences)
+
+
 def _vllm_colocate(i: Inputs, ms: dict, extras: float, training: list[Term], rollout: list[Term],
-                   notes: list[str]) -> None:
-    """Adds vLLM's terms to both phases and its notes. vLLM's budget is its own share on top of what training holds:
-    its memory profiling counts only what the instance adds to a baseline snapshot (vllm-project/vllm#10511, v0.6.5+)."""
-    w = vllm_weight_bytes(i, i.vllm_tp)
-    kv_want = vllm_kv(i, i.vllm_tp, i.vllm_max_num_seqs, i.vllm_max_len)
-    need = w + vllm_kv(i, i.vllm_tp, 1, i.vllm_max_len) + VLLM_OVERHEAD_GIB * GIB  # one full sequence at least
+                   notes: list[str]) -> VllmShare:
+    """Adds vLLM's terms to both phases and its notes; returns its share. vLLM's budget is its own share on top of
+    what training holds: its memory profiling counts only what the instance adds to a baseline snapshot
+    (vllm-project/vllm#10511, v0.6.5+)."""
+    share = _vllm_share(i, i.vllm_util, i.vllm_tp, i.vllm_max_len, i.vllm_max_num_seqs)
+    w = share.weights_gib * GIB
     cap = i.capacity_gib
     if cap is None:
-        reserve = w + kv_want + VLLM_OVERHEAD_GIB * GIB
+        reserve = (share.weights_gib + share.overhead_gib + share.sequence_gib * share.sequences_wanted) * GIB
         notes.append("No GPU model chosen: vLLM counted at what it needs, not its reservation.")
     else:
-        budget = i.vllm_util * cap * GIB
-        reserve = max(budget, need)
-        if budget < need:
-            notes.append(f"vLLM cannot start: its budget ({budget / GIB:.1f} GiB = util × capacity) is below its "
-                         f"weights + one sequence of KV ({need / GIB:.1f} GiB).")
-        elif budget - w - VLLM_OVERHEAD_GIB * GIB < kv_want:
-            seqs = int((budget - w - VLLM_OVERHEAD_GIB * GIB) / (kv_want / i.vllm_max_num_seqs))
-            notes.append(f"vLLM's KV cache holds ~{seqs} of the {i.vllm_max_num_seqs} sequences a rollout wants at "
-                         "once: generation runs in more waves (slower, not an error).")
+        reserve = max(share.budget_gib, share.start_gib) * GIB
+        if not share.starts:
+            notes.append(share.cannot_start())
+        elif share.short:
+            notes.append(f"vLLM's KV cache holds ~{share.sequences_held} of the {share.sequences_wanted} sequences a "
+                         "rollout wants at once: generation runs in more waves (slower, not an error).")
         resident = ms["weights"] + extras + CUDA_CONTEXT_GIB * GIB
-        if resident + budget > cap * GIB:
+        if resident + share.budget_gib * GIB > cap * GIB:
             notes.append(f"vLLM checks at start that util × capacity ({i.vllm_util * cap:.1f} GiB) is free, but "
                          f"training already holds {resident / GIB:.1f} GiB.")
     rollout += [Term("vLLM weights", w / GIB, "weights / TP"),
@@ -145,6 +148,7 @@ def _vllm_colocate(i: Inputs, ms: dict, extras: float, training: list[Term], rol
                      "reservation (util × capacity) beyond the weights: KV cache, CUDA graphs")]
     training.append(Term(f"vLLM while training (sleep_level {i.sleep_level})", vllm_asleep(i, reserve) / GIB,
                          "0: weights + KV kept; 1: weights to CPU RAM, KV freed; 2: both freed"))
+    return share
 
 
 def _allocator_reserve(i: Inputs, phase: Phase, generate_kv: float) -> list[Term]:
@@ -175,8 +179,9 @@ def estimate(i: Inputs) -> MemoryReport:
     notes: list[str] = []
     phases = [Phase(TRAINING_PHASE, training)]
     kv = vllm_kv(i, 1, i.generation_batch, i.prompt_len + i.completion_len) if i.vllm == "none" else 0.0
+    share = None
     if i.vllm == "colocate":
-        _vllm_colocate(i, ms, extras, training, rollout, notes)
+        share = _vllm_colocate(i, ms, extras, training, rollout, notes)
         phases.append(Phase("rollout", rollout))
     elif i.vllm == "none":
         rollout.append(Term("generate() KV cache", kv / GIB, "transformers generation: micro-batch × steps per "
@@ -186,22 +191,20 @@ def estimate(i: Inputs) -> MemoryReport:
         phases.append(Phase("rollout", rollout))
     phases.insert(1, optimizer_step_phase(i, ms, training))
     phases[0].terms += _allocator_reserve(i, phases[0], kv / GIB)
-    roles = [RoleReport("trainer", i.gpu_name, i.capacity_gib, phases, notes)]
+    roles = [RoleReport("trainer", i.gpu_name, i.capacity_gib, phases, notes, share)]
     if i.vllm == "server":
         roles.append(_server_role(i))
     return MemoryReport(i.arch.name, i.arch.total_params() / 1e9, roles, host_ram(i, ms), _assumptions(i))
 
 
 def _server_role(i: Inputs) -> RoleReport:
-    w = vllm_weight_bytes(i, i.server_tp)
-    need = w + vllm_kv(i, i.server_tp, 1, i.server_max_len) + VLLM_OVERHEAD_GIB * GIB  # at least one sequence
-    cap = i.capacity_gib
-    reserve = max(i.server_util * cap * GIB, need) if cap else need
-    srv = Phase("rollout", [Term("vLLM weights", w / GIB, "weights / TP"),
-                            Term("vLLM KV cache + overhead", (reserve - w) / GIB,
+    share = _vllm_share(i, i.server_util, i.server_tp, i.server_max_len, 1)
+    reserve = max(share.budget_gib or 0.0, share.start_gib)  # at least one sequence
+    srv = Phase("rollout", [Term("vLLM weights", share.weights_gib, "weights / TP"),
+                            Term("vLLM KV cache + overhead", reserve - share.weights_gib,
                                  "util × capacity beyond the weights (≥ one max_model_len sequence)"),
                             Term("CUDA context", CUDA_CONTEXT_GIB, "per process")])
-    return RoleReport("rollout", i.gpu_name, cap, [srv])
+    return RoleReport("rollout", i.gpu_name, i.capacity_gib, [srv], vllm=share)
 
 
 def host_ram(i: Inputs, ms: dict) -> dict[str, float]:

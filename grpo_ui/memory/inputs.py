@@ -187,7 +187,7 @@ def inputs_from_spec(job: JobSpec | Resolved, gpu: str | None = None, arch: Mode
     images, _ = vision_tokens(arch, env, prompt)
     fsdp = fsdp_config(t.fsdp)
     extra = []
-    if eff.beta > 0 and (t.tuner_type == "full" or t.ref_model):
+    if eff.reference_model:
         extra.append(ExtraModel("reference", resolve_arch(t.ref_model, "train.ref_model") if t.ref_model else arch))
     extra += [ExtraModel("reward", resolve_arch(m, f"train.reward_model[{k}]")) for k, m in enumerate(t.reward_model or [])]
     return Inputs(

@@ -56,6 +56,59 @@ class Phase:
         return self.needed + ESTIMATE_MARGIN * self.modelled
 
 
+@dataclass(frozen=True)
+class VllmShare:
+    """vLLM's share of one GPU as the estimate sizes it, in GiB: whether vLLM fits its share is decided here (the
+    rules' field advisory SEED-VLLM-UTIL-LOW and MEMORY-VLLM-START ask it). ``capacity_gib`` None: no GPU model
+    chosen. A rollout server's batch is its own (its max_num_seqs): it wants one sequence, so only the start counts."""
+
+    util: float                   # vllm_gpu_memory_utilization
+    tp: int                       # vllm_tensor_parallel_size
+    capacity_gib: float | None
+    weights_gib: float            # its copy of the weights per GPU (÷ TP)
+    overhead_gib: float           # profile activations, sampler buffers
+    sequence_gib: float           # the KV cache of one full-length sequence
+    sequences_wanted: int         # the sequences a rollout generates at once
+
+    @property
+    def budget_gib(self) -> float | None:
+        """What vLLM may reserve: util × capacity."""
+        return None if self.capacity_gib is None else self.util * self.capacity_gib
+
+    @property
+    def start_gib(self) -> float:
+        """What vLLM needs to start: its weights, one full sequence of KV cache and its overhead."""
+        return self.weights_gib + self.sequence_gib + self.overhead_gib
+
+    @property
+    def starts(self) -> bool:
+        return self.budget_gib is None or self.budget_gib >= self.start_gib
+
+    @property
+    def sequences_held(self) -> int | None:
+        """The sequences its KV cache holds at once (None without a GPU model)."""
+        if self.budget_gib is None:
+            return None
+        return max(0, int((self.budget_gib - self.weights_gib - self.overhead_gib) / self.sequence_gib))
+
+    @property
+    def short(self) -> bool:
+        """It cannot start, or its KV cache holds fewer sequences than a rollout generates at once."""
+        return not self.starts or (self.sequences_held is not None and self.sequences_held < self.sequences_wanted)
+
+    def util_for_all(self) -> float:
+        """The utilisation whose share holds every sequence a rollout wants (needs a GPU model)."""
+        need = self.weights_gib + self.overhead_gib + self.sequence_gib * self.sequences_wanted
+        return need / self.capacity_gib
+
+    def cannot_start(self) -> str | None:
+        """Why vLLM cannot start, or None."""
+        if self.starts:
+            return None
+        return (f"vLLM cannot start: its budget ({self.budget_gib:.1f} GiB = util × capacity) is below its weights + "
+                f"one sequence of KV ({self.start_gib:.1f} GiB).")
+
+
 @dataclass
 class RoleReport:
     """One GPU role (trainer GPU, or rollout-server GPU in server mode)."""
@@ -65,6 +118,7 @@ class RoleReport:
     capacity_gib: float | None
     phases: list[Phase]
     notes: list[str] = field(default_factory=list)
+    vllm: VllmShare | None = None  # the vLLM on this GPU (colocated, or a rollout server's), when there is one
 
     @property
     def peak_gib(self) -> float:

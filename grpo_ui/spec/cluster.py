@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from grpo_ui.knowledge.catalog import gpus
 from grpo_ui.spec.estimate import DEFAULT_INTERNODE_GBS
 from grpo_ui.spec.fields import setting
-from grpo_ui.spec.names import RESERVED_ENV, check_env_names, check_host, check_no_secrets
+from grpo_ui.spec.names import RESERVED_ENV, check_env_names, check_host, check_no_secrets, is_loopback
 
 
 def _gpu_names() -> list[str]:
@@ -67,7 +67,7 @@ class Node(BaseModel):
 
     @property
     def is_local(self) -> bool:
-        return self.host in ("localhost", "127.0.0.1", "::1")
+        return is_loopback(self.host)
 
 
 class ClusterSpec(BaseModel):

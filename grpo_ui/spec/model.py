@@ -15,7 +15,7 @@ from grpo_ui.spec.cluster import ClusterSpec, Node
 from grpo_ui.spec.errors import SpecError
 from grpo_ui.spec.estimate import EstimateSpec
 from grpo_ui.spec.fields import ArgDecl, SettingDecl, arg_decls, setting, setting_decls
-from grpo_ui.spec.names import SECRET_NAME, check_env_names, check_name, check_no_secrets
+from grpo_ui.spec.names import check_env_names, check_name, check_no_secrets, is_secret_name
 from grpo_ui.spec.slurm import SlurmSpec
 from grpo_ui.spec.swift_args import SUPPORTED_VERSIONS, RolloutArgs, ServerArgs, TrainArgs, dialect_of
 
@@ -28,7 +28,7 @@ def _split_secrets(data: dict) -> tuple[dict, list[str]]:
     def take(env):
         if not isinstance(env, dict):
             return env
-        found = [k for k in env if isinstance(k, str) and SECRET_NAME.search(k)]
+        found = [k for k in env if isinstance(k, str) and is_secret_name(k)]
         moved.extend(k for k in found if k not in moved)
         return {k: v for k, v in env.items() if k not in found}
 
@@ -117,11 +117,17 @@ class JobSpec(BaseModel):
     def _secret_names_ok(cls, v: list[str]) -> list[str]:
         return check_env_names(v)
 
+    def numbered(self, role: str) -> list[tuple[int, Node]]:
+        """(index in cluster.nodes, node) of one role's nodes in the order listed: a trainer's place in this list is
+        its NODE_RANK, a rollout node's its number among the rollout servers (ROLLOUT_INDEX)."""
+        return [(i, n) for i, n in enumerate(self.cluster.nodes) if n.role == role]
+
     def trainer_nodes(self) -> list[Node]:
-        return [n for n in self.cluster.nodes if n.role == "trainer"]
+        """The trainer nodes, by NODE_RANK."""
+        return [n for _, n in self.numbered("trainer")]
 
     def rollout_nodes(self) -> list[Node]:
-        return [n for n in self.cluster.nodes if n.role == "rollout"]
+        return [n for _, n in self.numbered("rollout")]
 
 
 # ---------------------------------------------------------------------------------------------------------------

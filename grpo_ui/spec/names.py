@@ -8,10 +8,24 @@ import re
 
 from grpo_ui.spec.errors import SpecError
 
-# Set by the node scripts themselves (GRPO_UI_RUN by the launcher): a spec's env must not change them.
-RESERVED_ENV = ("NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NNODES", "NPROC_PER_NODE", "CUDA_VISIBLE_DEVICES",
-                "GRPO_UI_RUN")
-SECRET_NAME = re.compile(r"(_TOKEN|_KEY)$|PASSWORD|SECRET", re.IGNORECASE)  # values travel in the secrets file
+# The launch variables: torchrun's and CUDA's, set by every node script from the cluster settings
+# (spec.resolve.Resolved.launch_env gives their values).
+LAUNCH_ENV = ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NPROC_PER_NODE", "CUDA_VISIBLE_DEVICES")
+RUN_TOKEN = "GRPO_UI_RUN"  # the SSH launcher marks every process of a node with it (backends.ssh)
+RESERVED_ENV = (*LAUNCH_ENV, RUN_TOKEN)  # a spec's env must not change them
+# Which environment names hold secrets (their values travel in the 0600 secrets file, never in a spec, script or
+# database): a name ending in _TOKEN or _KEY (HF_TOKEN, MODELSCOPE_API_TOKEN, WANDB_API_KEY, OPENAI_API_KEY,
+# SWANLAB_API_KEY, AWS_SECRET_ACCESS_KEY), or one with PASSWORD or SECRET anywhere. Only at the end for TOKEN and KEY:
+# GRPO scripts also export TOKENIZERS_PARALLELISM (Hugging Face tokenizers' fork warning), IMAGE_MAX_TOKEN_NUM and
+# VIDEO_MAX_TOKEN_NUM (Qwen-VL's vision-token caps, which the memory estimate reads) and HF_TOKEN_PATH (a path), whose
+# values a job needs as they are.
+_SECRET_NAME = re.compile(r"(_TOKEN|_KEY)$|PASSWORD|SECRET", re.IGNORECASE)
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether an environment variable of this name holds a secret (see _SECRET_NAME); the spec, the importer and
+    the command line all ask here."""
+    return bool(_SECRET_NAME.search(name))
 
 
 def check_env_names(names, reserved: tuple[str, ...] = RESERVED_ENV):
@@ -31,7 +45,7 @@ def check_env_names(names, reserved: tuple[str, ...] = RESERVED_ENV):
 def check_no_secrets(env: dict[str, str]) -> dict[str, str]:
     """A spec loaded whole has token-like names moved to secret_env already; one changed field by field must not
     bring them back (ValueError names them)."""
-    found = [k for k in env if SECRET_NAME.search(k)]
+    found = [k for k in env if is_secret_name(k)]
     if found:
         raise ValueError(f"{', '.join(found)} look(s) like secrets: list the name in secret_env instead (the value "
                          "travels in a 0600 file at launch, never in the spec)")
@@ -45,6 +59,16 @@ def check_name(value: str, what: str = "job id", longest: int = 128) -> str:
         raise SpecError([(what, f"{value!r} is not usable as a {what}: use up to {longest} letters, digits, '.', "
                                 "'_' or '-', starting with a letter, digit or '_'")])
     return value
+
+
+def is_loopback(host: str) -> bool:
+    """localhost or a loopback address (127.0.0.0/8, ::1): this machine only, which no other node can reach."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip()).is_loopback
+    except ValueError:
+        return False
 
 
 _LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")

@@ -15,9 +15,11 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Literal
 
 from grpo_ui.knowledge.catalog import ModelArch, find_gpu, find_model, from_hf_config
+from grpo_ui.knowledge.engines import EngineConfigError, ZeroConfig, zero_config
 from grpo_ui.spec.cluster import Node
 from grpo_ui.spec.fields import parse_version
 from grpo_ui.spec.model import JobSpec
@@ -140,6 +142,33 @@ class Resolved:
     def server(self) -> bool:
         """vLLM in swift rollout servers."""
         return self.vllm_mode == "server"
+
+    @property
+    def reference_model(self) -> str | None:
+        """The frozen reference model ms-swift loads beside the policy on every trainer GPU (rlhf_args.py
+        __post_init__): none when beta is 0; with full tuning ref_model, else a copy of the policy; with LoRA none
+        (the base model with the adapter off is the reference), unless ref_model is set, which ms-swift refuses (rule
+        REF-MODEL-LORA) and which is counted while it is there."""
+        t = self.spec.train
+        if self.beta == 0:
+            return None
+        return (t.ref_model or t.model) if t.tuner_type == "full" else t.ref_model
+
+    @cached_property
+    def zero(self) -> ZeroConfig | None:
+        """DeepSpeed's ZeRO stage and offload as train.deepspeed sets them: a preset, inline JSON or a JSON file, read
+        by knowledge.engines; None without DeepSpeed, or when the config cannot be read here (the memory estimate
+        says why: MEMORY-ENGINE-CONFIG)."""
+        try:
+            return zero_config(self.spec.train.deepspeed)
+        except EngineConfigError:
+            return None
+
+    @property
+    def zero_offload(self) -> bool:
+        """ZeRO offloads optimizer states or parameters to host RAM (zero2_offload, zero3_offload, or a JSON's
+        offload_optimizer / offload_param device)."""
+        return bool(self.zero and (self.zero.offload_optimizer or self.zero.offload_param))
 
     def rollout_port(self, index: int) -> int:
         """The HTTP port rollout node ``index`` serves: its entry in vllm_server_port when the trainer lists the

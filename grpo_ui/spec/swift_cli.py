@@ -9,7 +9,6 @@ adds on its own is listed on the Command with the reason.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any, get_args, get_origin
 
@@ -21,8 +20,6 @@ from grpo_ui.spec.fields import ArgDecl, parse_version
 from grpo_ui.spec.model import ARGS, JobSpec
 from grpo_ui.spec.resolve import Resolved, resolve
 
-LAUNCH_ENV = ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NPROC_PER_NODE", "CUDA_VISIBLE_DEVICES")
-SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
 # Flags grpo-ui does not model that exist only in some versions: (first version with it, first without it, what to
 # do instead). Outside that range ms-swift rejects them (reference §2 'history'; gc_collect_after_offload: bbf3bc4c4).
 FLAG_LIFETIMES = {

@@ -11,9 +11,12 @@ from grpo_ui.core.findings import Finding, finding
 from grpo_ui.knowledge.compat import conflicts
 from grpo_ui.spec.fields import parse_version
 from grpo_ui.spec.model import JobSpec
+from grpo_ui.spec.resolve import Resolved
 
 
-def host_findings(spec: JobSpec, i: int, f: HostFacts) -> list[Finding]:
+def host_findings(eff: Resolved, i: int, f: HostFacts) -> list[Finding]:
+    """What node ``i``'s facts say about the job (its effective values: server mode as resolved)."""
+    spec = eff.spec
     node, out = spec.cluster.nodes[i], []
     path = f"cluster.nodes[{i}]"
     if f.error:
@@ -30,7 +33,7 @@ def host_findings(spec: JobSpec, i: int, f: HostFacts) -> list[Finding]:
                            f"{node.host} has ms-swift {swift} but the job targets {spec.swift_version}.",
                            f"Set swift_version to {'.'.join(swift.split('.')[:2])} so the flags match.",
                            {"swift_version": ".".join(swift.split(".")[:2])}))
-    needs_vllm = spec.rollout.use_vllm and (node.role == "rollout" or spec.rollout.vllm_mode != "server")
+    needs_vllm = eff.vllm_mode != "none" and (node.role == "rollout" or not eff.server)
     if swift and needs_vllm and not f.versions.get("vllm"):
         out.append(finding("PREFLIGHT-NO-VLLM", "error", "rollout.use_vllm",
                            f"{node.host}: use_vllm is on but vLLM is not installed in "
@@ -72,7 +75,7 @@ def host_findings(spec: JobSpec, i: int, f: HostFacts) -> list[Finding]:
         out.append(finding("PREFLIGHT-DISK", "warning", "cluster.run_root",
                            f"{node.host}: only {f.disk_free_gib:.0f} GiB free for run directories and checkpoints.",
                            "Free disk or move run_root / output_dir to a larger volume."))
-    if f.proxy and spec.rollout.vllm_mode == "server":
+    if f.proxy and eff.server:
         out.append(finding("PREFLIGHT-PROXY", "warning", "env", f"{node.host} sets {', '.join(f.proxy)}: server mode "
                            "traffic to the rollout servers may go through the proxy and fail (ms-swift #5545).",
                            "Unset http_proxy/https_proxy for the job (or set no_proxy for the rollout hosts)."))
@@ -100,7 +103,7 @@ def py_spy_findings(spec: JobSpec, runners: dict[int, Runner], progress) -> list
     grpo-ui's tools prefix (run_root/.grpo-ui-tools), the job's environment nor PATH has it, the node's python3
     pip-installs it into that prefix (the job's environment is left as it is), with the job's environment variables
     (e.g. an index URL)."""
-    trainers = [i for i, n in enumerate(spec.cluster.nodes) if n.role == "trainer" and i in runners]
+    trainers = [i for i, _ in spec.numbered("trainer") if i in runners]
 
     def ensure(i: int) -> str:
         node = spec.cluster.nodes[i]

@@ -123,7 +123,7 @@ def _sync_port_checks(eff: Resolved, runners: dict[int, Runner], trainers: list[
 
 
 def port_checks(eff: Resolved, runners: dict[int, Runner]) -> list[Finding]:
-    trainers = [i for i, n in enumerate(eff.spec.cluster.nodes) if n.role == "trainer" and i in runners]
+    trainers = [i for i, _ in eff.spec.numbered("trainer") if i in runners]
     if not trainers:
         return []
     out = _master_checks(eff, runners, trainers)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from grpo_ui.checks.rules.base import rule
 from grpo_ui.core.findings import finding
+from grpo_ui.spec.names import is_loopback
 
 
 @rule
@@ -48,7 +49,7 @@ def cluster(spec, eff):
                           "Give each node on the same machine its own GPU ids.")
         seen.setdefault(key, (i, set()))[1].update(n.gpus)
     master = eff.master_addr
-    if ssh and len(trainers) > 1 and (master in ("127.0.0.1", "localhost", "::1") or any(n.is_local for n in trainers)):
+    if ssh and len(trainers) > 1 and (is_loopback(master) or any(n.is_local for n in trainers)):
         yield finding("MASTER-LOOPBACK", "error", ("cluster.master_addr", "cluster.nodes[0].host"),
                       f"NNODES is {len(trainers)} but MASTER_ADDR is {master} (or a trainer is localhost): the other "
                       "nodes cannot reach a loopback address and would hang at rendezvous.",

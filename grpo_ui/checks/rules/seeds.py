@@ -1,15 +1,17 @@
-"""Field experience (shared/seeds): what published runs and field reports hit beyond ms-swift's own checks."""
+"""Field experience (shared/seeds): what published runs and field reports hit beyond ms-swift's own checks. One of
+them, vllm_share, needs the memory estimate and is asked by the assessment with its report; the others are rules."""
 
 from __future__ import annotations
 
 from grpo_ui.checks.rules.base import is_multimodal, model_size_b, rule, size_label
-from grpo_ui.core.findings import finding
+from grpo_ui.core.findings import Finding, finding
+from grpo_ui.memory.report import MemoryReport
 
 
 @rule
 def seed_zero3_kl0(spec, eff):
     t = spec.train
-    if (t.deepspeed or "").startswith("zero3") and t.per_device_train_batch_size == 1 and eff.grad_accum > 1:
+    if eff.zero and eff.zero.stage == 3 and t.per_device_train_batch_size == 1 and eff.grad_accum > 1:
         yield finding("SEED-ZERO3-KL0", "warning", ("train.deepspeed", "train.per_device_train_batch_size",
                                                     "train.gradient_accumulation_steps"),
                       f"ZeRO-3 with per-device batch 1 and gradient accumulation {eff.grad_accum}: users saw "
@@ -21,8 +23,7 @@ def seed_zero3_kl0(spec, eff):
 @rule
 def seed_offload_large(spec, eff):
     size = model_size_b(eff)
-    t, r = spec.train, spec.rollout
-    offloading = (r.offload_model and eff.colocate) or (t.deepspeed or "").endswith("offload")
+    offloading = (spec.rollout.offload_model and eff.colocate) or eff.zero_offload
     if size and size >= 30 and offloading:
         yield finding("SEED-OFFLOAD-STALL", "warning", ("rollout.offload_model", "train.deepspeed"),
                       f"A {size_label(eff)} model with offload_model / ZeRO offload: moving the weights "
@@ -31,41 +32,36 @@ def seed_offload_large(spec, eff):
                       "8–12 if memory allows; watch for a hang alert.", {"rollout.offload_model": False})
 
 
-def _vllm_share(spec, eff):
-    """(section, memory utilisation, TP, GPU memory in GiB or None) of the GPUs vLLM runs on: the trainers' when
-    colocated, the rollout nodes' in server mode; None without vLLM."""
-    if eff.colocate:
-        r = spec.rollout
-        return "rollout", r.vllm_gpu_memory_utilization, r.vllm_tensor_parallel_size, eff.trainer.gib
-    if eff.server:
-        s = spec.server
-        return "server", s.vllm_gpu_memory_utilization, s.vllm_tensor_parallel_size, eff.rollout.gib
-    return None
-
-
-@rule
-def seed_vllm_share(spec, eff):
-    size, share = model_size_b(eff), _vllm_share(spec, eff)
-    if not (size and share):
-        return
-    section, util, tp, gib = share
+def vllm_share(eff, report: MemoryReport | None) -> list[Finding]:
+    """SEED-VLLM-UTIL-LOW, asked by the assessment with its memory report: whether vLLM fits its share of the GPU
+    is the estimate's (memory.report.VllmShare); this says what field reports 000 and 004 saw when it did not. No
+    estimate, no advisory (the estimate's own finding says why there is none)."""
+    share = next((r.vllm for r in report.roles if r.vllm), None) if report else None
+    size = model_size_b(eff)
+    if share is None or size is None:
+        return []
+    section = "server" if eff.server else "rollout"
     fields = (f"{section}.vllm_gpu_memory_utilization", f"{section}.vllm_tensor_parallel_size")
-    weights = size * 2 / tp  # bf16 GB ≈ GiB×1.07; kept simple on purpose
-    if gib is None:
-        if size >= 30 and util <= 0.5:  # field report 000: 0.5 on a 32B model, GPUs unknown to us
-            yield finding("SEED-VLLM-UTIL-LOW", "info", fields,
-                          f"vLLM may use {util} of each GPU for ≈{weights:.0f} GB of {size_label(eff)} weights per GPU "
-                          f"(TP {tp}) plus the KV cache of every rollout; field report 000 found 0.5 too small for a "
-                          "32B model.", "Set the GPUs' model on the Cluster page so the estimate can check it; 0.6–0.7 "
-                          "is where that report landed.")
-        return
-    if util * gib < weights * 1.25:
-        need = min(0.95, round(weights * 1.25 / gib + 0.05, 2))
-        yield finding("SEED-VLLM-UTIL-LOW", "warning", fields,
-                      f"vLLM may use {util} × {gib:.0f} GiB = {util * gib:.1f} GiB per GPU, but the weights alone take "
-                      f"≈{weights:.1f} GiB (TP {tp}), leaving little or no KV cache: rollouts crawl or fail (field "
-                      "reports 000, 004).", f"Raise vllm_gpu_memory_utilization to ≈{need} (check the memory estimate) "
-                      "or raise vllm_tensor_parallel_size.", {fields[0]: need})
+    if share.capacity_gib is None:
+        if size >= 30 and share.util <= 0.5:  # field report 000: 0.5 on a 32B model, GPUs unknown to us
+            return [finding("SEED-VLLM-UTIL-LOW", "info", fields,
+                            f"vLLM may use {share.util} of each GPU for {share.weights_gib:.0f} GiB of "
+                            f"{size_label(eff)} weights per GPU (TP {share.tp}) plus the KV cache of every rollout; "
+                            "field report 000 found 0.5 too small for a 32B model.",
+                            "Set the GPUs' model on the Cluster page so the estimate can check it; 0.6–0.7 is where "
+                            "that report landed.")]
+        return []
+    if not share.short:
+        return []
+    held = ("too little to start with one sequence of KV cache" if not share.starts else
+            f"leaving KV cache for ~{share.sequences_held} of the {share.sequences_wanted} sequences a rollout "
+            "generates at once")
+    need = min(0.95, round(share.util_for_all() + 0.05, 2))
+    return [finding("SEED-VLLM-UTIL-LOW", "warning", fields,
+                    f"vLLM may use {share.util} × {share.capacity_gib:.0f} GiB = {share.budget_gib:.1f} GiB per GPU; "
+                    f"its weights take {share.weights_gib:.1f} GiB (TP {share.tp}), {held}: rollouts crawl or fail "
+                    "(field reports 000, 004).", f"Raise vllm_gpu_memory_utilization to ≈{need} (check the memory "
+                    "estimate) or raise vllm_tensor_parallel_size.", {fields[0]: need})]
 
 
 @rule
@@ -74,7 +70,7 @@ def seed_tp_spans_node(spec, eff):
     r, nproc = spec.rollout, eff.nproc_per_node
     tp = r.vllm_tensor_parallel_size
     busy = [what for what, on in (("async_generate", r.async_generate), ("offload_model", r.offload_model),
-                                  ("ZeRO offload", (spec.train.deepspeed or "").endswith("offload"))) if on]
+                                  ("ZeRO offload", eff.zero_offload)) if on]
     if eff.colocate and tp >= 4 and tp == nproc and busy:
         workers = f" with num_infer_workers {r.num_infer_workers}" if r.num_infer_workers else ""
         yield finding("SEED-TP-SPANS-NODE", "warning", ("rollout.vllm_tensor_parallel_size", "rollout.async_generate",
@@ -88,12 +84,12 @@ def seed_tp_spans_node(spec, eff):
 @rule
 def seed_offload_small(spec, eff):
     size = model_size_b(eff)
-    t, r = spec.train, spec.rollout
+    r = spec.rollout
     if size is None or size > 8:
         return
     what = [p for p, on in (("rollout.offload_model", r.offload_model), ("rollout.offload_optimizer",
                                                                           r.offload_optimizer),
-                            ("train.deepspeed", (t.deepspeed or "").endswith("offload")),
+                            ("train.deepspeed", eff.zero_offload),
                             ("rollout.move_model_batches", bool(r.move_model_batches))) if on]
     if what:
         yield finding("SEED-OFFLOAD-SMALL", "warning", tuple(what),
@@ -102,7 +98,7 @@ def seed_offload_small(spec, eff):
                       "Use ZeRO-3 (or ZeRO-2) without offload, offload_* false, no move_model_batches.",
                       {"rollout.offload_model": False, "rollout.offload_optimizer": False,
                        "rollout.move_model_batches": None,
-                       **({"train.deepspeed": t.deepspeed.removesuffix("_offload")} if t.deepspeed else {})})
+                       **({"train.deepspeed": f"zero{eff.zero.stage}"} if eff.zero_offload else {})})
 
 
 @rule
@@ -118,7 +114,7 @@ def seed_dataloader(spec, eff):
 
 @rule
 def seed_node_differ(spec, eff):
-    trainers = [(i, n) for i, n in enumerate(spec.cluster.nodes) if n.role == "trainer"]
+    trainers = spec.numbered("trainer")
     if len(trainers) < 2:
         return
     i0, n0 = trainers[0]
@@ -136,10 +132,11 @@ def seed_node_differ(spec, eff):
 @rule
 def seed_ref_model(spec, eff):
     size = model_size_b(eff)
-    if spec.train.tuner_type == "full" and eff.beta > 0:
-        what = f" (≈{size * 2:.0f} GB more in bf16)" if size else ""
+    if eff.reference_model and spec.train.tuner_type == "full":
+        what = f" (≈{size * 2:.0f} GB more in bf16)" if size and eff.reference_model == spec.train.model else ""
+        copy = "copy of the model" if eff.reference_model == spec.train.model else f"model ({eff.reference_model})"
         yield finding("SEED-REF-MODEL", "info", ("train.beta", "train.tuner_type"),
-                      f"beta {eff.beta} with full tuning loads a frozen reference copy of the model{what}.",
+                      f"beta {eff.beta} with full tuning loads a frozen reference {copy}{what}.",
                       "If memory is short, set beta 0 (no KL term, no reference model) as ms-swift's 32B example "
                       "does.", {"train.beta": 0.0})
 
