@@ -23,7 +23,7 @@ from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.names import check_name
 from grpo_ui.spec.resolve import SLURM_MASTER_PORT, Resolved, resolve
 from grpo_ui.spec.slurm import sbatch_option
-from grpo_ui.spec.swift_cli import TRAIN_FLAGS, coerce, rollout_command, train_command
+from grpo_ui.spec.swift_cli import TRAIN_FLAGS, coerce, rollout_command, stands_alone, train_command
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 EXECUTABLE = (".sh", ".sbatch")
@@ -143,7 +143,8 @@ def _yaml_config(argv: list[str], env: dict[str, str]) -> str:
             tokens[key].append(tok)
     for key, values in tokens.items():
         decl = TRAIN_FLAGS.get(key)
-        data[key] = coerce(decl, values) if decl else (values[0] if len(values) == 1 else values)
+        verbatim = values[0] if len(values) == 1 else values
+        data[key] = coerce(decl, values) if decl and (values or stands_alone(decl)) else verbatim
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=120)
 
 
