@@ -20,6 +20,7 @@ from grpo_ui.jobs.follow import STACKS, STACKS_AT, Watcher
 from grpo_ui.jobs.memory_loop import comparison, record_peaks
 from grpo_ui.jobs.service import HANDLE, STATUS, override_note
 from grpo_ui.spec.yaml_io import spec_from_yaml
+from views import readable
 from views.boundary import guarded
 from views.service import jobs
 
@@ -90,7 +91,7 @@ def memory_table(job: dict) -> None:
     error = (service.store.memory_estimate(job["id"]) or {}).get("error")
     if error:
         st.caption(f"No estimate at launch: {error}")
-    st.table(comparison(service.store, job["id"], spec))
+    st.table(readable.memory_table(comparison(service.store, job["id"], spec)))
 
 
 st.title("Monitor")

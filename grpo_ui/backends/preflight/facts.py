@@ -90,6 +90,7 @@ class HostFacts:
     credentials: dict[str, bool] = field(default_factory=dict)  # each undeclared credential: in env or a login file?
     health: dict[str, str] = field(default_factory=dict)  # rank 0: each outside server's /health/ status or error
     error: str | None = None
+    findings: list = field(default_factory=list)  # what preflight found on this host (preflight.host's findings)
 
 
 WORKDIR = "workdir"  # the key of the node's working directory among the paths checked
