@@ -29,7 +29,7 @@ from grpo_ui.spec.fields import parse_version
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.resolve import sft_grad_accum
-from grpo_ui.spec.swift_args import RolloutArgs, ServerArgs, TrainArgs
+from grpo_ui.spec.swift_args import FIRST_GRPO_VERSION, RolloutArgs, ServerArgs, TrainArgs
 
 REQUIRED = ("id", "kind", "workload", "source", "config", "gpu", "measured_gib", "unit", "measures", "compare",
             "notes", "added")
@@ -129,7 +129,14 @@ def spec_of(row: dict) -> JobSpec:
         nodes = [{"host": "trainer", "gpus": [0], "gpu_model": row["gpu"]},
                  {"host": "rollout", "role": "rollout", "gpus": gpus, "gpu_model": row["gpu"]}]
     changes["cluster.nodes"] = nodes
-    return with_changes(JobSpec(swift_version=cfg.get("swift_version", "4.6")), changes)
+    return with_changes(JobSpec(swift_version=spec_version(cfg.get("swift_version", "4.6"))), changes)
+
+
+def spec_version(version: str) -> str:
+    """A row's ms-swift version as a job spec takes it: rows measured on ms-swift 2.x and 3.0–3.1 (before GRPO, SFT
+    rows) as 3.2, the oldest a GRPO job spec accepts; what the estimate reads of the version (the logits kept in
+    place from 4.2, SFT's default accumulation before 3.7) is the same for all of them."""
+    return version if parse_version(version) >= FIRST_GRPO_VERSION else ".".join(map(str, FIRST_GRPO_VERSION))
 
 
 def inputs_of(row: dict) -> Inputs:

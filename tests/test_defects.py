@@ -168,10 +168,10 @@ def test_a_finding_is_shown_once_with_all_its_fields(home):
 
 
 def test_the_dataloader_advisory_only_for_vision_models():
-    from grpo_ui.checks.check import check
-    text_model = {f.id for f in check(with_changes(FIRST, {"train.dataloader_num_workers": 0}))}
-    vision = {f.id for f in check(with_changes(FIRST, {"train.model": "Qwen/Qwen2.5-VL-7B-Instruct",
-                                                       "train.dataloader_num_workers": 0}))}
+    from grpo_ui.checks.assess import assess
+    text_model = {f.id for f in assess(with_changes(FIRST, {"train.dataloader_num_workers": 0})).findings}
+    vision = {f.id for f in assess(with_changes(FIRST, {"train.model": "Qwen/Qwen2.5-VL-7B-Instruct",
+                                                       "train.dataloader_num_workers": 0})).findings}
     assert "SEED-DATALOADER-WORKERS" not in text_model and "SEED-DATALOADER-WORKERS" in vision
 
 

@@ -363,9 +363,9 @@ def test_a_launch_starts_its_plan_as_it_was_resolved(env_dir, tmp_path, monkeypa
 
     def again(*args, **kwargs):
         raise AssertionError("the launch resolved the job again")
-    for module, name in (("grpo_ui.launch.plan", "check"), ("grpo_ui.launch.plan", "render"), ("grpo_ui.launch.plan", "estimate_at_launch"),
-                         ("grpo_ui.checks.check", "estimate_spec"), ("grpo_ui.checks.check", "suggest"), ("grpo_ui.launch.render", "render"),
-                         ("grpo_ui.checks.rules", "validate")):
+    for module, name in (("grpo_ui.launch.plan", "assess"), ("grpo_ui.launch.plan", "render"),
+                         ("grpo_ui.checks.assess", "estimate_spec"), ("grpo_ui.checks.assess", "suggest"),
+                         ("grpo_ui.launch.render", "render"), ("grpo_ui.checks.rules", "validate")):
         monkeypatch.setattr(f"{module}.{name}", again)
     job = jobs.launch(plan)
     assert wait_for(lambda: jobs.refresh(job) == "succeeded")

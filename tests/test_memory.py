@@ -25,7 +25,7 @@ from bench.calibration import (
     summary,
 )
 from bench.calibration import load as load_calibration
-from grpo_ui.checks.check import check
+from grpo_ui.checks.assess import assess
 from grpo_ui.checks.fit import suggest
 from grpo_ui.importer import import_scripts
 from grpo_ui.knowledge.catalog import UnknownGpu, find_model, models
@@ -152,7 +152,7 @@ def test_deepspeed_json_is_read_from_a_file_or_inline_and_an_unreadable_one_is_a
         inputs_from_spec(spec(train__deepspeed="/nowhere/ds.json"))
     with pytest.raises(EngineConfigError, match="not valid JSON"):
         inputs_from_spec(spec(train__deepspeed="{stage: 3"))
-    finding = next(f for f in check(spec(train__deepspeed="/nowhere/ds.json")) if f.id == "MEMORY-ENGINE-CONFIG")
+    finding = next(f for f in assess(spec(train__deepspeed="/nowhere/ds.json")).findings if f.id == "MEMORY-ENGINE-CONFIG")
     assert finding.fields == ("train.deepspeed",)
     with pytest.raises(EngineConfigError, match="train.fsdp"):
         inputs_from_spec(spec(train__fsdp="/nowhere/fsdp.json"))
@@ -301,7 +301,7 @@ def test_an_unknown_gpu_is_an_error_naming_the_closest_unless_its_memory_is_give
     odd = spec(cluster__nodes=[{"host": "a", "gpus": [0], "gpu_model": "NVIDIA GeForce RTX 3099"}])
     with pytest.raises(UnknownGpu, match="Closest: NVIDIA GeForce RTX 3090"):
         estimate_spec(odd)
-    finding = next(f for f in check(odd) if f.id == "MEMORY-UNKNOWN-GPU")
+    finding = next(f for f in assess(odd).findings if f.id == "MEMORY-UNKNOWN-GPU")
     assert finding.severity == "error" and finding.fields == ("cluster.nodes[0].gpu_model",)
     assert finding.apply == {"cluster.nodes[0].gpu_model": "NVIDIA GeForce RTX 3090"}
     given = with_changes(odd, {"cluster.nodes[0].gpu_memory_gib": 48.0})
@@ -383,15 +383,15 @@ def test_a_job_fits_only_with_the_estimates_measured_error_margin():
         return with_changes(job, {"cluster.nodes[0].gpu_memory_gib": gib})
 
     assert estimate_spec(on_card(r.margin_peak_gib + 0.01)).verdict == "fits"
-    assert [f.id for f in check(on_card(r.margin_peak_gib + 0.01)) if f.id.startswith("MEMORY")] == []
+    assert [f.id for f in assess(on_card(r.margin_peak_gib + 0.01)).findings if f.id.startswith("MEMORY")] == []
     tight = on_card((r.peak_gib + r.margin_peak_gib) / 2)
     assert estimate_spec(tight).verdict == "tight"
-    [warning] = [f for f in check(tight) if f.id.startswith("MEMORY")]
+    [warning] = [f for f in assess(tight).findings if f.id.startswith("MEMORY")]
     assert (warning.id, warning.severity) == ("MEMORY-TIGHT", "warning")
     assert f"{r.margin_peak_gib:.1f} GiB with the estimate's measured error margin" in warning.message
     assert warning.apply and estimate_spec(with_changes(tight, warning.apply)).verdict == "fits"
     assert all(s.verdict == "fits" for s in suggest(tight))
-    [error] = [f for f in check(on_card(r.peak_gib - 0.01)) if f.id.startswith("MEMORY")]
+    [error] = [f for f in assess(on_card(r.peak_gib - 0.01)).findings if f.id.startswith("MEMORY")]
     assert (error.id, error.severity) == ("MEMORY-OOM", "error")
 
 

@@ -16,7 +16,7 @@ from grpo_ui.doctor.metrics import parse_stdout_line
 from grpo_ui.jobs.memory_loop import comparison, export_rows, gpu_roles, record_peaks
 from grpo_ui.jobs.store import Store
 from grpo_ui.knowledge.catalog import fetch_hf_config
-from grpo_ui.launch.plan import estimate_at_launch
+from grpo_ui.launch.plan import assessment_at_launch
 from grpo_ui.memory.estimate import estimate_spec
 from grpo_ui.spec.yaml_io import spec_to_yaml, validate_spec
 from tests.test_catalog import QWEN25_7B_CONFIG
@@ -48,7 +48,7 @@ def test_ranks_follow_torchrun_order_and_vllm_gpus_have_none():
 def stored_job(tmp_path, spec) -> Store:
     store = Store(tmp_path / "db.sqlite")
     store.create_job("j", spec.name, spec_to_yaml(spec), "running")
-    store.set_memory_estimate("j", estimate_at_launch(spec))
+    store.set_memory_estimate("j", assessment_at_launch(spec)[1])
     for host in ("g1", "g2"):
         store.add_gpu_samples("j", [parse_smi_line(line, host, 1.0) for line in BUSY])
     step, values = parse_stdout_line(V3_LINE)
@@ -88,8 +88,8 @@ def test_a_model_the_catalogue_lacks_is_estimated_from_its_config_json_on_the_no
     (model / "config.json").write_text(json.dumps(QWEN25_7B_CONFIG))
     spec = job_spec(model=str(model))
     on_node = lambda path: fetch_hf_config(LocalRunner(), path)  # noqa: E731
-    assert estimate_at_launch(spec, read_config=on_node)["roles"][0]["peak_gib"] > 0
-    missing = estimate_at_launch(job_spec(model="/nowhere/model"), read_config=on_node)
+    assert assessment_at_launch(spec, read_config=on_node)[1]["roles"][0]["peak_gib"] > 0
+    missing = assessment_at_launch(job_spec(model="/nowhere/model"), read_config=on_node)[1]
     assert "unknown architecture" in missing["error"] and "On node 0" in missing["error"]
 
 

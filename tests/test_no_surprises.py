@@ -17,7 +17,7 @@ from streamlit.testing.v1 import AppTest
 
 from grpo_ui.__main__ import main
 from grpo_ui.checks import rules
-from grpo_ui.checks.check import check
+from grpo_ui.checks.assess import assess
 from grpo_ui.checks.rules.credentials import credentials_needed
 from grpo_ui.importer import ImportRefused, import_scripts, import_uploads
 from grpo_ui.jobs.drafts import latest_spec
@@ -240,6 +240,10 @@ def test_a_multi_line_system_prompt_survives_an_edit_and_reaches_ms_swift_intact
 # --- 3. Run-time failures are findings with fixes before launch --------------------------------------------------
 
 EXAMPLES = Path(__file__).parent / "data" / "ms_swift_examples"
+
+
+def check(spec):
+    return assess(spec).findings
 
 
 def example(name: str):

@@ -12,6 +12,7 @@ from io import BytesIO
 import pytest
 import yaml
 
+from grpo_ui.checks.assess import assess
 from grpo_ui.launch.render import render, write_bundle
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.paths import with_changes
@@ -44,21 +45,23 @@ def test_node_scripts_differ_only_in_node_rank(n):
         assert changed_lines(scripts[0], scripts[r]) == ["-export NODE_RANK=0", f"+export NODE_RANK={r}"]
     assert all(f"export NNODES={n}" in s and "export MASTER_ADDR=10.9.0.1" in s for s in scripts)
     assert not [f for f in bundle.findings if f.severity == "error"]
+    assert not [f for f in assess(spec(**cluster(n))).findings if f.severity == "error"]
 
 
 def test_per_node_settings_show_in_the_diff_and_as_findings():
     nodes = cluster(3)["cluster.nodes"]
     nodes[2] = {**nodes[2], "python_env": "/opt/other-env", "env": {"NCCL_IB_DISABLE": "1"}}
-    bundle = render(spec(**{"cluster.nodes": nodes}), "job-1")
+    a = assess(spec(**{"cluster.nodes": nodes}))
+    bundle = render(a, "job-1")
     diff = changed_lines(bundle.files["node_0.sh"], bundle.files["node_2.sh"])
     assert "+export NCCL_IB_DISABLE=1" in diff and any("/opt/other-env" in d for d in diff)
-    fields = {f for x in bundle.findings if x.id == "SEED-NODE-DIFFER" for f in x.fields}
+    fields = {f for x in a.findings if x.id == "SEED-NODE-DIFFER" for f in x.fields}
     assert fields == {"cluster.nodes[2].env", "cluster.nodes[2].python_env"}
 
 
 def test_loopback_master_with_several_nodes_is_an_error():
-    bundle = render(spec(**cluster(2), **{"cluster.master_addr": "127.0.0.1"}), "job-1")
-    assert "MASTER-LOOPBACK" in {f.id for f in bundle.findings if f.severity == "error"}
+    a = assess(spec(**cluster(2), **{"cluster.master_addr": "127.0.0.1"}))
+    assert "MASTER-LOOPBACK" in {f.id for f in a.findings if f.severity == "error"}
 
 
 def test_secrets_never_in_script_text_and_zip_has_everything(tmp_path):

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from grpo_ui.checks import check, rules
+from grpo_ui.checks import assess, rules
 from grpo_ui.knowledge.catalog import find_model, from_hf_config
 from grpo_ui.launch import render
 from grpo_ui.spec import resolve
@@ -147,13 +147,13 @@ def test_rollout_steps_output_dir_and_architecture():
 
 
 def test_a_resolved_job_is_computed_once(monkeypatch):
-    """check, the estimate and render given a Resolved use its values: nothing is resolved again."""
+    """The assessment and render given a Resolved use its values: nothing is resolved again."""
     eff = resolve.resolve(job(1, 2, **{"cluster.nodes[0].gpu_model": "H100 80GB HBM3"}))
     calls = []
     real = resolve._grad_accum
     monkeypatch.setattr(resolve, "_grad_accum", lambda *a: calls.append(a) or real(*a))
-    check.check(eff)
+    assess.assess(eff)
     render.render(eff, "job-1")
     assert calls == []
-    check.check(eff.spec)
+    assess.assess(eff.spec)
     assert len(calls) == 1

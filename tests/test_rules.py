@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_ui.checks.check import check
+from grpo_ui.checks.assess import assess
 from grpo_ui.checks.rules import RULES, validate
 from grpo_ui.importer import import_scripts
 from grpo_ui.spec.model import JobSpec
@@ -130,7 +130,7 @@ CASES = {
 
 
 def ids(changes) -> set[str]:
-    return {f.id for f in check(with_changes(JobSpec(), {**BASE, **changes}))}
+    return {f.id for f in assess(with_changes(JobSpec(), {**BASE, **changes})).findings}
 
 
 def test_base_spec_is_clean():
@@ -151,7 +151,7 @@ def test_rule_fires_and_stays_silent(rule_id):
 def test_every_finding_is_complete_and_its_fix_applies():
     for rule_id, (trigger, _) in CASES.items():
         spec = with_changes(JobSpec(), {**BASE, **trigger})
-        for f in (f for f in check(spec) if f.id == rule_id):
+        for f in (f for f in assess(spec).findings if f.id == rule_id):
             assert f.message and f.fix and f.fields and f.severity in ("error", "warning", "info")
             if f.apply:
                 with_changes(spec, f.apply)  # a one-click fix is always a valid spec
@@ -205,7 +205,7 @@ SEEDS = Path(__file__).parent / "fixtures" / "seeds"
     ("004_qwen2_7b_24gb.yaml", {"MEMORY-OOM"}),
 ])
 def test_field_report_situations_yield_their_advisory(name, expected):
-    found = {f.id for f in check(load_spec(SEEDS / name))}
+    found = {f.id for f in assess(load_spec(SEEDS / name)).findings}
     assert expected <= found, found
 
 
@@ -221,7 +221,7 @@ CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 NPROC_PER_NODE=8 swift rlhf --rlhf_type grp
 def script_findings(text: str, version: str) -> dict[str, list]:
     spec, _ = import_scripts([("run.sh", text)], version)
     out = {}
-    for f in check(spec):
+    for f in assess(spec).findings:
         out.setdefault(f.id, []).append(f)
     return out
 
@@ -263,7 +263,7 @@ def test_one_group_port_for_two_servers_is_an_error_as_in_ms_swift():
            "rollout.vllm_server_port": [8000, 8001]}
     def ports_findings(groups):
         spec = with_changes(JobSpec(), {**BASE, **two, "rollout.vllm_server_group_port": groups})
-        return [f for f in check(spec) if f.id == "VLLM-SERVER-PORTS"]
+        return [f for f in assess(spec).findings if f.id == "VLLM-SERVER-PORTS"]
 
     one = ports_findings([6000])
     assert one and one[0].fields == ("rollout.vllm_server_group_port",)

@@ -16,7 +16,7 @@ import pytest
 
 from grpo_ui.backends.slurm import SlurmBackend
 from grpo_ui.backends.slurm_text import gres_gpus
-from grpo_ui.checks.check import check
+from grpo_ui.checks.assess import assess
 from grpo_ui.jobs.follow import Watcher
 from grpo_ui.jobs.memory_loop import comparison
 from grpo_ui.jobs.service import ENDED, HANDLE, STATUS, Jobs
@@ -65,10 +65,10 @@ def test_on_slurm_the_node_entries_only_shape_the_allocation():
     nodes = [{"host": "localhost", "gpus": [0, 1]}, {"host": "localhost", "gpus": [0, 1]}]
     ssh = validate_spec({"train": {"model": "m", "dataset": ["d"], "reward_funcs": ["format"]},
                          "cluster": {"nodes": nodes, "run_root": "/shared/runs"}})
-    assert {"MASTER-LOOPBACK", "CLUSTER-GPU-OVERLAP"} <= {f.id for f in check(ssh)}
+    assert {"MASTER-LOOPBACK", "CLUSTER-GPU-OVERLAP"} <= {f.id for f in assess(ssh).findings}
     slurm = validate_spec({**ssh.model_dump(exclude_unset=True), "slurm": {"gpus_per_node": 4},
                            "cluster": {**ssh.cluster.model_dump(exclude_unset=True), "backend": "slurm"}})
-    found = {f.id: f for f in check(slurm)}
+    found = {f.id: f for f in assess(slurm).findings}
     assert not {"MASTER-LOOPBACK", "CLUSTER-GPU-OVERLAP"} & set(found)
     assert "2 node(s) with 2 GPU(s) each" in found["SLURM-NODE-HOSTS"].message
     assert found["SLURM-GPUS-MISMATCH"].apply == {"slurm.gpus_per_node": None}

@@ -50,6 +50,7 @@ STATES = [
     ("OOM", {"findings": [OOM], "verdict": "oom", "held": True}, 4, "todo", "OOM"),
     ("errors", {"findings": [BATCH, NODES], "held": True}, 4, "todo", "2 error(s)"),
     ("no verdict", {"spec": NO_GPU, "verdict": None}, 4, "todo", "no memory verdict yet: no GPU model chosen"),
+    ("verdict unknown", {"spec": NO_GPU, "verdict": "unknown"}, 4, "todo", "no memory verdict yet"),
     ("overridden", {"findings": [BATCH], "overridden": True}, 4, "done", "1 error(s) overridden"),
     ("scripts blocked by errors", {"findings": [BATCH], "held": True}, 5, "blocked", "override"),
     ("scripts blocked by parsing", {"parse": {"train.beta": "x"}, "held": True}, 5, "blocked", "do not parse"),
@@ -78,7 +79,7 @@ def test_a_sidebar_field_that_does_not_parse_is_charged_to_no_settings_step():
        findings=st.lists(st.sampled_from([BATCH, NODES, OOM, UNKNOWN]), unique=True),
        parse=st.dictionaries(st.sampled_from(["env", "name", "train.beta", "cluster.nodes[0].gpus", "slurm.qos"]),
                              st.just("bad"), max_size=2),
-       verdict=st.sampled_from([None, "fits", "tight", "oom"]), overridden=st.booleans(),
+       verdict=st.sampled_from([None, "unknown", "fits", "tight", "oom"]), overridden=st.booleans(),
        hosts=st.dictionaries(st.sampled_from(["a", "b"]), st.sampled_from(
            ["passed", "warning", "failed", "stale", "untested"]), max_size=2))
 def test_no_step_tells_another_story_than_the_page(spec, findings, parse, verdict, overridden, hosts):
@@ -92,7 +93,7 @@ def test_no_step_tells_another_story_than_the_page(spec, findings, parse, verdic
     assert all(why for _, why in shown.values())
     assert (shown[5][0] == "blocked") == held == (shown[6][0] == "blocked")
     if shown[4][0] == "done":
-        assert not parse and verdict is not None and (not errors or overridden)
+        assert not parse and verdict not in (None, "unknown") and (not errors or overridden)
     if shown[5][0] == "done":
         assert all(shown[k][0] == "done" for k in (1, 3, 4))
     if shown[6][0] == "done":

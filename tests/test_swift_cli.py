@@ -4,12 +4,13 @@ import shlex
 
 import pytest
 
-from grpo_ui.checks.check import check
+from grpo_ui.checks.assess import assess
 from grpo_ui.core.shell import join as shell_join
 from grpo_ui.importer import import_scripts
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.paths import with_changes
-from grpo_ui.spec.resolve import dialect_of, effective_output_dir, model_name
+from grpo_ui.spec.resolve import effective_output_dir, model_name
+from grpo_ui.spec.swift_args import dialect_of
 from grpo_ui.spec.swift_cli import rollout_command, train_command
 from grpo_ui.spec.yaml_io import spec_from_yaml, spec_to_yaml
 
@@ -112,7 +113,7 @@ def test_server_mode_lists_every_rollout_node_and_keeps_colocate_flags_the_user_
     assert cmd.argv[i:i + 6] == ["--vllm_server_host", "r0", "10.0.0.9", "--vllm_server_port", "8000", "8000"]
     assert "server mode" in cmd.added[-1][1]
     assert "--sleep_level" in cmd.argv  # ms-swift parses it (and forces it to 0); the rules say so
-    assert "SLEEP-LEVEL-IGNORED" in {f.id for f in check(s)}
+    assert "SLEEP-LEVEL-IGNORED" in {f.id for f in assess(s).findings}
     assert "VERSION-MULTI-SERVER" in [f.id for f in train_command(s, "3.6").findings]
     given = with_changes(s, {"rollout.vllm_server_host": ["10.1.2.3"], "rollout.vllm_server_port": [8001]})
     argv = train_command(given).argv

@@ -5,28 +5,23 @@ parse, and errors (an OOM verdict too) hold export and launch unless overridden 
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import streamlit as st
 
 from grpo_ui.checks import rules
-from grpo_ui.checks.check import check
-from grpo_ui.checks.fit import suggest
+from grpo_ui.checks.assess import Assessment, assess
 from grpo_ui.checks.steps import Step, steps
-from grpo_ui.core.findings import SEVERITY_ICON, Finding, sort_findings
+from grpo_ui.core.findings import SEVERITY_ICON, Finding, by_id, sort_findings
 from grpo_ui.importer import PASTED, ImportRefused, import_uploads
 from grpo_ui.jobs.drafts import Draft
 from grpo_ui.knowledge import catalog
 from grpo_ui.knowledge.catalog import from_hf_config, parse_hf_config
-from grpo_ui.launch.render import render
-from grpo_ui.memory.estimate import estimate_spec
+from grpo_ui.launch.render import Bundle, render
 from grpo_ui.memory.report import ESTIMATE_MARGIN
 from grpo_ui.spec import form
 from grpo_ui.spec.errors import SpecError
 from grpo_ui.spec.fields import GROUPS, ArgDecl, Decl
 from grpo_ui.spec.model import ARGS, JobSpec
 from grpo_ui.spec.paths import with_changes
-from grpo_ui.spec.resolve import resolve
 from grpo_ui.spec.yaml_io import spec_from_yaml, spec_to_yaml
 from views import drafts, hosts
 from views.memory_chart import memory_chart
@@ -47,10 +42,10 @@ def base_spec(draft: Draft) -> JobSpec:
     return spec_from_yaml(st.session_state["base_yaml"])
 
 
-def autosave(draft: Draft, spec: JobSpec) -> bool:
-    """Save the form's spec over the tab's draft when it changed; False (nothing saved) when another tab saved the
-    draft since this tab loaded it."""
-    if (text := spec_to_yaml(spec)) != st.session_state["saved_yaml"]:
+def autosave(draft: Draft, spec: JobSpec, text: str) -> bool:
+    """Save the form's spec (``text``: its YAML) over the tab's draft when it changed; False (nothing saved) when
+    another tab saved the draft since this tab loaded it."""
+    if text != st.session_state["saved_yaml"]:
         if not drafts.save(draft, spec):
             return False
         st.session_state["saved_yaml"], st.session_state["draft_version"] = text, draft.version + 1
@@ -138,14 +133,17 @@ def apply_fix(spec: JobSpec, changes: dict) -> None:
     reset_to(with_changes(spec, changes))
 
 
-def dedup(findings: list[Finding]) -> list[Finding]:
-    """One finding per id: the first one's message, every field any of them names, all their one-click changes."""
-    by_id: dict[str, Finding] = {}
-    for f in findings:
-        kept = by_id.get(f.id)
-        by_id[f.id] = f if kept is None else replace(kept, fields=tuple(dict.fromkeys(kept.fields + f.fields)),
-                                                       apply={**kept.apply, **f.apply})
-    return list(by_id.values())
+@st.cache_resource(max_entries=64, show_spinner=False)
+def assessed(text: str, _spec: JobSpec) -> Assessment:
+    """The spec's one assessment, by its content (its YAML): an unchanged spec is not assessed again, in any
+    session of this process."""
+    return assess(_spec)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def rendered(text: str, _a: Assessment, job_id: str) -> Bundle:
+    """The assessed spec's scripts (for the downloads and the preview), by the spec's content and the job id."""
+    return render(_a, job_id)
 
 
 @st.cache_resource
@@ -202,9 +200,8 @@ def memory_metrics(report, spec: JobSpec) -> None:
                         "(hatched in the chart) and gives it back before an OOM")
 
 
-def fit_cards(eff, spec: JobSpec) -> None:
+def fit_cards(options, spec: JobSpec) -> None:
     """Make-it-fit: each option as a card with the change it makes and the peak it leads to."""
-    options = suggest(eff)
     if not options:
         return
     st.markdown("**Make it fit** — each option alone, with the trainer GPU's peak it leads to:")
@@ -343,8 +340,9 @@ with st.sidebar:
 
 values = {d.path: field_value(d, base) for d in form.FORM_FIELDS} | values  # hidden ones: as last set
 spec, parse_errors = form.build_spec(base, values, list(nodes))
-eff = resolve(spec)  # the job's effective values, for every step below
-findings = dedup(sort_findings(check(eff))) if not parse_errors else []
+text = spec_to_yaml(spec)
+a = None if parse_errors else assessed(text, spec)  # the job's values, findings, memory and make-it-fit, once
+findings = by_id(sort_findings(a.findings)) if a else []
 said: set[str] = set()
 for path, slot in slots.items():
     cluster_wide = ("cluster", "slurm", "spec")
@@ -359,7 +357,7 @@ with notice_slot:
         import_refused_banner(refused)
     if spec.import_errors:
         partial_import_banner(spec)
-if draft.version != st.session_state["draft_version"] or not parse_errors and not autosave(draft, spec):
+if draft.version != st.session_state["draft_version"] or not parse_errors and not autosave(draft, spec, text):
     with conflict_slot:
         drafts.changed_elsewhere(draft, spec)
 with picker_slot:
@@ -374,11 +372,10 @@ if parse_errors:  # what is below would describe an older form: hidden, never th
              + ". The checks, the memory estimate and the scripts are hidden until then.")
 else:
     st.markdown("**GPU memory per device**")
-    try:
-        report = estimate_spec(eff)
-    except ValueError as e:  # an unknown model or GPU, an unreadable DeepSpeed/FSDP config
-        st.info(str(e))
-    if report:  # the metrics across the page's width: nothing of them is cut at 1440 px
+    report = a.memory
+    if report is None:  # an unknown model or GPU, an unreadable DeepSpeed/FSDP config
+        st.info(a.memory_error)
+    else:  # the metrics across the page's width: nothing of them is cut at 1440 px
         memory_metrics(report, spec)
     left, right = st.columns([3, 2])
     with right:
@@ -398,8 +395,8 @@ else:
                 st.caption(f"{SEVERITY_ICON['warning']} {note}{where}")
             st.plotly_chart(memory_chart(report), width="stretch")
     if report:
-        fit_cards(eff, spec)
-if spec.train.model and (eff.arch is None or spec.train.model in spec.hf_configs):  # unknown, or known from it
+        fit_cards(a.suggestions, spec)
+if a and spec.train.model and (a.resolved.arch is None or spec.train.model in spec.hf_configs):  # unknown, or known from it
     with config_slot:
         config_json_import(spec)
 
@@ -414,15 +411,15 @@ elif blockers:
     override = override_box(draft.id, blockers)
 c1, c2 = st.columns(2)
 held = bool(parse_errors) or bool(blockers and not override)
-c1.download_button("Download job YAML", spec_to_yaml(spec), file_name=f"{spec.name}.yaml", key="dl_yaml",
+c1.download_button("Download job YAML", text, file_name=f"{spec.name}.yaml", key="dl_yaml",
                    disabled=held)
 with steps_slot:
-    steps_indicator(steps(spec, findings, parse_errors, report.verdict if report else None, held, bool(override),
+    steps_indicator(steps(spec, findings, parse_errors, a.verdict if a else None, held, bool(override),
                           hosts.checks(spec)))
-bundle = None if parse_errors else render(eff, spec.name)
-c2.download_button("Download node scripts (zip)", bundle.zip_bytes() if bundle and not held else b"", disabled=held,
+bundle = None if parse_errors or held else rendered(text, a, spec.name)
+c2.download_button("Download node scripts (zip)", bundle.zip_bytes() if bundle else b"", disabled=held,
                    file_name=f"{spec.name}.zip", key="dl_zip")
-if bundle and not held:
+if bundle:
     first = "node_0.sh" if "node_0.sh" in bundle.files else sorted(bundle.files)[0]
     with st.expander(f"{first} (the Launch page shows every file)"):
         st.code(bundle.files[first], language="bash", wrap_lines=True)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from itertools import combinations
 
 from grpo_ui.memory.estimate import estimate_spec
+from grpo_ui.memory.report import MemoryReport
 from grpo_ui.spec.errors import SpecError
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.paths import with_changes
@@ -65,14 +66,14 @@ def _knobs(eff: Resolved) -> list[tuple[dict, str, float]]:
 
 
 def suggest(job: JobSpec | Resolved, gpu: str | None = None, limit: int = 3, gpu_gib: float | None = None,
-            arch=None) -> list[Suggestion]:
+            arch=None, base: MemoryReport | None = None) -> list[Suggestion]:
     """Cheapest changes after which the job (its spec or Resolved values) fits: a tight job's changes that make it fit
     with the estimate's error margin, an OOM job's that make it fit or at least tight (those first at equal cost);
     empty if it already fits, none does, or no estimate can be made. ``gpu``, ``gpu_gib`` and ``arch`` as for
-    memory.estimate_spec."""
+    memory.estimate_spec; ``base``: the job's own report when the caller has it (not estimated again)."""
     eff = resolve(job, arch)
     try:
-        base = estimate_spec(eff, gpu, gpu_gib=gpu_gib)
+        base = base or estimate_spec(eff, gpu, gpu_gib=gpu_gib)
     except ValueError:  # memory.EstimateError, catalog.UnknownGpu, engines.EngineConfigError
         return []
     if base.verdict in ("fits", "unknown"):

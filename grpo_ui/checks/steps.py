@@ -71,7 +71,7 @@ def _hosts_step(hosts: dict[str, HostCheck]) -> str | None:
 def steps(spec: JobSpec, findings: list[Finding], parse_errors: dict[str, str], verdict: str | None, held: bool,
           overridden: bool, hosts: dict[str, HostCheck]) -> list[Step]:
     """Each step's state. ``findings``: what the checks show (empty while fields do not parse); ``verdict``: the
-    memory estimate's (fits/tight/oom), None when there is none; ``held``: downloads and launch are held;
+    memory estimate's (fits/tight/oom/unknown: no GPU model), None when there is none; ``held``: downloads and launch are held;
     ``overridden``: an override reason releases the errors; ``hosts``: each host's latest check (Cluster page)."""
     unparsed = {k: [p for p in parse_errors if step_of(p) == k] for k in (2, 3)}
     sidebar = [p for p in parse_errors if step_of(p) is None]
@@ -91,7 +91,7 @@ def steps(spec: JobSpec, findings: list[Finding], parse_errors: dict[str, str], 
         why[4] = f"hidden until {where} parse{'s' if len(parse_errors) == 1 else ''}"
     elif errors and not overridden:
         why[4] = "the estimate says OOM" if verdict == "oom" else f"{len(errors)} error(s)"
-    elif verdict is None:
+    elif verdict in (None, "unknown"):
         reason = why[1] or "the estimate cannot be made"
         why[4] = "no memory verdict yet: " + reason[0].lower() + reason[1:]
     else:

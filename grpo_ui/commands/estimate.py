@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 import sys
 
-from grpo_ui.checks.fit import suggest
+from grpo_ui.checks.assess import assess
 from grpo_ui.knowledge.catalog import from_hf_config
-from grpo_ui.memory.estimate import estimate_spec
 from grpo_ui.memory.report import format_report
-from grpo_ui.spec.resolve import resolve
+from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.yaml_io import load_spec
 
 
@@ -24,24 +23,35 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
+def on_gpu(spec, gpu: str | None, gpu_gib: float | None):
+    """The spec with its trainer nodes' GPU given on the command line (a name alone: the catalogue's memory)."""
+    changes = {}
+    for i, node in enumerate(spec.cluster.nodes):
+        if node.role == "trainer" and (gpu or gpu_gib):
+            changes |= {f"cluster.nodes[{i}].gpu_model": gpu} if gpu else {}
+            changes |= {f"cluster.nodes[{i}].gpu_memory_gib": gpu_gib}
+    return with_changes(spec, changes) if changes else spec
+
+
 def run(args) -> int:
-    spec = load_spec(args.spec)
+    spec = on_gpu(load_spec(args.spec), args.gpu, args.gpu_gib)
     try:
         arch = from_hf_config(args.config, name=spec.train.model.split("/")[-1]) if args.config else None
-        eff = resolve(spec, arch)
-        report = estimate_spec(eff, args.gpu, gpu_gib=args.gpu_gib)
-    except ValueError as e:  # unknown model or GPU, unreadable DeepSpeed/FSDP config or config.json
+    except ValueError as e:  # an unreadable config.json
         print(f"cannot estimate: {e}", file=sys.stderr)
         return 2
-    advice = suggest(eff, args.gpu, gpu_gib=args.gpu_gib)
+    a = assess(spec, arch)
+    if a.memory is None:  # unknown model or GPU, unreadable DeepSpeed/FSDP config
+        print(f"cannot estimate: {a.memory_error}", file=sys.stderr)
+        return 2
     if args.json:
-        out = report.to_dict()
+        out = a.memory.to_dict()
         out["advice"] = [{"changes": s.changes, "why": s.why, "cost": s.cost, "peak_gib": round(s.peak_gib, 2),
-                          "verdict": s.verdict} for s in advice]
+                          "verdict": s.verdict} for s in a.suggestions]
         print(json.dumps(out, indent=2, ensure_ascii=False))
     else:
-        print(format_report(report))
-        for s in advice:
+        print(format_report(a.memory))
+        for s in a.suggestions:
             changes = ", ".join(f"{k}={v}" for k, v in s.changes.items())
             print(f"make it fit: {s.why} [{changes}] → {s.peak_gib:.1f} GiB ({s.verdict})")
-    return 1 if report.verdict == "oom" else 0
+    return 1 if a.memory.verdict == "oom" else 0

@@ -1,9 +1,11 @@
-"""`render job.yaml --out DIR [--job-id ID]`: write every node's script, YAML configs, sbatch and README."""
+"""`render job.yaml --out DIR [--job-id ID]`: write every node's script, YAML configs, sbatch and README, and the
+job's findings; exit 1 if any is an error (the files are written all the same, to read)."""
 
 from __future__ import annotations
 
 import time
 
+from grpo_ui.checks.assess import assess
 from grpo_ui.commands import job_id
 from grpo_ui.core.findings import format_findings, has_errors
 from grpo_ui.launch.render import render, write_bundle
@@ -21,9 +23,11 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     spec = load_spec(args.spec)
     job_id = args.job_id or f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    bundle = render(spec, job_id)
+    a = assess(spec)
+    bundle = render(a, job_id)
     for path in write_bundle(bundle, args.out):
         print(path)
-    if bundle.findings:
-        print(format_findings(bundle.findings))
-    return 1 if has_errors(bundle.findings) else 0
+    findings = a.findings + bundle.findings
+    if findings:
+        print(format_findings(findings))
+    return 1 if has_errors(findings) else 0

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
-from grpo_ui.checks.check import check
+from grpo_ui.checks.assess import assess
 from grpo_ui.core.findings import format_findings, has_errors, sort_findings
+from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.yaml_io import load_spec
 
 
@@ -20,8 +21,8 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     spec = load_spec(args.spec)
     if args.swift:
-        spec = spec.model_copy(update={"swift_version": args.swift})
-    findings = sort_findings(check(spec))
+        spec = with_changes(spec, {"swift_version": args.swift})
+    findings = sort_findings(assess(spec).findings)
     if args.json:
         print(json.dumps([f.to_dict() for f in findings], indent=2, ensure_ascii=False))
     else:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
 Severity = Literal["error", "warning", "info"]
@@ -36,6 +36,23 @@ def finding(id: str, severity: Severity, fields, message: str, fix: str, apply: 
     """Build a Finding; ``fields`` may be a single path or an iterable of paths."""
     fields = (fields,) if isinstance(fields, str) else tuple(fields)
     return Finding(id, severity, fields, message, fix, apply or {})
+
+
+def unique(findings) -> list[Finding]:
+    """One finding per (id, fields): the first of each, in order (two checks may report the same problem)."""
+    seen: set = set()
+    return [f for f in findings if (f.id, f.fields) not in seen and not seen.add((f.id, f.fields))]
+
+
+def by_id(findings) -> list[Finding]:
+    """One finding per id, as the pages list them: the first one's message, every field any of them names, all
+    their one-click changes."""
+    kept: dict[str, Finding] = {}
+    for f in findings:
+        first = kept.get(f.id)
+        kept[f.id] = f if first is None else replace(first, fields=tuple(dict.fromkeys(first.fields + f.fields)),
+                                                     apply={**first.apply, **f.apply})
+    return list(kept.values())
 
 
 def has_errors(findings) -> bool:

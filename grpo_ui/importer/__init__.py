@@ -27,7 +27,7 @@ from grpo_ui.importer.build import (
 from grpo_ui.importer.decode import decode
 from grpo_ui.spec.errors import SpecError
 from grpo_ui.spec.model import JobSpec
-from grpo_ui.spec.resolve import dialect_of
+from grpo_ui.spec.swift_args import dialect_of
 from grpo_ui.spec.swift_cli import SERVER_FLAGS, TRAIN_FLAGS
 from grpo_ui.spec.yaml_io import spec_from_yaml
 

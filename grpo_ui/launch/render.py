@@ -15,7 +15,7 @@ from pathlib import Path
 import jinja2
 import yaml
 
-from grpo_ui.checks import rules
+from grpo_ui.checks.assess import Assessment
 from grpo_ui.checks.rules.credentials import undeclared
 from grpo_ui.core import shell
 from grpo_ui.core.findings import Finding, finding
@@ -158,16 +158,16 @@ def _yaml_config(argv: list[str], env: dict[str, str]) -> str:
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=120)
 
 
-def render(job: JobSpec | Resolved, job_id: str) -> Bundle:
-    """All files for the job (its spec or Resolved values). ``job_id`` names the run directory (spec.check_name:
-    SpecError otherwise)."""
+def render(job: Assessment | JobSpec | Resolved, job_id: str) -> Bundle:
+    """All files for the job: its assessment (whose command lines are used as they are), or its spec or Resolved
+    values. Rendering checks nothing: the assessment's findings say what is wrong with the job; the bundle's say
+    only what could not be written (a YAML config older versions cannot take). ``job_id`` names the run directory
+    (spec.check_name: SpecError otherwise)."""
     check_name(job_id)
-    eff = resolve(job)
+    eff, train = (job.resolved, job.train) if isinstance(job, Assessment) else (resolve(job), None)
     spec = eff.spec
-    train = train_command(eff)
-    findings = list(train.findings)
-    findings += [f for f in rules.validate(eff) if f.id in ("MASTER-LOOPBACK", "SEED-NODE-DIFFER",
-                                                            "TRAINER-GPU-COUNT", "ROLLOUT-GPUS")]
+    train = train or train_command(eff)
+    findings: list[Finding] = []
     trainers = [(i, n) for i, n in enumerate(spec.cluster.nodes) if n.role == "trainer"]
     rollouts = [(i, n) for i, n in enumerate(spec.cluster.nodes) if n.role == "rollout"]
     files: dict[str, str] = {}
@@ -190,7 +190,6 @@ def render(job: JobSpec | Resolved, job_id: str) -> Bundle:
                                 "no swift_<rank>.yaml was written.", "Use the node scripts, or ms-swift ≥ 4.1."))
     servers = rollout_command(eff) if eff.server and rollouts else None  # every server on server.port (sbatch)
     if servers:
-        findings += servers.findings
         for k, (i, node) in enumerate(rollouts):
             roll = rollout_command(eff, index=k)
             bundle.added += [(f"{flags} (rollout_{k}.sh)", why) for flags, why in roll.added]

@@ -13,10 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 from grpo_ui.knowledge.catalog import from_hf_config
 from grpo_ui.spec.cluster import ClusterSpec, Node
 from grpo_ui.spec.errors import SpecError
-from grpo_ui.spec.fields import ArgDecl, SettingDecl, arg_decls, parse_version, setting, setting_decls
+from grpo_ui.spec.fields import ArgDecl, SettingDecl, arg_decls, setting, setting_decls
 from grpo_ui.spec.names import SECRET_NAME, check_env_names, check_name, check_no_secrets
 from grpo_ui.spec.slurm import SlurmSpec
-from grpo_ui.spec.swift_args import SUPPORTED_VERSIONS, RolloutArgs, ServerArgs, TrainArgs
+from grpo_ui.spec.swift_args import SUPPORTED_VERSIONS, RolloutArgs, ServerArgs, TrainArgs, dialect_of
 
 
 def _split_secrets(data: dict) -> tuple[dict, list[str]]:
@@ -106,7 +106,7 @@ class JobSpec(BaseModel):
     @field_validator("swift_version")
     @classmethod
     def _version_ok(cls, v: str) -> str:
-        parse_version(v)
+        dialect_of(v)  # a version without GRPO is refused with its reason
         return v
 
     @field_validator("env")

@@ -21,29 +21,14 @@ from grpo_ui.knowledge.catalog import ModelArch, find_gpu, find_model, from_hf_c
 from grpo_ui.spec.cluster import Node
 from grpo_ui.spec.fields import parse_version
 from grpo_ui.spec.model import JobSpec
+from grpo_ui.spec.swift_args import dialect_of
 
-DIALECTS = {"4.1+": "ms-swift ≥ 4.1", "4.0": "ms-swift 4.0", "3.5-3.12": "ms-swift 3.5–3.12",
-            "3.2-3.4": "ms-swift 3.2–3.4"}
 DEFAULT_BETA = 0.04
 GROUP_PORT = 51216  # ms-swift's first weight-sync (NCCL group) port; server i uses GROUP_PORT + i
 MASTER_PORT = 29500  # torchrun's default rendezvous port, when cluster.master_port is unset (SSH)
 # On Slurm an unset cluster.master_port comes from the job id, computed in the batch script: two jobs sharing a
 # node would otherwise both bind 29500 (torchrun's EADDRINUSE at rendezvous).
 SLURM_MASTER_PORT = "$((20000 + SLURM_JOB_ID % 20000))"
-
-
-def dialect_of(version: str) -> str:
-    """The flag dialect of an ms-swift version; ValueError for versions without GRPO."""
-    v = parse_version(version)
-    if v >= (4, 1, 0):
-        return "4.1+"
-    if v >= (4, 0, 0):
-        return "4.0"
-    if v >= (3, 5, 0):
-        return "3.5-3.12"
-    if v >= (3, 2, 0):
-        return "3.2-3.4"
-    raise ValueError(f"ms-swift {version} is older than 3.2, which has no GRPO support; upgrade ms-swift")
 
 
 def model_name(model: str) -> str:

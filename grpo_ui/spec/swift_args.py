@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from grpo_ui.spec.fields import arg
+from grpo_ui.spec.fields import arg, parse_version
 from grpo_ui.spec.names import check_host
 
 SUPPORTED_VERSIONS = ("3.2", "3.3", "3.4", "3.5", "3.6", "3.7", "3.8", "3.9", "3.10", "3.11", "3.12",
@@ -22,7 +22,23 @@ DEEPSPEED_PRESETS = ("zero0", "zero1", "zero2", "zero3", "zero2_offload", "zero3
 TUNER_TYPES = ("lora", "full", "lora_llm", "longlora", "adalora", "llamapro", "adapter", "vera", "boft",
                "fourierft", "reft", "bone")
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "real", "fipo")
+FIRST_GRPO_VERSION = (3, 2, 0)  # ms-swift's first release with GRPO
 BUILTIN_REWARDS = ("accuracy", "format", "cosine", "repetition", "soft_overlong", "math", "toolbench", "react_format")
+
+
+def dialect_of(version: str) -> str:
+    """The flag dialect of an ms-swift version; ValueError for versions without GRPO."""
+    v = parse_version(version)
+    if v >= (4, 1, 0):
+        return "4.1+"
+    if v >= (4, 0, 0):
+        return "4.0"
+    if v >= (3, 5, 0):
+        return "3.5-3.12"
+    if v >= FIRST_GRPO_VERSION:
+        return "3.2-3.4"
+    raise ValueError(f"ms-swift {version} is older than 3.2, which has no GRPO support; upgrade ms-swift")
+
 
 
 class _Section(BaseModel):
