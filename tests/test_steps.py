@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from grpo_ui.backends.preflight import HostFacts
 from grpo_ui.backends.preflight.status import ConnectionTest, PreflightRun, cluster_checks, connection_of, host_status
-from grpo_ui.checks.steps import step_of, steps
+from grpo_ui.checks.assess import assess
+from grpo_ui.checks.steps import job_steps, step_of, steps
 from grpo_ui.core.findings import finding
 from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.presets import presets
@@ -102,11 +103,19 @@ def test_no_step_tells_another_story_than_the_page(spec, findings, parse, verdic
         assert all(c in ("passed", "warning") for c in hosts.values())
 
 
+def test_the_steps_of_an_assessed_job_follow_its_findings_and_verdict():
+    oom = with_changes(FIRST, {"train.lora_rank": 256, "rollout.vllm_gpu_memory_utilization": 0.9})
+    shown = {s.number: (s.state, s.why) for s in job_steps(oom, assess(oom), {}, True, False, PASSED)}
+    assert shown[4] == ("todo", "the estimate says OOM") and shown[5][0] == shown[6][0] == "blocked"
+    no_gpu = {s.number: s.state for s in job_steps(NO_GPU, assess(NO_GPU), {}, False, False, PASSED)}
+    assert assess(NO_GPU).verdict == "unknown" and no_gpu[4] == no_gpu[5] == "todo"  # never "ready" beside it
+
+
 def test_the_page_draws_exactly_the_states_the_library_returns(tmp_path, monkeypatch):
     monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
     at = open_app()
     drawn = [m.value for m in at.markdown if "](#" in m.value and m.value.startswith(":material/")]
-    expected = steps(FIRST, [], {}, "fits", False, False, {"localhost": "untested"})
+    expected = job_steps(FIRST, assess(FIRST), {}, False, False, {"localhost": "untested"})
     assert len(drawn) == 6
     for text, step in zip(drawn, expected, strict=True):
         assert f"**[{step.label}](#{step.anchor})**" in text and step.why in text

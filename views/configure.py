@@ -9,7 +9,7 @@ import streamlit as st
 
 from grpo_ui.checks import rules
 from grpo_ui.checks.assess import Assessment, assess
-from grpo_ui.checks.steps import Step, steps
+from grpo_ui.checks.steps import Step, job_steps
 from grpo_ui.core.findings import SEVERITY_ICON, Finding, by_id, sort_findings
 from grpo_ui.importer import PASTED, ImportRefused, import_uploads
 from grpo_ui.jobs.drafts import Draft
@@ -414,8 +414,7 @@ held = bool(parse_errors) or bool(blockers and not override)
 c1.download_button("Download job YAML", text, file_name=f"{spec.name}.yaml", key="dl_yaml",
                    disabled=held)
 with steps_slot:
-    steps_indicator(steps(spec, findings, parse_errors, a.verdict if a else None, held, bool(override),
-                          hosts.checks(spec)))
+    steps_indicator(job_steps(spec, a, parse_errors, held, bool(override), hosts.checks(spec)))
 bundle = None if parse_errors or held else rendered(text, a, spec.name)
 c2.download_button("Download node scripts (zip)", bundle.zip_bytes() if bundle else b"", disabled=held,
                    file_name=f"{spec.name}.zip", key="dl_zip")

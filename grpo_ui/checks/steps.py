@@ -1,7 +1,7 @@
 """Where a job stands on the guided path (1. model and GPUs → 2. cluster → 3. training settings → 4. checks →
-5. scripts → 6. launch): each step's state and why, from what the Configure page shows — the spec, the findings,
-the fields that do not parse, the memory verdict, whether downloads and launch are held, and each host's latest
-check. The page only draws what this returns, so the indicator cannot tell another story than the page.
+5. scripts → 6. launch): each step's state and why, from what the Configure page shows — the spec, its assessment
+(findings, memory verdict), the fields that do not parse, whether downloads and launch are held, and each host's
+latest check. The page only draws what this returns, so the indicator cannot tell another story than the page.
 
 Rules: a field that does not parse counts against the step that draws it (the sidebar's job settings against
 none of 1–3: they hide the checks, and step 4 names them); checks are not done while hidden, while the memory
@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from grpo_ui.core.findings import Finding
+from grpo_ui.checks.assess import Assessment
+from grpo_ui.core.findings import Finding, by_id
 from grpo_ui.spec.form import FIELDS_BY_PATH
 from grpo_ui.spec.model import JobSpec
 
@@ -114,3 +115,11 @@ def steps(spec: JobSpec, findings: list[Finding], parse_errors: dict[str, str], 
     titles = [("Model and GPUs", "model"), ("Cluster", "cluster"), ("Training settings", "training"),
               ("Checks", "checks"), ("Scripts", "scripts"), ("Launch", "launch")]
     return [Step(k, title, anchor, *states[k]) for k, (title, anchor) in enumerate(titles, start=1)]
+
+
+def job_steps(spec: JobSpec, a: Assessment | None, parse_errors: dict[str, str], held: bool, overridden: bool,
+              hosts: dict[str, HostCheck]) -> list[Step]:
+    """The steps of the Configure page: ``spec`` as the form describes it, its assessment (None while a field does
+    not parse, as the page hides the checks then), its findings as the page lists them (one per id)."""
+    return steps(spec, by_id(a.findings) if a else [], parse_errors, a.verdict if a else None, held, overridden,
+                 hosts)
