@@ -19,7 +19,7 @@ from grpo_ui.__main__ import main
 from grpo_ui.checks import rules
 from grpo_ui.checks.assess import assess
 from grpo_ui.checks.rules.credentials import credentials_needed
-from grpo_ui.importer import ImportRefused, import_scripts, import_uploads
+from grpo_ui.importer import PASTED, ImportRefused, import_scripts, import_uploads
 from grpo_ui.jobs.drafts import latest_spec
 from grpo_ui.jobs.store import Store
 from grpo_ui.launch.render import render, write_bundle
@@ -172,7 +172,7 @@ def test_the_command_line_writes_no_yaml_for_a_refused_script(tmp_path, capsys):
 def test_an_imported_draft_is_named_after_its_script_and_model():
     script = "swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-7B-Instruct --dataset d --reward_funcs format\n"
     assert import_scripts([("examples/grpo_7b.sh", script)])[0].name == "grpo_7b-Qwen2.5-7B-Instruct"
-    assert import_uploads({"pasted": script.encode()})[0].name == "Qwen2.5-7B-Instruct"
+    assert import_uploads({PASTED: script.encode()})[0].name == "Qwen2.5-7B-Instruct"
 
 
 # --- 1 (the page). The refusal is shown where the user pasted and at the top; a kept partial draft says so ---------

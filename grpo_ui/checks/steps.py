@@ -65,7 +65,7 @@ def _hosts_step(hosts: dict[str, HostCheck]) -> str | None:
     if stale:
         return "checked before the cluster changed: run preflight again"
     if any(c == "untested" for c in hosts.values()):
-        return "hosts not checked yet: test them and run preflight (Cluster page)"
+        return "hosts not checked yet (Cluster page)"
     return None
 
 

@@ -120,7 +120,7 @@ def job_name(script: str, model: str | None) -> str:
     return name if re.match(r"[A-Za-z0-9_]", name) else f"imported-{name}"[:64]
 
 
-PASTED = "pasted"  # the name the web page gives a pasted script
+PASTED = "pasted script"  # the name the web page gives a pasted script (findings say "pasted script line 5")
 
 
 def import_uploads(files: dict[str, bytes], version: str = "4.6", keep_partial: bool = False
