@@ -197,6 +197,7 @@ def test_every_page_renders_with_a_job_in_the_store(tmp_path, monkeypatch):
         if page == "history":
             runs = next(d.value for d in at.dataframe if "measured GiB" in d.value.columns).to_dict("records")[0]
             assert runs["measured GiB"] == 65.1 and runs["estimate GiB"] > 0
+            assert runs["alerts"] == "NO-LEARNING-SIGNAL"  # which alert, not a bare count (issue 26)
         if page == "monitor":  # which process of which node holds how much on each GPU
             procs = next(d.value for d in at.dataframe if "pid" in d.value.columns)
             assert procs.to_dict("records")[0] | {"listed": None} == {

@@ -338,3 +338,43 @@ def test_every_finding_of_the_import_corpus_can_be_acted_on():
         spec, _ = import_scripts([(p.name, p.read_bytes()) for p in case.scripts], case.version,
                                  {p.name: p.read_bytes() for p in case.files})
         assert all(actionable(f) for f in check(spec)), (case.name, [f.id for f in check(spec) if not actionable(f)])
+
+
+# --- 3/4 (the pages). What the example leads to is said where the user looks ------------------------------------
+
+def draft_from(tmp_path, monkeypatch, spec):
+    monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
+    (tmp_path / "draft.yaml").write_text(spec_to_yaml(spec))
+    import streamlit
+    streamlit.cache_resource.clear()
+
+
+def texts(at) -> str:
+    return "\n".join(e.value for kind in ("markdown", "caption", "warning", "error", "info") for e in at.get(kind)
+                     if isinstance(e.value, str))
+
+
+def test_launch_names_the_rollout_server_outside_the_job_and_whose_gpu_the_estimate_is(tmp_path, monkeypatch):
+    """It once said "0 rollout server(s)" and listed a rollout-GPU estimate without a word about the server."""
+    spec = with_changes(example("external_server_7b.sh"), {"cluster.external_rollout": True,
+                                                           "cluster.nodes[0].gpu_model": "NVIDIA H100 80GB HBM3"})
+    draft_from(tmp_path, monkeypatch, spec)
+    at = AppTest.from_file(str(Path(APP).parent / "views" / "launch.py"), default_timeout=60).run()
+    shown = texts(at)
+    assert "Rollout server(s) outside this job, which you start: 127.0.0.1:8000" in shown
+    assert "rollout GPU (your server's, outside this job)" in shown
+    assert "WANDB_API_KEY" in shown and "no box for it here" in shown  # the tracker's key, where secrets go
+    configure = AppTest.from_file(str(APP), default_timeout=60).run()
+    assert any("your server's" in m.label for m in configure.metric)
+
+
+def test_a_preflight_from_before_the_hosts_changed_is_marked_stale_on_the_cluster_page(tmp_path, monkeypatch):
+    from grpo_ui.backends.preflight import HostFacts
+    from grpo_ui.backends.preflight.status import PreflightRun
+    spec = with_changes(example("plugin_reward.sh"), {"cluster.workdir": "/opt/ms-swift"})
+    draft_from(tmp_path, monkeypatch, spec)
+    at = AppTest.from_file(str(Path(APP).parent / "views" / "cluster.py"), default_timeout=60)
+    earlier = with_changes(spec, {"cluster.nodes[0].host": "gpu-old"})
+    at.session_state["preflight_run"] = PreflightRun.of(earlier, [HostFacts("gpu-old", reachable=True)], [])
+    at.run()
+    assert any(w.value.startswith("**Stale:** the hosts changed since this preflight") for w in at.warning)

@@ -98,7 +98,7 @@ def recorder_spec(tmp_path, env_dir, nodes=2, partition="multi", env=None, rollo
     slots = [{"host": f"slot{k}", "gpus": [0], "python_env": str(env_dir)} for k in range(nodes)]
     if rollout_gpus:
         slots.append({"host": "roll", "gpus": list(range(rollout_gpus)), "role": "rollout", "python_env": str(env_dir)})
-    data = {"name": "recorded", "train": {"model": "Qwen/Qwen2.5-0.5B", "dataset": ["d.jsonl"],
+    data = {"name": "recorded", "train": {"model": "Qwen/Qwen2.5-0.5B", "dataset": ["/data/d.jsonl"],
                                          "reward_funcs": ["format"], "num_generations": 2,
                                          "per_device_train_batch_size": 2},
             "rollout": {"use_vllm": False, "vllm_mode": None}, "env": env or {},

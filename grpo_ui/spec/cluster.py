@@ -83,7 +83,7 @@ class ClusterSpec(BaseModel):
                                   "relative paths of the job's files start.")
     external_rollout: bool = setting(False, "The rollout servers rollout.vllm_server_host names are started outside "
                                      "this job (by you, before launching): the trainers wait for them, preflight "
-                                     "checks that each answers /health/.", applies="ssh")
+                                     "checks that each answers /health/ (over SSH).")
     run_root: str = setting("~/.grpo-ui/runs", "Where each node keeps its run directories.")
     backend: Literal["ssh", "slurm"] = setting(
         "ssh", "ssh: grpo-ui starts every node over SSH. slurm: one sbatch job; Slurm picks the machines (the trainer "
