@@ -66,7 +66,6 @@ def test_a_refused_import_shows_where_it_was_pasted_and_makes_no_draft_unless_as
     main = page.get_by_test_id("stMain")
     expect(main.get_by_text("Import refused: no draft was made.")).to_be_visible()
     assert len(Store(str(tmp_path / "db.sqlite")).drafts()) == 1  # the one the page opened with
-    shot(page, "import-refused")
     main.get_by_role("button", name="Keep what could be read as a draft").click()
     expect(main.get_by_text("This draft is a partial import.")).to_be_visible()
     expect(page.get_by_role("button", name="Download job YAML")).to_be_disabled()
