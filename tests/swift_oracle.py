@@ -159,15 +159,22 @@ def defaults(kind):
         out[f.name] = plain(value)
     return out
 
+def standalone(kind):  # the flags argparse lets stand without a value (nargs '?': HfArgumentParser's bools)
+    return sorted(s[2:] for a in parser(kind)._actions if a.nargs == '?' for s in a.option_strings if '_' in s
+                  or '-' not in s[2:])
+
 request = json.load(sys.stdin)
 print(json.dumps({'version': __version__, 'results': [parse(j) for j in request['jobs']],
-                  'defaults': {k: defaults(k) for k in request.get('defaults', [])}}))
+                  'defaults': {k: defaults(k) for k in request.get('defaults', [])},
+                  'standalone': {k: standalone(k) for k in request.get('standalone', [])}}))
 """
 
 
-def probe(python: Path, jobs: list[dict], defaults: tuple[str, ...] = ()) -> dict:
-    """Parse every job ({kind, argv, cwd, env}) in one ms-swift process; optionally the argument classes' defaults."""
-    proc = subprocess.run([str(python), "-c", PROBE], input=json.dumps({"jobs": jobs, "defaults": list(defaults)}),
+def probe(python: Path, jobs: list[dict], defaults: tuple[str, ...] = (), standalone: tuple[str, ...] = ()) -> dict:
+    """Parse every job ({kind, argv, cwd, env}) in one ms-swift process; optionally the argument classes' defaults
+    and the flags their parser lets stand without a value."""
+    request = {"jobs": jobs, "defaults": list(defaults), "standalone": list(standalone)}
+    proc = subprocess.run([str(python), "-c", PROBE], input=json.dumps(request),
                           capture_output=True, text=True, timeout=600, cwd=CORPUS)
     if proc.returncode:
         raise RuntimeError(proc.stderr[-3000:])

@@ -226,10 +226,11 @@ def test_every_page_renders_with_a_job_in_the_store(tmp_path, monkeypatch):
         if page in ("monitor", "history"):  # the estimate at launch next to each GPU's measured peak
             gpu0 = next(d.value for d in at.table if "estimated peak GiB" in d.value.columns).to_dict("records")[0]
             assert (gpu0["host"], gpu0["rank"], gpu0["nvidia-smi peak GiB"], gpu0["memory(GiB) logged"]) == (
-                host, 0, round(61234 / 1024, 2), 65.09) and gpu0["estimated peak GiB"] > 0
+                host, 0, f"{61234 / 1024:.1f}", "65.1") and float(gpu0["estimated peak GiB"]) > 0  # GiB as read
         if page == "history":
             runs = next(d.value for d in at.dataframe if "measured GiB" in d.value.columns).to_dict("records")[0]
             assert runs["measured GiB"] == 65.1 and runs["estimate GiB"] > 0
+            assert runs["alerts"] == "NO-LEARNING-SIGNAL"  # which alert, not a bare count (issue 26)
         if page == "monitor":  # which process of which node holds how much on each GPU
             procs = next(d.value for d in at.dataframe if "pid" in d.value.columns)
             assert procs.to_dict("records")[0] | {"listed": None} == {

@@ -140,7 +140,8 @@ def test_configure_in_the_browser(app_url, page, tmp_path):
 def feed_gpu_side(db: Path) -> str:
     """What a GPU node would add while the job runs, written to the app's store: one nvidia-smi tick in its
     documented format (tests/data/nvidia-smi/busy.csv) for the job's host and rank 0's memory(GiB) as ms-swift logs
-    it (a CPU run logs none). A stand-in: no GPU here. Returns the GPU 0 figure the Monitor should show."""
+    it (a CPU run logs none). A stand-in: no GPU here. Returns the GPU 0 figure the Monitor should show (GiB with
+    one decimal, as the pages write them)."""
     from grpo_ui.backends.remote.gpu import parse_smi_line
     from grpo_ui.jobs.store import Store
     from grpo_ui.spec.yaml_io import spec_from_yaml
@@ -151,7 +152,7 @@ def feed_gpu_side(db: Path) -> str:
     line = (ROOT / "tests/data/nvidia-smi/busy.csv").read_text().splitlines()[0]
     store.add_gpu_samples(job["id"], [parse_smi_line(line, host, time.time())])
     store.add_metrics(job["id"], 1, {"memory(GiB)": 65.09})
-    return f"{61234 / 1024:.2f}"
+    return f"{61234 / 1024:.1f}"
 
 
 def test_launch_and_watch_a_real_job_in_the_browser(app_url, page, tmp_path):
@@ -167,7 +168,7 @@ def test_launch_and_watch_a_real_job_in_the_browser(app_url, page, tmp_path):
     measured = feed_gpu_side(tmp_path / "db.sqlite")
     page.get_by_text("the estimate at launch vs the measured peak").wait_for(timeout=60000)
     page.wait_for_function(f"document.body.innerText.includes('{measured}') && "
-                           "document.body.innerText.includes('65.09')", timeout=60000)
+                           "document.body.innerText.includes('65.1')", timeout=60000)
     page.wait_for_function("document.body.innerText.includes('last_model_checkpoint')", timeout=180000)
     page.wait_for_function("document.body.innerText.includes('succeeded')", timeout=240000)
     page.get_by_text("NO-LEARNING-SIGNAL").first.wait_for(timeout=60000)

@@ -154,8 +154,10 @@ def test_empty_number_cells_are_empty_not_none():
 
 
 def test_a_bad_hosts_error_is_marked_on_its_row(home):
+    from grpo_ui.backends.preflight.status import ConnectionTest, connection_of
     at = AppTest.from_file(str(ROOT / "views/cluster.py"), default_timeout=60)
-    at.session_state["conn:0"] = ("error", "cannot connect to localhost:22: refused")
+    at.session_state["host_tests"] = {"localhost": ConnectionTest(False, "cannot connect to localhost:22: refused",
+                                                                  connection_of(FIRST.cluster.nodes[0]))}
     at.run()
     row = next(d for d in at.dataframe if "status" in d.value.columns).value.to_dict("records")[0]
     assert row["status"] == "✗ cannot connect to localhost:22: refused"
@@ -281,7 +283,7 @@ def test_a_failed_launch_lists_each_problem(home, tmp_path, monkeypatch):
 
 
 def step(at, title: str) -> str:
-    return next(m.value for m in at.markdown if f"[{title}](#" in m.value)
+    return next(m.value for m in at.markdown if f". {title}](#" in m.value)
 
 
 def test_a_node_cell_that_does_not_parse_counts_against_the_cluster_step(home):
@@ -298,7 +300,8 @@ def test_the_scripts_and_launch_steps_say_what_the_downloads_and_the_link_do(hom
     at.text_input(key=f"override:{draft_of(at)}").set_value("measured: it runs").run()
     released = [step(at, "Scripts"), step(at, "Launch")], downloads_disabled(at)
     assert all("blocked" in s for s in blocked[0]) and blocked[1] == [True, True]
-    assert all("ready" in s for s in released[0]) and released[1] == [False, False]
+    scripts, launch = released[0]  # launch also waits for the hosts to be checked (issue 26)
+    assert "ready" in scripts and "after step 2" in launch and released[1] == [False, False]
 
 
 def test_a_catalogue_model_asks_for_no_config_json_when_a_field_does_not_parse(home):
@@ -318,8 +321,10 @@ def test_history_shows_a_dash_for_metrics_a_job_never_logged(home, tmp_path, mon
 
 def test_preflight_says_a_host_it_could_not_reach_was_not_reached(home):
     from grpo_ui.backends.preflight import HostFacts
+    from grpo_ui.backends.preflight.status import PreflightRun
     at = AppTest.from_file(str(ROOT / "views/cluster.py"), default_timeout=60)
-    at.session_state["preflight"] = ([HostFacts("gpu-x", error="cannot connect to gpu-x:22")], [])
+    at.session_state["preflight_run"] = PreflightRun.of(FIRST, [HostFacts("gpu-x", error="cannot connect to gpu-x:22")],
+                                                        [])
     row = next(d for d in at.run().dataframe if "GPUs" in d.value.columns).value.to_dict("records")[0]
     assert row["GPUs"] == "not reached" and row["python"] == row["disk free GiB"] == "—"
 

@@ -43,7 +43,7 @@ def node_env(tmp_path: Path, swift: str) -> Path:
 def spec_for(hosts, env, tmp_path, **rollout):
     nodes = [{"host": h.name, "address": h.addr, "gpus": [0], "python_env": str(env)} for h in hosts]
     return validate_spec({
-        "name": "live", "train": {"model": "Qwen/Qwen2.5-0.5B", "dataset": ["d.jsonl"], "reward_funcs": ["format"],
+        "name": "live", "train": {"model": "Qwen/Qwen2.5-0.5B", "dataset": ["/data/d.jsonl"], "reward_funcs": ["format"],
                                   "num_generations": 2, "per_device_train_batch_size": 2},
         "rollout": rollout or {"use_vllm": False, "vllm_mode": None}, "env": {"GLOO_SOCKET_IFNAME": "lo"},
         "cluster": {"nodes": nodes, "run_root": str(tmp_path / "runs")}})

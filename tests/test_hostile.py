@@ -226,7 +226,8 @@ def test_hostile_values_reach_every_remote_command_as_data(tmp_path_factory, val
         assert not list((run_root / job).glob("*secrets*"))
         assert Watcher(jobs).poll(job)["errors"] == []
         facts, _ = preflight(spec, jobs.pool)
-        assert facts[0].error is None and facts[0].paths == {"./" + value: True}
+        assert facts[0].error is None and {k: facts[0].paths.get(k) for k in ("./" + value, "workdir")} == {
+            "./" + value: True, "workdir": True}
         assert jobs.stop(job, grace=2) == {"localhost": "gone"}
     finally:
         jobs.stop(job, grace=2)

@@ -8,6 +8,7 @@ Also: every declared default is ms-swift's own, in both versions (an unset field
 import pytest
 
 from grpo_ui.spec.model import ARGS
+from grpo_ui.spec.swift_cli import stands_alone
 from tests import swift_oracle
 
 
@@ -49,6 +50,19 @@ def test_declared_defaults_are_ms_swifts(major, swift_python, swift3_python):
         if theirs != d.swift_default(version):
             wrong.append((d.path, d.swift_default(version), theirs))
     assert version.startswith(str(major)) and not wrong, wrong
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("major", [4, 3])
+def test_the_flags_that_stand_without_a_value_are_ms_swifts(major, swift_python, swift3_python):
+    """The importer refuses a flag given no value unless ms-swift's parser lets it stand alone (issue 26: `--model`
+    with nothing after it once became model: "true")."""
+    report = swift_oracle.probe(swift_oracle.venv_python(major), [], standalone=("rlhf", "rollout"))
+    version = report["version"]
+    theirs = {k: set(v) for k, v in report["standalone"].items()}
+    wrong = [(d.path, stands_alone(d)) for d in ARGS if d.accepted_in(version)
+             and stands_alone(d) != (d.flag_for(version) in theirs["rollout" if d.section == "server" else "rlhf"])]
+    assert version.startswith(str(major)) and len(theirs["rlhf"]) > 50 and not wrong, wrong
 
 
 @pytest.mark.slow

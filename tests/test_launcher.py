@@ -81,7 +81,7 @@ def env_dir(tmp_path):
 def workload_spec(hosts, env_dir, tmp_path, seconds=1.0, exit_code=0, **extra):
     nodes = [{"host": h.name, "address": h.addr, "gpus": [0], "python_env": str(env_dir)} for h in hosts]
     return validate_spec({
-        "name": "workload", "train": {"model": "Qwen/Qwen2.5-0.5B", "dataset": ["d.jsonl"], "reward_funcs": ["format"],
+        "name": "workload", "train": {"model": "Qwen/Qwen2.5-0.5B", "dataset": ["/data/d.jsonl"], "reward_funcs": ["format"],
                                       "num_generations": 2, "per_device_train_batch_size": 2},
         "rollout": {"use_vllm": False, "vllm_mode": None},
         "env": {"WORK_SECONDS": str(seconds), "WORK_EXIT": str(exit_code)},

@@ -420,7 +420,7 @@ def sleeper_job(ssh_env, tmp_path, request):
     (env / "bin/swift").chmod(0o755)
     (h,) = ssh_env.add(1)
     spec = validate_spec({
-        "name": "watch", "train": {"model": "Qwen/Qwen2.5-0.5B", "dataset": ["d.jsonl"], "reward_funcs": ["format"],
+        "name": "watch", "train": {"model": "Qwen/Qwen2.5-0.5B", "dataset": ["/data/d.jsonl"], "reward_funcs": ["format"],
                                    "num_generations": 2, "per_device_train_batch_size": 2,
                                    **getattr(request, "param", {"output_dir": "out"})},
         "rollout": {"use_vllm": False, "vllm_mode": None},

@@ -124,7 +124,7 @@ def test_relative_paths_are_checked_from_the_workdir_swift_runs_in(ssh_env, gpu_
                                                          "dataset": ["./data.jsonl", "./absent.jsonl#100"]}})
     _, findings = preflight(spec, Pool())
     missing = [f.message for f in findings if f.id == "PREFLIGHT-PATH-MISSING"]
-    assert missing == [f"{h.name}: ./absent.jsonl does not exist."], missing
+    assert missing == [f"{h.name}: ./absent.jsonl does not exist in {tmp_path} (the working directory)."], missing
 
 
 def test_master_port_taken_and_unreachable_master(ssh_env, gpu_env, tmp_path):
@@ -236,3 +236,80 @@ def test_local_node_falls_back_cleanly_from_nvml_to_nvidia_smi(gpu_env, tmp_path
     assert facts[0].gpu_source == "nvidia-smi" and [g["gpu_uuid"] for g in facts[0].gpus] == [GPU0, GPU1]
     assert facts[0].driver_cuda == "12.4" and facts[0].torch_cuda is None  # the real CPU build of torch
     assert not [f for f in findings if f.severity == "error"], findings
+
+
+# Issue 26: what would fail on the nodes after launch, checked on each node before it.
+
+@contextlib.contextmanager
+def health_server(ns: str, addr: str, port: int):
+    """A process in namespace ``ns`` answering GET /health/ with 200 on ``addr:port``, as swift rollout does once its
+    model is loaded."""
+    code = ("import http.server as h\nclass H(h.BaseHTTPRequestHandler):\n    def do_GET(self):\n"
+            "        self.send_response(200 if self.path == '/health/' else 404); self.end_headers()\n"
+            "    def log_message(self, *a): pass\n"
+            f"h.HTTPServer(({addr!r}, {port}), H).serve_forever()\n")
+    server = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", code])
+    try:
+        for _ in range(100):
+            if subprocess.run(["ip", "netns", "exec", ns, "bash", "-c", f"exec 3<>/dev/tcp/{addr}/{port}"],
+                              capture_output=True).returncode == 0:
+                break
+            time.sleep(0.05)
+        yield
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_a_rollout_server_started_outside_the_job_must_answer_before_launch(ssh_env, gpu_env, tmp_path):
+    """ms-swift's external-mode examples: the trainer talks to a server the user starts by hand. Not up: an error
+    from trainer rank 0 (node_0.sh would wait 240 s and exit 3); up: nothing to say."""
+    trainer, roll = ssh_env.add(2)
+    spec = validate_spec({**spec_for([trainer], [gpu_env], tmp_path, external_rollout=True).model_dump(),
+                          "rollout": {"use_vllm": True, "vllm_mode": "server", "vllm_server_host": [roll.addr],
+                                      "vllm_server_port": [18125]}})
+    down = [f for f in preflight(spec, Pool())[1] if f.id == "PREFLIGHT-ROLLOUT-DOWN"]
+    assert len(down) == 1 and down[0].severity == "error" and f"{roll.addr}:18125" in down[0].message
+    assert trainer.name in down[0].message and "exit 3" in down[0].message
+    with health_server(roll.ns, roll.addr, 18125):
+        _, findings = preflight(spec, Pool())
+    assert not {"PREFLIGHT-ROLLOUT-DOWN", "PREFLIGHT-ROLLOUT-UNREACHABLE"} & ids(findings)
+
+
+def test_files_the_job_names_are_found_from_the_working_directory_on_each_node(ssh_env, gpu_env, tmp_path):
+    """The plugin and the system prompt file of ms-swift's examples are relative to where the script ran."""
+    (h,) = ssh_env.add(1)
+    work = tmp_path / "ms-swift"
+    (work / "examples/train/grpo/plugin").mkdir(parents=True)
+    (work / "examples/train/grpo/plugin/plugin.py").write_text("# registers external_math_acc\n")
+    spec = spec_for([h], [gpu_env], tmp_path, workdir=str(work))
+    spec = validate_spec({**spec.model_dump(), "train": {
+        **spec.train.model_dump(), "external_plugins": ["examples/train/grpo/plugin/plugin.py"],
+        "system": "examples/train/grpo/prompt.txt", "reward_funcs": ["external_math_acc"]}})
+    missing = [(f.fields, f.message) for f in preflight(spec, Pool())[1] if f.id == "PREFLIGHT-PATH-MISSING"]
+    assert missing == [(("train.system",), f"{h.name}: examples/train/grpo/prompt.txt does not exist in {work} (the "
+                                           "working directory).")]
+    gone = validate_spec({**spec.model_dump(), "cluster": {**spec.cluster.model_dump(),
+                                                           "workdir": str(tmp_path / "absent")}})
+    workdir = [f for f in preflight(gone, Pool())[1] if f.id == "PREFLIGHT-WORKDIR-MISSING"]
+    assert len(workdir) == 1 and "cd" in workdir[0].message and workdir[0].fields == ("cluster.workdir",)
+
+
+def test_a_tracker_key_neither_declared_nor_logged_in_on_the_node_is_an_error(ssh_env, gpu_env, tmp_path):
+    """report_to wandb: the node must have WANDB_API_KEY or a `wandb login` (~/.netrc), or the Launch page must ask
+    for it (secret_env). The node's home is the job's HOME here, not the test machine's."""
+    (h,) = ssh_env.add(1)
+    home = tmp_path / "node-home"
+    home.mkdir()
+    spec = spec_for([h], [gpu_env], tmp_path)
+    data = spec.model_dump()
+    data["train"]["report_to"] = ["tensorboard", "wandb"]
+    data["cluster"]["nodes"][0]["env"] = {"HOME": str(home)}
+    wandb = validate_spec(data)
+    (f,) = [f for f in preflight(wandb, Pool())[1] if f.id == "PREFLIGHT-CREDENTIAL-MISSING"]
+    assert "WANDB_API_KEY" in f.message and h.name in f.message and f.apply == {"secret_env": ["WANDB_API_KEY"]}
+    (home / ".netrc").write_text("machine api.wandb.ai\n  login user\n  password 0123456789abcdef\n")
+    assert "PREFLIGHT-CREDENTIAL-MISSING" not in ids(preflight(wandb, Pool())[1])
+    declared = validate_spec({**data, "secret_env": ["WANDB_API_KEY"]})
+    (home / ".netrc").unlink()
+    assert "PREFLIGHT-CREDENTIAL-MISSING" not in ids(preflight(declared, Pool())[1])

@@ -96,7 +96,7 @@ def recorder_spec(tmp_path, env_dir, nodes=2, partition="multi", env=None, rollo
     slots = [{"host": f"slot{k}", "gpus": [0], "python_env": str(env_dir)} for k in range(nodes)]
     if rollout_gpus:
         slots.append({"host": "roll", "gpus": list(range(rollout_gpus)), "role": "rollout", "python_env": str(env_dir)})
-    data = {"name": "recorded", "train": {"model": "Qwen/Qwen2.5-0.5B", "dataset": ["d.jsonl"],
+    data = {"name": "recorded", "train": {"model": "Qwen/Qwen2.5-0.5B", "dataset": ["/data/d.jsonl"],
                                          "reward_funcs": ["format"], "num_generations": 2,
                                          "per_device_train_batch_size": 2},
             "rollout": {"use_vllm": False, "vllm_mode": None}, "env": env or {},
@@ -145,9 +145,10 @@ def test_two_nodes_get_rank_master_gpus_and_secrets_and_the_failed_rank_is_named
 
 def test_a_task_killed_before_writing_its_exit_code_is_named_from_srun_and_ends_the_others(slurm_env, env_dir,
                                                                                           tmp_path, jobs):
-    spec = recorder_spec(tmp_path, env_dir, env={"KILL_RANK": "1", "WORK_SECONDS": "120"})
-    nodes, handle = run_to_end(jobs, spec, "rec-killed", timeout=300)
-    # rank 0 was ended by srun --kill-on-bad-exit: had it slept its 120 s, it would have written exit code 0
+    spec = recorder_spec(tmp_path, env_dir, env={"KILL_RANK": "1", "WORK_SECONDS": "1200"})
+    nodes, handle = run_to_end(jobs, spec, "rec-killed", timeout=600)
+    # rank 0 was ended by srun --kill-on-bad-exit: had it worked its 1200 s (longer than the test waits, however
+    # slowly a loaded machine starts rank 1), it would have written exit code 0
     assert nodes == [("n1", "failed", None), ("n2", "failed", None)]
     error = jobs.store.job("rec-killed")["error"]
     assert error.startswith("node 1 (n2, rank 1) failed first: srun: task 1: Killed; Slurm job "), error

@@ -87,7 +87,7 @@ def test_the_service_samples_a_running_jobs_gpus_on_its_node_and_ends_that_with_
     (env / "bin/swift").write_text("#!/bin/bash\nexec sleep 300\n")
     (env / "bin/swift").chmod(0o755)
     spec = validate_spec({
-        "name": "gpus", "train": {"model": "Qwen/Qwen2.5-0.5B", "dataset": ["d.jsonl"], "reward_funcs": ["format"],
+        "name": "gpus", "train": {"model": "Qwen/Qwen2.5-0.5B", "dataset": ["/data/d.jsonl"], "reward_funcs": ["format"],
                                   "num_generations": 2, "per_device_train_batch_size": 2},
         "rollout": {"use_vllm": False, "vllm_mode": None},
         "cluster": {"nodes": [{"host": h.name, "address": h.addr, "gpus": [1, 3], "python_env": str(env)}],

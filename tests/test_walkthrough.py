@@ -1,18 +1,25 @@
 """A new user's first hour, end to end in a real browser (Debian's Chromium at 1440 × 900) against two
-network-namespace sshd hosts and the tiny CPU ms-swift job: import a launch script written like ms-swift's
-examples, pick a GPU model, add two hosts from ~/.ssh/config, fix the findings with the
-offered fixes, launch, watch metrics and logs arrive, stop, open History. Every step asserts on what the user sees.
-Screenshots go to build/screenshots/walkthrough-*.png (`make screenshots` copies them for the README)."""
+network-namespace sshd hosts and the tiny CPU ms-swift job: paste a script whose quote never closes (refused, no
+draft), import one of ms-swift's example scripts as shipped and act on every finding it leads to (a rollout server
+it starts by hand, a tracker's key), then import a launch script written like ms-swift's examples for the tiny
+model, pick a GPU model, add two hosts from ~/.ssh/config, fix the findings with the offered fixes, launch, watch
+metrics and logs arrive, stop, open History. Every step asserts on what the user sees. Screenshots go to
+build/screenshots/walkthrough-*.png (`make screenshots` copies them for the README)."""
 
 import re
+from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.hosts import stop_active_jobs
 from tests.test_browser import ARGS, CHROMIUM, SHOTS, serve
+from tests.test_no_surprises import UNCLOSED
 from tests.tiny_job import ASSETS, CPU_ENV, SWIFT_VENV
 
 pytestmark = pytest.mark.slow
+EXAMPLE = Path(__file__).parent / "data" / "ms_swift_examples" / "external_server_7b.sh"
+expect.set_options(timeout=90_000)  # a loaded 2-core machine can take this long to rerun a page
 
 
 def launch_script(max_steps: int) -> str:
@@ -84,16 +91,56 @@ def body(page) -> str:
     return page.locator("body").inner_text()
 
 
+def paste_import(page, text: str) -> None:
+    script = page.get_by_test_id("stSidebarUserContent").get_by_label("…or paste it")
+    script.fill(text)
+    script.press("Control+Enter")  # a text area's value is sent on Ctrl+Enter (or on leaving it)
+    importing = page.get_by_role("button", name="Import", exact=True)
+    expect(importing).to_be_enabled()
+    importing.click()
+
+
+def finding(page, finding_id: str):
+    return page.get_by_test_id("stExpander").filter(has_text=finding_id)
+
+
+def refused_then_example(page) -> None:
+    """A script bash would refuse makes no draft; ms-swift's external-server example imported as shipped ends with
+    every finding acted on from the page."""
+    paste_import(page, UNCLOSED)
+    sidebar, main = page.get_by_test_id("stSidebarUserContent"), page.get_by_test_id("stMain")
+    expect(sidebar.get_by_text(re.compile("line 5, --system: the ' that opens its value never closes"))).to_be_visible()
+    expect(main.get_by_text("Import refused: no draft was made.")).to_be_visible()
+    shot(page, "1b-import-refused")
+    main.get_by_role("button", name="Dismiss").click()
+    expect(main.get_by_text("Import refused: no draft was made.")).to_have_count(0)
+    paste_import(page, EXAMPLE.read_text())
+    for shown in ("ROLLOUT-SERVER-OUTSIDE", "CREDENTIAL-UNDECLARED"):
+        expect(finding(page, shown)).to_be_visible()
+    finding(page, "CREDENTIAL-UNDECLARED").locator("summary").click()  # open the warning to show its fix
+    expect(finding(page, "CREDENTIAL-UNDECLARED").get_by_role("button", name="Apply fix")).to_be_visible()
+    page.get_by_text("GPU memory per device").scroll_into_view_if_needed()
+    shot(page, "1c-runtime-checks")
+    for acted in ("ROLLOUT-SERVER-OUTSIDE", "CREDENTIAL-UNDECLARED"):
+        fix = finding(page, acted).get_by_role("button", name="Apply fix")
+        if not fix.is_visible():  # a warning's details start folded
+            finding(page, acted).locator("summary").click()
+        fix.click()
+        expect(finding(page, acted)).to_have_count(0)
+    expect(page.get_by_role("button", name="Download node scripts (zip)")).to_be_enabled()  # no error is left
+    findings = page.get_by_test_id("stExpander").filter(has_text=re.compile(r"\b[A-Z]{2,}(-[A-Z0-9]+)+ — "))
+    assert findings.count()  # SEED-REF-MODEL: the advice on the example's beta with full tuning
+    for left in findings.all():  # and what is left can be acted on in one click
+        assert left.get_by_role("button", name="Apply fix", include_hidden=True).count(), left.inner_text()
+
+
 def test_the_first_hour(app, hosts, page, tmp_path):
     page.goto(app)
     page.get_by_text("1. Model and GPUs").first.wait_for()
     shot(page, "1-start")
+    refused_then_example(page)
     # import the launch script
-    script = page.get_by_test_id("stSidebarUserContent").get_by_label("…or paste it")
-    script.fill(launch_script(max_steps=300))
-    script.press("Control+Enter")  # a text area's value is sent on Ctrl+Enter (or on leaving it)
-    settled(page)
-    page.get_by_role("button", name="Import", exact=True).click()
+    paste_import(page, launch_script(max_steps=300))
     page.get_by_text("activates the Python environment").wait_for()
     settled(page)
     assert "No GPU model chosen" in body(page)  # the step indicator says what is missing

@@ -7,11 +7,12 @@ import paramiko
 import streamlit as st
 
 from grpo_ui.backends.preflight import HostFacts
+from grpo_ui.backends.preflight.status import ConnectionTest, PreflightRun, connection_of
 from grpo_ui.backends.remote.ssh import Pool, SshError, UnknownHostKey, ssh_config_path, trust_host_key
 from grpo_ui.core.findings import SEVERITY_ICON, sort_findings
 from grpo_ui.spec import form
 from grpo_ui.spec.paths import with_changes
-from views import drafts
+from views import drafts, hosts
 from views.service import jobs
 
 
@@ -35,8 +36,6 @@ def save_nodes(draft, nodes: list[dict]) -> None:
         st.error("The draft was changed in another tab just now: nothing was saved; try again.")
         return
     drafts.forget_form()
-    for key in [k for k in st.session_state if str(k).startswith("conn:")]:  # tests are by row: rows moved
-        del st.session_state[key]
     st.rerun()
 
 
@@ -84,24 +83,24 @@ for i, node in enumerate(spec.cluster.nodes):
     if cols[1].button("Test", key=f"test:{i}"):
         try:
             res = pool().get(node.host, node.user, node.port, node.identity_file).run("hostname && uptime", 15)
-            st.session_state[f"conn:{i}"] = ("ok", res.out.strip())
+            hosts.tests()[node.host] = ConnectionTest(True, res.out.strip(), connection_of(node))
         except UnknownHostKey as e:
-            st.session_state[f"conn:{i}"] = ("unknown", e)
+            hosts.tests()[node.host] = ConnectionTest(None, e.fingerprint, connection_of(node))
+            st.session_state.setdefault("host_keys", {})[node.host] = e
         except SshError as e:
-            st.session_state[f"conn:{i}"] = ("error", str(e))
-    status = st.session_state.get(f"conn:{i}")
-    if status:
-        kind, value = status
-        if kind == "ok":
-            cols[2].success(value)
-        elif kind == "error":
-            cols[2].error(value)
-        else:
-            cols[2].warning(f"Unknown host key {value.key.get_name()} **{value.fingerprint}**. Compare it with "
+            hosts.tests()[node.host] = ConnectionTest(False, str(e), connection_of(node))
+    test = hosts.tests().get(node.host)
+    if test is not None and test.node == connection_of(node):
+        if test.ok:
+            cols[2].success(test.detail)
+        elif test.ok is False:
+            cols[2].error(test.detail)
+        elif (key := st.session_state.get("host_keys", {}).get(node.host)) is not None:
+            cols[2].warning(f"Unknown host key {key.key.get_name()} **{key.fingerprint}**. Compare it with "
                             "`ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub` on the machine before trusting it.")
             if cols[2].button("Trust this key", key=f"trust:{i}"):
-                trust_host_key(value.hostname, value.port, value.key)
-                st.session_state.pop(f"conn:{i}")
+                trust_host_key(key.hostname, key.port, key.key)
+                hosts.tests().pop(node.host)
                 st.rerun()
 
 st.subheader("Preflight")
@@ -113,28 +112,19 @@ if st.button("Run preflight on every host", type="primary"):
             box.write(line)
         box.update(label="Preflight done", state="error" if any(f.severity == "error" for f in findings)
                    else "complete")
-    st.session_state["preflight"] = (facts, findings)
-if "preflight" in st.session_state:
-    facts, findings = st.session_state["preflight"]
-    st.dataframe([facts_row(f) for f in facts], hide_index=True, width="stretch")
-    for f in sort_findings(findings):
+    st.session_state["preflight_run"] = PreflightRun.of(spec, facts, findings)
+if (run := hosts.preflight_run()) is not None:
+    if stale := run.stale(spec):
+        st.warning(f"**Stale:** {stale}; the results below are from then. Run preflight again.")
+    if run.facts:
+        st.dataframe([facts_row(f) for f in run.facts], hide_index=True, width="stretch")
+    for f in sort_findings(run.findings):
         st.markdown(f"{SEVERITY_ICON[f.severity]} **{f.id}** ({', '.join(f.fields)}): {f.message} — *{f.fix}*")
-    if not findings:
+    if not run.findings:
         st.success("Every host passed preflight.")
 
-
-def host_status(i: int, host: str) -> str:
-    """What the latest connection test or preflight said about node ``i`` (✗ and the error, ✓, or empty)."""
-    conn = st.session_state.get(f"conn:{i}")
-    facts = {f.host: f for f in st.session_state.get("preflight", ([], []))[0]}
-    if host in facts and facts[host].error:
-        return f"✗ {facts[host].error}"
-    if conn and conn[0] != "ok":
-        return "✗ " + (conn[1] if conn[0] == "error" else "unknown host key: trust it below")
-    return "✓ reached" if conn or host in facts else ""
-
-
-table.dataframe([{"#": row.pop(form.ROW), "status": host_status(k, row["host"]), **row}
+table.dataframe([{"#": row.pop(form.ROW), "status": hosts.status(spec, k).text, **row}
                  for k, row in enumerate(form.node_rows(spec))], hide_index=True, width="stretch",
-                column_config={"status": st.column_config.TextColumn("status", help="The latest connection test or "
-                                                                     "preflight of this host", width="large")})
+                column_config={"status": st.column_config.TextColumn(
+                    "status", width="large", help="The worst of this host's latest connection test and preflight; "
+                    "'?' when they were made before the cluster or the draft changed")})

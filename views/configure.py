@@ -10,8 +10,9 @@ import streamlit as st
 
 from grpo_ui.checks import rules
 from grpo_ui.checks.assess import Assessment, assess
+from grpo_ui.checks.steps import Step, job_steps
 from grpo_ui.core.findings import SEVERITY_ICON, Finding, by_id, sort_findings
-from grpo_ui.importer import import_uploads
+from grpo_ui.importer import PASTED, ImportRefused, import_uploads
 from grpo_ui.jobs.drafts import Draft
 from grpo_ui.knowledge import catalog, hub
 from grpo_ui.knowledge.catalog import ModelArch, from_hf_config, parse_hf_config
@@ -25,7 +26,7 @@ from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.resolve import resolve
 from grpo_ui.spec.yaml_io import spec_from_yaml, spec_to_yaml
 from grpo_ui.timing.report import duration
-from views import drafts
+from views import drafts, hosts
 from views.memory_chart import memory_chart
 from views.time_chart import time_chart
 
@@ -82,7 +83,8 @@ def field_widget(decl: Decl, base: JobSpec, where=st):
         return where.selectbox(label, form.choices(decl, [value]), key=key, help=help_, persist_state="session",
                                format_func=lambda v: unset if v is None else str(v))
     if kind == "lines":
-        return where.text_area(label, key=key, help=help_, persist_state="session", height=80)
+        return where.text_area(label, key=key, help=help_, persist_state="session", height=80,
+                               placeholder=f"e.g. {', '.join(decl.choices)}" if decl.choices else None)
     return where.text_input(label, key=key, help=help_, persist_state="session",
                             placeholder=f"e.g. {', '.join(decl.choices)}" if decl.choices else None)
 
@@ -195,6 +197,25 @@ def gpu_picker(spec: JobSpec, where) -> None:
                     help="As nvidia-smi names it; per node in the Cluster table below when they differ.")
 
 
+def memory_metrics(report, spec: JobSpec) -> None:
+    """The verdict and each GPU role's peak (its card's size in the label, the headroom below), in one row."""
+    cols = st.columns(len(report.roles) + 1)
+    cols[0].metric("Verdict", report.verdict.upper(),
+                   help=f"FITS: the peak plus the estimate's measured error margin (+{ESTIMATE_MARGIN:.0%} of what it "
+                        "models; 9 in 10 published runs stayed within it) fits the card. TIGHT: only without the "
+                        "margin. OOM: not even the estimate fits.")
+    outside = not spec.rollout_nodes()  # server mode without rollout nodes: the servers are the user's own
+    for col, role in zip(cols[1:], report.roles, strict=False):
+        card = f" · {role.capacity_gib:.0f} GiB card" if role.capacity_gib else ""
+        who = " (your server's)" if role.role == "rollout" and outside else ""
+        col.metric(f"{role.role} GPU peak{who}{card}", f"{role.peak_gib:.1f} GiB",
+                   delta=None if role.headroom_gib is None else f"{role.headroom_gib:+.1f} GiB headroom",
+                   delta_color="normal")
+        if role.expected_gib - role.peak_gib > 0.05:
+            col.caption(f"nvidia-smi will show about {role.expected_gib:.1f} GiB: torch keeps freed memory cached "
+                        "(hatched in the chart) and gives it back before an OOM")
+
+
 def fit_cards(options, spec: JobSpec) -> None:
     """Make-it-fit: each option as a card with the change it makes and the peak it leads to."""
     if not options:
@@ -254,38 +275,57 @@ def time_panel(a: Assessment, spec: JobSpec, base: JobSpec) -> None:
     faster_cards(a, spec)
 
 
-def steps_indicator(spec: JobSpec, findings: list[Finding], parse_errors: dict, verdict: str | None,
-                    held: bool) -> None:
-    """Where the user stands, in the order the work is done; each missing step links to where it is done. A field
-    that does not parse counts against the step it is in; Scripts and Launch follow ``held``, the rule that holds the
-    downloads and the Launch link."""
-    cluster = ("cluster", "slurm")
+def steps_indicator(shown: list[Step]) -> None:
+    """Where the user stands (grpo_ui.checks.steps decides each step's state); each step links to where it is
+    done."""
+    marks = {"done": ":material/check_circle:", "todo": ":material/radio_button_unchecked:",
+             "blocked": ":material/block:"}
+    for col, step in zip(st.columns(len(shown)), shown, strict=True):
+        why = f":green[{step.why}]" if step.state == "done" else f":orange[{step.why}]"
+        col.markdown(f"{marks[step.state]} **[{step.label}](#{step.anchor})**  \n{why}")
 
-    def bad(*prefixes):
-        return [f for f in findings if f.severity == "error" and any(p.startswith(prefixes) for p in f.fields)]
 
-    def problems(unparsed: list[str], errors: list[Finding]) -> str | None:
-        return (f"{len(unparsed)} field(s) do not parse" if unparsed
-                else f"{len(errors)} error(s)" if errors else None)
+def run_import(files: dict[str, bytes], version: str, keep_partial: bool = False) -> None:
+    """Import the files as a new draft; a refused import is kept in the session (shown under the paste box and
+    at the top of the page, with the choice to keep what could be read)."""
+    try:
+        imported, notes = import_uploads(files, version, keep_partial=keep_partial)
+    except ImportRefused as e:
+        st.session_state["import_refused"] = {"files": files, "version": version,
+                                              "problems": [f"{f.message} — *{f.fix}*" for f in e.findings]}
+        return
+    except SpecError as e:
+        st.session_state["import_refused"] = None
+        st.session_state["import_error"] = str(e)
+        return
+    moved = [f for f in rules.validate(imported) if f.id == "ENV-SECRET-MOVED"]
+    st.session_state["import_notes"] = [f.to_dict() for f in [*notes, *moved]]
+    st.session_state["import_refused"] = st.session_state["import_error"] = None
+    drafts.create(imported.name, imported)
 
-    gpu_missing = not all(n.gpu_model or n.gpu_memory_gib for n in spec.trainer_nodes())
-    model_missing = not spec.train.model or any(f.id == "MEMORY-UNKNOWN-MODEL" for f in findings)
-    steps = [
-        ("Model and GPUs", "model",
-         "No model chosen" if not spec.train.model else "Model unknown: give its config.json" if model_missing
-         else "No GPU model chosen" if gpu_missing else None),
-        ("Cluster", "cluster", problems([p for p in parse_errors if p.startswith(cluster)], bad(*cluster))),
-        ("Training settings", "training", problems([p for p in parse_errors if not p.startswith(cluster)],
-                                                   bad("train", "rollout", "server"))),
-        ("Checks", "checks", "the estimate says OOM" if verdict == "oom"
-         else f"{len(bad(''))} error(s)" if bad("") else None),
-        ("Scripts", "scripts", "blocked: fix the errors above or give an override reason" if held else None),
-        ("Launch", "launch", "blocked" if held else None),
-    ]
-    for k, (col, (title, anchor, why)) in enumerate(zip(st.columns(len(steps)), steps, strict=True)):
-        mark = ":material/check_circle:" if not why else ":material/radio_button_unchecked:"
-        done = ":green[ready]" if anchor in ("scripts", "launch") else ":green[done]"
-        col.markdown(f"{mark} **{k + 1}. [{title}](#{anchor})**  \n" + (f":orange[{why}]" if why else done))
+
+def import_refused_banner(refused: dict) -> None:
+    """A refused import at the top of the page: what bash or ms-swift would refuse, and the two ways on."""
+    with st.container(border=True):
+        st.error("**Import refused: no draft was made.** " + " ".join(refused["problems"]))
+        c1, c2, _ = st.columns([2, 1, 2])
+        c1.button("Keep what could be read as a draft", key="keep_partial", on_click=run_import,
+                  args=(refused["files"], refused["version"], True),
+                  help="A new draft with what comes before the problem; it says at the top what is missing, and "
+                       "launch is held until each missing field is filled in.")
+        c2.button("Dismiss", key="dismiss_refused", on_click=lambda: st.session_state.update(import_refused=None))
+
+
+def partial_import_banner(spec: JobSpec) -> None:
+    """A draft kept from a refused import says so at the top until every field it could not read is filled in."""
+    fields = [p for p in spec.import_errors if p != "spec"]
+    lines = [f"- `{p}`: {m}" for p, m in spec.import_errors.items()]
+    st.error("**This draft is a partial import.** What the script says here could not be read; fill in "
+             + (", ".join(f"`{p}`" for p in fields) or "the fields") + " (marked below) before launching:\n"
+             + "\n".join(lines))
+    if "spec" in spec.import_errors:
+        st.button("I have checked the draft against the script", key="partial_checked", on_click=apply_fix,
+                  args=(spec, {"import_errors": {k: v for k, v in spec.import_errors.items() if k != "spec"}}))
 
 
 def override_box(draft_id: int, count: int) -> str | None:
@@ -300,7 +340,8 @@ def override_box(draft_id: int, count: int) -> str | None:
 st.title("Configure a GRPO job")
 draft = drafts.tab_draft()
 base = base_spec(draft)
-conflict_slot, picker_slot, steps_slot = st.empty(), st.sidebar.container(), st.container()
+notice_slot, conflict_slot, picker_slot = st.container(), st.empty(), st.sidebar.container()
+steps_slot = st.container()
 
 with st.sidebar:
     st.subheader("Import")
@@ -308,15 +349,15 @@ with st.sidebar:
                                "draft", type=["sh", "bash", "yaml", "yml", "json", "txt"], accept_multiple_files=True)
     pasted = st.text_area("…or paste it", key="import_text", height=100)
     if st.button("Import", width="stretch", disabled=not (uploads or pasted.strip())):
-        files = {u.name: u.getvalue() for u in uploads} if uploads else {"pasted": pasted.encode()}
-        try:
-            imported, notes = import_uploads(files, base.swift_version)
-            moved = [f for f in rules.validate(imported) if f.id == "ENV-SECRET-MOVED"]
-            st.session_state["import_notes"] = [f.to_dict() for f in [*notes, *moved]]
-            drafts.create(imported.name, imported)
+        run_import({u.name: u.getvalue() for u in uploads} if uploads else {PASTED: pasted.encode()},
+                   base.swift_version)
+        if not st.session_state.get("import_refused") and not st.session_state.get("import_error"):
             st.rerun()
-        except SpecError as e:
-            st.error(str(e))
+    if refused := st.session_state.get("import_refused"):
+        for problem in refused["problems"]:
+            st.error(problem)
+    if error := st.session_state.get("import_error"):
+        st.error(error)
     for note in st.session_state.get("import_notes", []):
         st.caption(f"{SEVERITY_ICON[note['severity']]} {note['message']}")
 
@@ -374,6 +415,11 @@ for path, slot in slots.items():
         "; ".join(f"{p}: {m}" for p, m in parse_errors.items() if p.startswith(("cluster", "slurm")))
         if path == "cluster"
         else None))
+with notice_slot:
+    if refused := st.session_state.get("import_refused"):
+        import_refused_banner(refused)
+    if spec.import_errors:
+        partial_import_banner(spec)
 if draft.version != st.session_state["draft_version"] or not parse_errors and not autosave(draft, spec, text):
     with conflict_slot:
         drafts.changed_elsewhere(draft, spec)
@@ -388,6 +434,12 @@ if parse_errors:  # what is below would describe an older form: hidden, never th
     st.error("Fix the fields that do not parse — " + "; ".join(f"{p}: {m}" for p, m in parse_errors.items())
              + ". The checks, the memory estimate, the step time and the scripts are hidden until then.")
 else:
+    st.markdown("**GPU memory per device**")
+    report = a.memory
+    if report is None:  # an unknown model or GPU, an unreadable DeepSpeed/FSDP config
+        st.info(a.memory_error)
+    else:  # the metrics across the page's width: nothing of them is cut at 1440 px
+        memory_metrics(report, spec)
     left, right = st.columns([3, 2])
     with right:
         st.markdown("**Findings**")
@@ -400,24 +452,7 @@ else:
                 if f.apply:
                     st.button("Apply fix", key=f"fix:{f.id}", on_click=apply_fix, args=(spec, f.apply))
     with left:
-        st.markdown("**GPU memory per device**")
-        report = a.memory
-        if report is None:  # an unknown model or GPU, an unreadable DeepSpeed/FSDP config
-            st.info(a.memory_error)
-        else:
-            cols = st.columns(len(report.roles) + 1)
-            cols[0].metric("Verdict", report.verdict.upper(),
-                           help=f"FITS: the peak plus the estimate's measured error margin (+{ESTIMATE_MARGIN:.0%} of "
-                                "what it models; 9 in 10 published runs stayed within it) fits the card. TIGHT: only "
-                                "without the margin. OOM: not even the estimate fits.")
-            for col, role in zip(cols[1:], report.roles, strict=False):
-                cap = f" of {role.capacity_gib:.0f}" if role.capacity_gib else ""
-                col.metric(f"{role.role} GPU peak", f"{role.peak_gib:.1f}{cap} GiB",
-                           delta=None if role.headroom_gib is None else f"{role.headroom_gib:+.1f} GiB headroom",
-                           delta_color="normal")
-                if role.expected_gib - role.peak_gib > 0.05:
-                    col.caption(f"nvidia-smi will show about {role.expected_gib:.1f} GiB: torch keeps freed memory "
-                                "cached (hatched in the chart) and gives it back before an OOM")
+        if report:
             for note in dict.fromkeys(n for r in report.roles for n in r.notes):
                 where = " Choose it in [1. Model and GPUs](#model)." if note.startswith("No GPU model chosen") else ""
                 st.caption(f"{SEVERITY_ICON['warning']} {note}{where}")
@@ -445,7 +480,7 @@ held = bool(parse_errors) or a.held(override)
 c1.download_button("Download job YAML", text, file_name=f"{spec.name}.yaml", key="dl_yaml",
                    disabled=held)
 with steps_slot:
-    steps_indicator(spec, findings, parse_errors, report.verdict if report else None, held)
+    steps_indicator(job_steps(spec, a, parse_errors, held, bool(override), hosts.checks(spec)))
 bundle = None if parse_errors or held else rendered(text, a, spec.name)
 c2.download_button("Download node scripts (zip)", bundle.zip_bytes() if bundle else b"", disabled=held,
                    file_name=f"{spec.name}.zip", key="dl_zip")

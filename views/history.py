@@ -17,8 +17,9 @@ from grpo_ui.jobs.specs import job_spec
 from grpo_ui.jobs.time_loop import comparison as time_comparison
 from grpo_ui.jobs.time_loop import summary as time_summary
 from grpo_ui.spec.yaml_io import spec_from_yaml
-from views import drafts
+from views import drafts, readable
 from views.service import store
+from views.yaml_code import yaml_code
 
 
 def memory_columns(job: dict) -> dict:
@@ -43,7 +44,7 @@ def _sig(x: float | None) -> float | None:
 
 
 def final(metrics: dict, key: str):
-    return round(metrics[key][-1][1], 4) if metrics.get(key) else None
+    return readable.metric(metrics[key][-1][1]) if metrics.get(key) else None
 
 
 st.title("History")
@@ -60,9 +61,11 @@ for j in jobs:
                  "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(j["started"] or j["created"])),
                  "minutes": round(((j["ended"] or time.time()) - (j["started"] or j["created"])) / 60, 1),
                  "steps": int(m["max_steps"][-1][0]) if m.get("max_steps") else 0, "reward": final(m, "reward"),
-                 "kl": final(m, "kl"), **memory_columns(j), **time_columns(j), "alerts": len(db.alerts(j["id"]))})
-blank_if_none = {c: lambda v: "—" if pd.isna(v) else f"{v:g}" for c in (
-    "reward", "kl", "estimate GiB", "measured GiB", "predicted s/step", "measured s/step", "predicted h", "measured h")}
+                 "kl": final(m, "kl"), **memory_columns(j), **time_columns(j),
+                 "alerts": ", ".join(a["alert_id"] for a in db.alerts(j["id"])) or "—"})
+blank_if_none = {**{c: lambda v: "—" if pd.isna(v) else f"{v:g}" for c in (
+    "reward", "kl", "predicted s/step", "measured s/step", "predicted h", "measured h")},
+                 **{c: lambda v: "—" if pd.isna(v) else f"{v:.1f}" for c in ("estimate GiB", "measured GiB")}}
 st.dataframe(pd.DataFrame(rows).style.format(blank_if_none, precision=1), hide_index=True,
              width="stretch")  # numbers stay numbers: they sort as numbers
 
@@ -76,7 +79,7 @@ with c1:
         st.error(error_list(job["error"]))
     if note := override_note(db, pick):
         st.warning(note)
-    st.code(job["spec_yaml"], language="yaml")
+    yaml_code(job["spec_yaml"])
     if st.button("Re-open this config in Configure (as a new draft)"):
         drafts.create(pick, spec_from_yaml(job["spec_yaml"]))
         st.switch_page("views/configure.py")
@@ -84,12 +87,12 @@ with c2:
     metrics = db.metrics(pick)
     st.markdown("**Final metrics**")
     if metrics:
-        st.json({k: v[-1][1] for k, v in sorted(metrics.items())})
+        st.json({k: readable.metric(v[-1][1]) for k, v in sorted(metrics.items())})
     else:
         st.caption("None: the job never logged a training step" + (
             " (it never started)." if job["state"] == "failed" and not db.meta(pick, HANDLE) else "."))
     st.markdown("**Memory per GPU: estimate at launch vs measured peak**")
-    st.table(comparison(db, pick, job_spec(job)))
+    st.table(readable.memory_table(comparison(db, pick, job_spec(job))))
     pace = time_summary(db, pick, job_spec(job))
     st.markdown(f"**Step time:** measured {pace['median']} per step (median), predicted {pace['predicted']} "
                 f"(measured / predicted {pace['ratio']})")

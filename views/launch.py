@@ -7,6 +7,7 @@ import difflib
 
 import streamlit as st
 
+from grpo_ui.checks.rules.credentials import credentials_needed, undeclared
 from grpo_ui.core.findings import SEVERITY_ICON, error_list, sort_findings, unique
 from grpo_ui.jobs.service import LaunchError
 from grpo_ui.launch.plan import LaunchPlan, default_job_id
@@ -16,6 +17,7 @@ from grpo_ui.spec.yaml_io import spec_to_yaml
 from grpo_ui.timing.report import duration
 from views import drafts
 from views.service import jobs
+from views.yaml_code import yaml_code
 
 
 def plan_for(spec: JobSpec, job_id: str) -> LaunchPlan:
@@ -52,11 +54,18 @@ if plan.assessment.blocked:
 held = plan.assessment.held(override)
 where = (f"Slurm (sbatch on {spec.cluster.login})" if spec.cluster.backend == "slurm"
          else ", ".join(n.host for n in plan.nodes))
+outside = [f"{h}:{p}" for h, p in plan.resolved.server_endpoints] if plan.resolved.server and not plan.role(
+    "rollout") else []
 st.caption(f"{len(plan.role('trainer'))} trainer node(s), {len(plan.role('rollout'))} rollout server(s) on {where}; "
            f"run directory {plan.run_dir}")
+if outside:
+    st.caption(f"{SEVERITY_ICON['info']} Rollout server(s) outside this job, which you start: {', '.join(outside)}. "
+               f"The trainers wait {spec.rollout.vllm_server_timeout:.0f} s for each to answer /health/; preflight "
+               "checks that it does.")
 for role in plan.estimate.get("roles", []):
-    st.caption(f"Memory estimate kept with the job, {role['role']} GPU: peak {role['peak_gib']} GiB in the "
-               f"{role['peak_phase']} phase ({role['verdict']})")
+    whose = " (your server's, outside this job)" if role["role"] == "rollout" and outside else ""
+    st.caption(f"Memory estimate kept with the job, {role['role']} GPU{whose}: peak {role['peak_gib']:.1f} GiB in "
+               f"the {role['peak_phase']} phase ({role['verdict']})")
 if "error" in plan.estimate:
     st.caption(f"No memory estimate: {plan.estimate['error']}")
 if "error" in plan.time:
@@ -80,14 +89,22 @@ if chosen.startswith("node_") and chosen != "node_0.sh":
     st.caption(f"Differences from node_0.sh: {sum(1 for d in diff if d[:1] in '+-' and d[:3] not in ('+++', '---'))}"
                " line(s)")
     st.code("\n".join(diff), language="diff")
-st.code(text, language="yaml" if chosen.endswith(".yaml") else "bash", wrap_lines=True)
+if chosen.endswith(".yaml"):
+    yaml_code(text)
+else:
+    st.code(text, language="bash", wrap_lines=True)
 for flags, why in bundle.added:
     st.caption(f"{SEVERITY_ICON['info']} grpo-ui adds `{flags}`: {why}")
 for f in sort_findings(f for f in unique(plan.findings + bundle.findings) if f.severity != "error"):
     st.caption(f"{SEVERITY_ICON[f.severity]} {f.id}: {f.message}")
 
+needs = {c.env: f"{why}: {c.what} reads it on the nodes" for c, why in credentials_needed(spec)}
 secrets = {name: st.text_input(f"{name} (secret: sent in a 0600 file, never stored)", type="password",
-                               key=f"secret:{name}") for name in spec.secret_env}
+                               key=f"secret:{name}", help=needs.get(name)) for name in spec.secret_env}
+for c, why in undeclared(spec):
+    st.warning(f"{why}: {c.what} reads **{c.env}** on the nodes, and this job does not declare it, so there is no "
+               f"box for it here. Declare it (CREDENTIAL-UNDECLARED on the Configure page), or make sure every node "
+               f"ran `{c.login}`; preflight checks.")
 check_first = st.checkbox("Run preflight on every node first (its errors stop the launch before anything starts)",
                           value=True, key="launch_preflight")
 if st.button("Launch", type="primary", disabled=held):

@@ -22,6 +22,7 @@ from grpo_ui.jobs.memory_loop import comparison, record_peaks
 from grpo_ui.jobs.service import HANDLE, STATUS, override_note
 from grpo_ui.jobs.specs import job_spec
 from grpo_ui.jobs.time_loop import summary
+from views import readable
 from views.boundary import guarded
 from views.service import jobs
 
@@ -105,7 +106,7 @@ def memory_table(job: dict) -> None:
     error = (service.store.memory_estimate(job["id"]) or {}).get("error")
     if error:
         st.caption(f"No estimate at launch: {error}")
-    st.table(comparison(service.store, job["id"], eff))
+    st.table(readable.memory_table(comparison(service.store, job["id"], eff)))
 
 
 st.title("Monitor")

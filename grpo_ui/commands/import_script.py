@@ -1,4 +1,5 @@
-"""`import run.sh [node2.sh …] [--swift VERSION]`: existing launch scripts → job YAML on stdout, findings on stderr."""
+"""`import run.sh [node2.sh …] [--swift VERSION] [--keep-partial]`: existing launch scripts → job YAML on stdout,
+findings on stderr. A script bash or ms-swift would refuse writes no YAML (exit 1) unless --keep-partial."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import sys
 from pathlib import Path
 
 from grpo_ui.core.findings import format_findings
-from grpo_ui.importer import import_scripts
+from grpo_ui.importer import ImportRefused, import_scripts
 from grpo_ui.spec.errors import SpecError
 from grpo_ui.spec.yaml_io import spec_to_yaml
 
@@ -15,6 +16,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("import", help="turn swift rlhf / swift rollout launch scripts (one per node) into a job YAML")
     p.add_argument("scripts", nargs="+", help="shell scripts; several = the nodes of one job")
     p.add_argument("--swift", metavar="VERSION", default="4.6", help="target ms-swift version (default 4.6)")
+    p.add_argument("--keep-partial", action="store_true", help="write what could be read even when a script has a "
+                   "flag without its value or text bash cannot parse (the YAML's import_errors says what is missing)")
     p.set_defaults(run=run)
 
 
@@ -26,7 +29,13 @@ def run(args) -> int:
         except OSError as e:
             raise SpecError([("scripts", f"cannot read {path}: {e.strerror}")]) from None
     # On the command line, config files a script names are read from its directory (the web page never does that).
-    spec, findings = import_scripts(scripts, args.swift, local_dir=Path(args.scripts[0]).resolve().parent)
+    try:
+        spec, findings = import_scripts(scripts, args.swift, local_dir=Path(args.scripts[0]).resolve().parent,
+                                        keep_partial=args.keep_partial)
+    except ImportRefused as e:
+        print(format_findings(e.findings) + "\nNo YAML written: fix the script(s), or pass --keep-partial to keep "
+              "what could be read.", file=sys.stderr)
+        return 1
     sys.stdout.write(spec_to_yaml(spec))
     if findings:
         print(format_findings(findings), file=sys.stderr)

@@ -31,16 +31,30 @@ from grpo_ui.spec.swift_args import dialect_of
 from grpo_ui.spec.swift_cli import SERVER_FLAGS, TRAIN_FLAGS
 from grpo_ui.spec.yaml_io import spec_from_yaml
 
-__all__ = ["import_scripts", "import_uploads"]
+__all__ = ["ImportRefused", "import_scripts", "import_uploads"]
+
+REFUSED = ("IMPORT-NO-VALUE", "IMPORT-SHELL-SYNTAX")  # what bash or ms-swift would refuse: no draft by default
+
+
+class ImportRefused(SpecError):
+    """Scripts with something bash or ms-swift would refuse (a flag without its value, text bash cannot parse): no
+    draft is made from them unless the caller asks to keep the partial result. ``findings`` are the refusals, each
+    naming the file, line and flag."""
+
+    def __init__(self, findings: list[Finding]):
+        self.findings = findings
+        super().__init__([(f.fields[0], f.message) for f in findings], "import refused")
 
 
 def import_scripts(scripts: list[tuple[str, bytes | str]], version: str = "4.6", files: dict[str, bytes] | None = None,
-                   local_dir: Path | None = None) -> tuple[JobSpec, list[Finding]]:
+                   local_dir: Path | None = None, keep_partial: bool = False) -> tuple[JobSpec, list[Finding]]:
     """Node scripts of one job (trainers in any order, rollout servers) → (JobSpec for ``version``, findings).
 
     files: other uploaded files by name (configs a script references). local_dir: where the command line may read
     referenced files from; None (the web page) means only ``files`` are used, never the app host's disk.
-    Raises SpecError naming the file for a binary or huge file, or when no script runs ``swift rlhf``.
+    Raises SpecError naming the file for a binary or huge file, or when no script runs ``swift rlhf``; ImportRefused
+    when a script says something bash or ms-swift would refuse, unless ``keep_partial``: then the spec is what could
+    be read, its ``import_errors`` saying what could not (each held until its field is set).
     """
     dialect_of(version)  # an unsupported version fails here, with its reason
     sources = Sources(dict(files or {}), local_dir)
@@ -52,7 +66,7 @@ def import_scripts(scripts: list[tuple[str, bytes | str]], version: str = "4.6",
         draft.findings += found
         invocations, notices = bash.parse(text, name)
         venvs |= {n.text for n in notices if n.kind == "venv"}
-        draft.findings += notice_findings(notices, name)
+        notice_findings(notices, name, draft)
         if not invocations:
             draft.findings.append(finding("IMPORT-NO-COMMAND", "warning", "spec", f"{name}: no `swift rlhf` or "
                                           "`swift rollout` command runs in it.", "Import the scripts that run swift "
@@ -60,11 +74,16 @@ def import_scripts(scripts: list[tuple[str, bytes | str]], version: str = "4.6",
         calls += [to_call(inv, version, sources, draft.findings) for inv in invocations]
     trainers = sorted((c for c in calls if c.kind == "rlhf"), key=lambda c: topology.int_or_none(c.text("NODE_RANK")) or 0)
     servers = [c for c in calls if c.kind == "rollout"]
-    if not trainers:
-        raise SpecError([("scripts", "no `swift rlhf` command runs in " + ", ".join(n for n, _ in scripts))])
-    place_flags(trainers[0], TRAIN_FLAGS, draft, version, "extra_args")
+    if trainers:
+        place_flags(trainers[0], TRAIN_FLAGS, draft, version, "extra_args")
     if servers:
         _place_server_flags(servers[0], draft, version)
+    refused = [f for f in draft.findings if f.id in REFUSED]
+    if refused and not (keep_partial and trainers):
+        raise ImportRefused(refused)
+    if not trainers:
+        raise SpecError([("scripts", "no `swift rlhf` command runs in " + ", ".join(n for n, _ in scripts))])
+    draft.data["name"] = job_name(scripts[0][0], draft.data.get("train", {}).get("model"))
     topology.cluster(trainers, servers, draft)
     if len(venvs) == 1:  # every script activates the same venv (`source <dir>/bin/activate`): the nodes' python_env
         for node in draft.data["cluster"]["nodes"]:
@@ -92,14 +111,28 @@ def _place_server_flags(call: Call, draft: Draft, version: str) -> None:
     place_flags(replace(call, flags=kept), SERVER_FLAGS, draft, version, "rollout_extra_args")
 
 
-def import_uploads(files: dict[str, bytes], version: str = "4.6") -> tuple[JobSpec, list[Finding]]:
+def job_name(script: str, model: str | None) -> str:
+    """An imported job's name: the script's and the model's (``grpo_7b-Qwen2.5-7B-Instruct``), so imports tell
+    apart in the draft list; a pasted script is named by its model alone."""
+    stem = Path(script).stem if script != PASTED else ""
+    parts = [re.sub(r"[^A-Za-z0-9._-]+", "_", p).strip("._-") for p in (stem, (model or "").rstrip("/").split("/")[-1])]
+    name = "-".join(p for p in parts if p)[:64].rstrip(".-") or "imported"
+    return name if re.match(r"[A-Za-z0-9_]", name) else f"imported-{name}"[:64]
+
+
+PASTED = "pasted script"  # the name the web page gives a pasted script (findings say "pasted script line 5")
+
+
+def import_uploads(files: dict[str, bytes], version: str = "4.6", keep_partial: bool = False
+                   ) -> tuple[JobSpec, list[Finding]]:
     """What the web page receives: launch scripts (any file that runs swift) with the config files they name, or one
     job YAML. Only these bytes are read."""
     texts = {name: decode(name, data) for name, data in files.items()}
     scripts = [(n, files[n]) for n, (text, _) in texts.items() if re.search(r"\bswift\b|swift/cli/", text)
                and not n.endswith(CONFIG_SUFFIXES)]
     if scripts:
-        return import_scripts(scripts, version, {n: d for n, d in files.items() if n not in dict(scripts)})
+        return import_scripts(scripts, version, {n: d for n, d in files.items() if n not in dict(scripts)},
+                              keep_partial=keep_partial)
     if len(files) == 1:
         (name, (text, found)), = texts.items()
         return spec_from_yaml(text, name), found

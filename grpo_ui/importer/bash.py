@@ -58,6 +58,8 @@ class Notice:
     kind: str
     line: int
     text: str
+    flag: str | None = None     # 'syntax': the flag the broken text follows (its value is what bash cannot read)
+    lost: tuple[str, ...] = ()  # 'syntax', 'quote': the flags after it, which bash never passes
 
 
 @cache
@@ -120,8 +122,9 @@ class _Fields:
 class Shell:
     """The variables a script has set so far, and which of them it exported."""
 
-    def __init__(self, source: str):
+    def __init__(self, source: str, stop: int):
         self.source = source
+        self.stop = stop  # where bash stops reading (a syntax error): nothing from there on runs
         self.vars: dict[str, list[Word]] = {}   # an array is several words; a scalar one
         self.exported: set[str] = set()
         self.functions: dict[str, Node] = {}
@@ -261,6 +264,8 @@ class Shell:
 
     def run(self, node: Node) -> None:
         kind = node.type
+        if node.start_byte >= self.stop:
+            return
         if kind in SEQUENCE:
             for child in node.named_children:
                 self.run(child)
@@ -319,6 +324,8 @@ class Shell:
         prefix: dict[str, Word] = {}
         words: list[Word] = []
         for child in node.named_children:
+            if child.end_byte > self.stop:  # the syntax error is in it, or it comes after
+                break
             if child.type == "variable_assignment" and not words:
                 prefix[_text(child.child_by_field_name("name"))] = self.word(child.child_by_field_name("value")) \
                     if child.child_by_field_name("value") else Word("", _line(child))
@@ -387,14 +394,35 @@ def _launcher_env(words: list[Word]) -> dict[str, Word]:
 
 
 def parse(text: str, source: str) -> tuple[list[Invocation], list[Notice]]:
-    """Every swift invocation in the script, in the order bash would run them."""
-    tree = _parser().parse(text.encode("utf-8", "surrogateescape"))
-    shell = Shell(source)
+    """Every swift invocation in the script, in the order bash would run them. Bash refuses a command it cannot
+    parse and stops there: what comes from the first syntax error on is not read (a 'syntax' or 'quote' notice)."""
+    data = text.encode("utf-8", "surrogateescape")
+    tree = _parser().parse(data)
+    bad = _first_error(tree.root_node) if tree.root_node.has_error else None
+    if bad is not None and bad.is_missing and bad.parent is not None:
+        bad = bad.parent  # a closing token the file lacks (a quote, `)`, `fi`): what it would close is the error
+    shell = Shell(source, bad.start_byte if bad is not None else len(data))
     shell.run(tree.root_node)
-    if tree.root_node.has_error:
-        bad = _first_error(tree.root_node)
-        shell.notices.append(Notice("syntax", _line(bad), _text(bad).split("\n", 1)[0][:80]))
+    if bad is not None:
+        shell.notices.append(_syntax_notice(data, bad))
     return shell.invocations, shell.notices
+
+
+def _syntax_notice(data: bytes, bad: Node) -> Notice:
+    """Where bash stops reading: the line, the flag the broken text follows on the same command, the flags after it
+    (never read), and for a quote that never closes (bash: "unexpected EOF while looking for matching") the quote."""
+    before = data[:bad.start_byte].decode("utf-8", "surrogateescape").replace("\\\n", " ")
+    flags = re.findall(_FLAG, before.rsplit("\n", 1)[-1])
+    after = data[bad.start_byte:].decode("utf-8", "surrogateescape")
+    lost = tuple(dict.fromkeys(re.findall(_FLAG, after)))
+    broken = _text(bad)
+    quote = re.match(r"\$?['\"`]", broken)
+    if quote and bad.end_byte >= len(data.rstrip()):
+        return Notice("quote", _line(bad), quote[0][-1], flags[-1] if flags else None, lost)
+    return Notice("syntax", _line(bad), broken.split("\n", 1)[0][:80], flags[-1] if flags else None, lost)
+
+
+_FLAG = r"(?:^|\s)--([A-Za-z_][\w-]*)"
 
 
 def _first_error(node: Node) -> Node:

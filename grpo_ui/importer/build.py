@@ -16,7 +16,7 @@ from grpo_ui.importer.bash import Invocation, Notice, Word
 from grpo_ui.spec.errors import SpecError
 from grpo_ui.spec.fields import parse_version
 from grpo_ui.spec.model import JobSpec
-from grpo_ui.spec.swift_cli import FLAG_LIFETIMES, coerce, flag_missing_in
+from grpo_ui.spec.swift_cli import FLAG_LIFETIMES, SERVER_FLAGS, TRAIN_FLAGS, coerce, flag_missing_in, stands_alone
 from grpo_ui.spec.yaml_io import validate_spec
 
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
@@ -148,6 +148,15 @@ class Draft:
     findings: list[Finding]
     flag_lines: dict[str, tuple[str, int, str]] = field(default_factory=dict)  # path → (source, line, shell text)
 
+    def refuse(self, key: str, id_: str, message: str, fix: str) -> None:
+        """Something the script says that cannot be read (a flag without its value, text bash cannot parse): an
+        error finding, and an ``import_errors`` entry that a partial draft keeps until ``key``'s field is set. The
+        field itself is left unset: no value is guessed. The first cause of a field wins."""
+        if key in self.data.setdefault("import_errors", {}):
+            return
+        self.data["import_errors"][key] = message
+        self.findings.append(finding(id_, "error", key, message, fix))
+
     def unresolved(self, key: str, text: str, source: str, line: int, what: str) -> None:
         self.data.setdefault("unresolved", {})[key] = text
         self.findings.append(finding("IMPORT-UNRESOLVED", "error", key, f"{source} line {line}: {what} is `{text}`, "
@@ -173,6 +182,8 @@ def place_flags(call: Call, table: dict, draft: Draft, version: str, extra_key: 
                                               "(--rlhf_type grpo)."))
             continue
         decl = table.get(flag.name)
+        if decl is not None and decl.path in draft.data.get("import_errors", {}):
+            continue  # bash cannot read this flag's value (a syntax error there): nothing is taken from it
         missing = flag_missing_in(flag.name, version)
         if missing and not (decl and decl.accepted_in(version)):
             instead = FLAG_LIFETIMES[flag.name][2]
@@ -189,6 +200,13 @@ def place_flags(call: Call, table: dict, draft: Draft, version: str, extra_key: 
                                           f"field grpo-ui models; it is kept verbatim in {extra_key}.",
                                           "Nothing to do if ms-swift accepts it; check its spelling against "
                                           "`swift rlhf --help` otherwise."))
+            continue
+        if not flag.values and not stands_alone(decl):
+            draft.refuse(decl.path, "IMPORT-NO-VALUE", f"{where}: --{flag.raw} is given no value, but it takes one "
+                         "(only a true/false flag may stand alone): ms-swift would stop at start-up with `expected one "
+                         "argument`.", f"Give --{flag.raw} its value in the script and import it again, or fill in "
+                         f"{decl.path}.")
+            draft.data.get(decl.section, {}).pop(decl.name, None)
             continue
         section = draft.data.setdefault(decl.section, {})
         if any(w.unresolved for w in flag.values):
@@ -229,7 +247,9 @@ def validated(draft: Draft) -> JobSpec:
                                               f"not a valid {path}: {msg}.", f"Enter a valid {path}."))
 
 
-def notice_findings(notices: list[Notice], source: str) -> list[Finding]:
+def notice_findings(notices: list[Notice], source: str, draft: Draft) -> None:
+    """Each notice of a script's walk as a finding; what bash cannot parse is refused (``Draft.refuse``) on the field
+    of the flag it concerns, and on the fields of the flags after it, which bash never passes."""
     what = {
         "flow": ("IMPORT-SHELL-FLOW", "warning", "swift runs inside an if/for/while/case (`{text}`); grpo-ui does not "
                  "guess which branch runs, so that invocation was not imported.",
@@ -238,14 +258,42 @@ def notice_findings(notices: list[Notice], source: str) -> list[Finding]:
                  "python_env.", "Check that it exists on every node (preflight does)."),
         "source": ("IMPORT-SHELL-SOURCE", "info", "`{text}` reads another file; what it sets is unknown here.",
                    "Check the values that come from that file."),
-        "syntax": ("IMPORT-SHELL-SYNTAX", "error", "bash cannot parse `{text}`.", "Fix the script's syntax (run "
-                   "`bash -n` on it) and import it again."),
         "orphan": ("IMPORT-ORPHAN-FLAGS", "warning", "`{text}` starts a new command: the line before ends the swift "
                    "command (a comment or a missing backslash), so bash never passed these flags to swift and they "
                    "were not imported.", "Join the lines with a trailing backslash if these flags were meant for swift."),
     }
-    out = []
     for n in notices:
+        if n.kind in ("syntax", "quote"):
+            _refuse_syntax(n, source, draft)
+            continue
         id_, severity, message, fix = what[n.kind]
-        out.append(finding(id_, severity, "spec", f"{source} line {n.line}: " + message.format(text=n.text), fix))
-    return out
+        draft.findings.append(finding(id_, severity, "spec", f"{source} line {n.line}: " + message.format(text=n.text),
+                                      fix))
+
+
+def _field_of(flag: str | None) -> str:
+    """The field a flag sets (swift rlhf's, else swift rollout's); extra_args for one grpo-ui does not model."""
+    if flag is None:
+        return "spec"
+    decl = TRAIN_FLAGS.get(flag.replace("-", "_")) or SERVER_FLAGS.get(flag.replace("-", "_"))
+    return decl.path if decl else "extra_args"
+
+
+def _refuse_syntax(n: Notice, source: str, draft: Draft) -> None:
+    where = f"{source} line {n.line}" + (f", --{n.flag}" if n.flag else "")
+    lost = ", ".join(f"--{f}" for f in n.lost)
+    unread = f" The flags after it were not read: {lost}." if lost else ""
+    if n.kind == "quote":
+        message = (f"{where}: the {n.text} that opens {'its value' if n.flag else 'a word'} never closes, so bash "
+                   f"reads the rest of the file as one word and refuses the script (`bash -n`: unexpected EOF while "
+                   f"looking for matching {n.text}).{unread}")
+        fix = f"Close the quote on line {n.line} and import the script again."
+    else:
+        message = f"{where}: bash cannot parse `{n.text or 'the end of the file'}`, so it refuses the script.{unread}"
+        fix = f"Fix line {n.line} (`bash -n script.sh` shows bash's own message) and import the script again."
+    draft.refuse(_field_of(n.flag), "IMPORT-SHELL-SYNTAX", message, fix)
+    for flag in n.lost:
+        key = _field_of(flag)
+        if key not in ("spec", "extra_args"):
+            draft.data["import_errors"].setdefault(key, f"--{flag} comes after the text bash cannot parse on "
+                                                        f"{source} line {n.line}: its value was not read.")

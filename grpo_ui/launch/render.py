@@ -16,16 +16,18 @@ import jinja2
 import yaml
 
 from grpo_ui.checks.assess import Assessment
+from grpo_ui.checks.rules.credentials import undeclared
 from grpo_ui.core import shell
 from grpo_ui.core.findings import Finding, finding
 from grpo_ui.launch import runfiles
 from grpo_ui.launch.runfiles import SBATCH, NodeFiles, secrets_file
 from grpo_ui.spec.cluster import Node
+from grpo_ui.spec.files import job_files
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.names import check_name
 from grpo_ui.spec.resolve import SLURM_MASTER_PORT, Resolved, resolve
 from grpo_ui.spec.slurm import sbatch_option
-from grpo_ui.spec.swift_cli import TRAIN_FLAGS, coerce, rollout_command, train_command
+from grpo_ui.spec.swift_cli import TRAIN_FLAGS, coerce, rollout_command, stands_alone, train_command
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 EXECUTABLE = (".sh", ".sbatch")
@@ -62,6 +64,14 @@ class Bundle:
                 info.compress_type = zipfile.ZIP_DEFLATED
                 z.writestr(info, text)
         return buf.getvalue()
+
+
+def secrets_example(spec: JobSpec) -> str:
+    """The secrets template: each declared secret, then each key a tracker or hub needs that is not declared (with
+    why: the node may be logged in instead)."""
+    lines = [f"{name}=\n" for name in spec.secret_env]
+    lines += [f"# {c.env}=  ({why}: {c.what} reads it, unless every node ran `{c.login}`)\n" for c, why in undeclared(spec)]
+    return "".join(lines) or "# no secrets declared, and none needed by report_to or the model's hub\n"
 
 
 def run_dir(spec: JobSpec, job_id: str) -> str:
@@ -153,7 +163,8 @@ def _yaml_config(argv: list[str], env: dict[str, str]) -> str:
             tokens[key].append(tok)
     for key, values in tokens.items():
         decl = TRAIN_FLAGS.get(key)
-        data[key] = coerce(decl, values) if decl else (values[0] if len(values) == 1 else values)
+        verbatim = values[0] if len(values) == 1 else values
+        data[key] = coerce(decl, values) if decl and (values or stands_alone(decl)) else verbatim
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=120)
 
 
@@ -202,10 +213,14 @@ def render(job: Assessment | JobSpec | Resolved, job_id: str) -> Bundle:
              **_node_context(spec, trainers[0][1], job_id), "secrets_file": secrets_file(SBATCH),
              **_sbatch_context(spec, [n for _, n in trainers], [n for _, n in rollouts], train.argv,
                                servers.argv if servers else None)})
-    files["secrets.env.example"] = "".join(f"{name}=\n" for name in spec.secret_env) or "# no secrets declared\n"
+    files["secrets.env.example"] = secrets_example(spec)
+    outside = [f"{h}:{p}" for h, p in eff.server_endpoints] if eff.server and not rollouts else []
     files["README.txt"] = _env.get_template("README.txt.j2").render(
         job_id=job_id, swift_version=spec.swift_version, files=sorted([*files, "README.txt"]),
-        run_dir_text=run_dir(spec, job_id),
+        run_dir_text=run_dir(spec, job_id), workdir=spec.cluster.workdir,
+        job_files=[(f.field, f.value) for f in job_files(spec)], outside_servers=outside,
+        server_timeout=int(spec.rollout.vllm_server_timeout),
+        secrets=[*spec.secret_env, *(c.env for c, _ in undeclared(spec))],
         node_files=[(bundle.node_files[i], n.host) for i, n in trainers],
         rollout_files=[(bundle.rollout_files[i], n.host) for i, n in rollouts if i in bundle.rollout_files])
     return bundle

@@ -80,7 +80,11 @@ class ClusterSpec(BaseModel):
     master_port: int | None = setting(
         None, "Rendezvous port on the master (MASTER_PORT). Unset: 29500 over SSH; on Slurm 20000 + the Slurm job id "
         "mod 20000, so jobs that share a node do not collide.", ge=1, le=65535)
-    workdir: str | None = setting(None, "Directory every node cd's into (default: the job's run dir).")
+    workdir: str | None = setting(None, "Directory every node cd's into (default: the job's run dir): where the "
+                                  "relative paths of the job's files start.")
+    external_rollout: bool = setting(False, "The rollout servers rollout.vllm_server_host names are started outside "
+                                     "this job (by you, before launching): the trainers wait for them, preflight "
+                                     "checks that each answers /health/ (over SSH).")
     run_root: str = setting("~/.grpo-ui/runs", "Where each node keeps its run directories.")
     backend: Literal["ssh", "slurm"] = setting(
         "ssh", "ssh: grpo-ui starts every node over SSH. slurm: one sbatch job; Slurm picks the machines (the trainer "

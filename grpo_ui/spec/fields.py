@@ -35,7 +35,7 @@ def parse_version(text: str) -> tuple[int, int, int]:
 def arg(default: Any, help: str, *, group: str, flag: str | None = None, since: str | None = None,
         until: str | None = None, old_name: str | None = None, renamed_in: str | None = None,
         choices: tuple | None = None, old_default: tuple[Any, str] | None = None,
-        applies: Literal["colocate", "server"] | None = None, **bounds) -> Any:
+        applies: Literal["colocate", "server"] | None = None, widget: Literal["text"] | None = None, **bounds) -> Any:
     """Declare one ms-swift argument.
 
     since/until: first version that accepts it / first version that no longer does.
@@ -44,10 +44,12 @@ def arg(default: Any, help: str, *, group: str, flag: str | None = None, since: 
     old_default: (value, version): ms-swift's own default was ``value`` before ``version`` (what an unset field means
     for older targets).
     applies: the vLLM mode that alone uses it (the ``server`` section's arguments: server mode).
+    widget: 'text' for a value that may span lines (a system prompt, inline JSON): a multi-line box that keeps the
+    value exactly as written.
     """
     extra = {"group": group, "flag": flag, "since": since, "until": until, "old_name": old_name,
              "renamed_in": renamed_in, "choices": list(choices) if choices else None,
-             "old_default": list(old_default) if old_default else None, "applies": applies}
+             "old_default": list(old_default) if old_default else None, "applies": applies, "widget": widget}
     return Field(description=help, json_schema_extra={"swift": extra}, **_default(default), **bounds)
 
 
@@ -59,13 +61,13 @@ def _default(default: Any) -> dict:
 
 
 def setting(default: Any, help: str, *, applies: Literal["ssh", "slurm"] | None = None,
-            widget: Literal["lines", "csv"] | None = None, options: Callable[[], list[str]] | None = None,
+            widget: Literal["lines", "csv", "text"] | None = None, options: Callable[[], list[str]] | None = None,
             **constraints) -> Any:
     """Declare one grpo-ui setting: of the job, its cluster, a node or its Slurm request (not an ms-swift argument).
 
     applies: the backend that alone uses it. widget: how a list or mapping is written as text: 'lines' (one item per
     line) or 'csv' (items separated by commas); otherwise items separated by spaces, shell-quoted (a mapping as
-    KEY=value items). Other widgets follow the type: bool a checkbox, Literal a choice, numbers a number within the
+    KEY=value items), in a multi-line box with 'text' (an item may span lines). Other widgets follow the type: bool a checkbox, Literal a choice, numbers a number within the
     bounds. options: a function listing the values to choose from (the current value is offered too). ``...`` as the
     default: required.
     """
@@ -84,7 +86,7 @@ class Decl:
     default: Any
     annotation: Any
     bounds: dict
-    widget: str | None = None  # 'lines' / 'csv': how a list or mapping is written as text (setting())
+    widget: str | None = None  # 'lines' / 'csv': how a list or mapping is written as text; 'text': a multi-line box
     applies: str | None = None  # the backend ('ssh', 'slurm') or vLLM mode ('colocate', 'server') that alone uses it
     choices: tuple | None = None  # suggestions for a free-text field (arg())
     options: Callable[[], list[str]] | None = None  # the values to choose from (setting())
@@ -178,6 +180,7 @@ def arg_decls(section: str, model: type[BaseModel], applies: str | None = None) 
                            group=sw["group"], flag=sw["flag"] or name,
                            since=sw["since"], until=sw["until"], old_name=sw["old_name"],
                            renamed_in=sw["renamed_in"], choices=tuple(sw["choices"]) if sw["choices"] else None,
+                           widget=sw.get("widget"),
                            old_default=tuple(sw["old_default"]) if sw.get("old_default") else None))
     return out
 

@@ -44,14 +44,14 @@ def is_mapping(decl: Decl) -> bool:
 
 
 def widget_kind(decl: Decl) -> str:
-    """checkbox, select (Literal choices or a setting's options), lines (a text area, one item per line) or text
-    (numbers, strings, lists)."""
+    """checkbox, select (Literal choices or a setting's options), lines (a multi-line box: one item per line, or a
+    value that may span lines) or text (a one-line box: numbers, strings, lists)."""
     ann, optional = parts(decl)
     if decl.options or typing.get_origin(ann) is typing.Literal or (ann is bool and optional):
         return "select"
     if ann is bool:
         return "checkbox"
-    return "lines" if decl.widget == "lines" else "text"
+    return "lines" if decl.widget in ("lines", "text") else "text"
 
 
 def column_kind(decl: Decl) -> str:
@@ -93,6 +93,8 @@ def _items(decl: Decl, text: str) -> list[str]:
 def from_text(decl: Decl, text: str):
     """Form text → field value; ValueError with a message for the field on bad input."""
     ann, optional = parts(decl)
+    if ann is str and decl.widget == "text" and text.strip():
+        return text  # a system prompt or inline JSON: kept as written, line breaks and all
     text = text.strip()
     if not text:
         if is_list(decl) or is_mapping(decl):
@@ -201,7 +203,7 @@ def nodes_from_rows(spec: JobSpec, rows: list[dict], errors: dict[str, str]) -> 
 def build_spec(base: JobSpec, values: dict, rows: list[dict]) -> tuple[JobSpec, dict[str, str]]:
     """The spec the form describes (``values``: form value by field path; ``rows``: the node table), and the fields
     whose text does not parse (path → message). Only fields set before or changed on the form are set; a value typed
-    over an imported script's unresolved text replaces it."""
+    over an imported script's unresolved text replaces it, and settles what a partial import could not read there."""
     errors: dict[str, str] = {}
     changes = {}
     for path, raw in changed_fields(base, values).items():
@@ -216,10 +218,11 @@ def build_spec(base: JobSpec, values: dict, rows: list[dict]) -> tuple[JobSpec, 
     nodes = nodes_from_rows(base, rows, errors)
     if nodes and nodes != [n.model_dump(exclude_unset=True) for n in base.cluster.nodes]:
         changes["cluster.nodes"] = nodes
-    unresolved = {p: t for p, t in base.unresolved.items()
-                  if not any(p == c or p.startswith((f"{c}.", f"{c}[")) for c in changes)}
-    if unresolved != base.unresolved:
-        changes["unresolved"] = unresolved
+    for key in ("unresolved", "import_errors"):  # a field filled in settles what the import left open there
+        left = {p: t for p, t in getattr(base, key).items()
+                if not any(p == c or p.startswith((f"{c}.", f"{c}[")) for c in changes)}
+        if left != getattr(base, key):
+            changes[key] = left
     try:
         return with_changes(base, changes), errors
     except SpecError as e:

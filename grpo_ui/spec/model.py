@@ -59,10 +59,15 @@ class JobSpec(BaseModel):
                                    "the step-time and cost prediction.")
     env: dict[str, str] = setting({}, "Environment for every node: NAME=value, one per line.", widget="lines")
     secret_env: list[str] = setting([], "Names of secret variables (values live in a 0600 file, never here).")
-    extra_args: list[str] = setting([], "Extra swift rlhf arguments, verbatim.")
-    rollout_extra_args: list[str] = setting([], "Extra swift rollout arguments, verbatim.")
+    extra_args: list[str] = setting([], "Extra swift rlhf arguments, verbatim (shell-quoted).", widget="text")
+    rollout_extra_args: list[str] = setting([], "Extra swift rollout arguments, verbatim (shell-quoted).",
+                                            widget="text")
     unresolved: dict[str, str] = Field(default_factory=dict, description="Values an imported script left to its "
                                        "caller's shell ({field path: shell text}); each must be filled in.")
+    import_errors: dict[str, str] = Field(default_factory=dict, description="What an import could not read, kept in "
+                                          "a draft made from the partial result ({field path, or 'spec' for the "
+                                          "script as a whole: what went wrong}); each entry holds the launch until "
+                                          "its field is set.")
     hf_configs: dict[str, dict] = Field(default_factory=dict, description="The config.json of models the catalogue "
                                         "does not know, by model id: the memory estimate reads their architecture.")
     _moved_secrets: list[str] = PrivateAttr(default_factory=list)  # token-like env names moved when loaded
@@ -139,7 +144,8 @@ SECTION_APPLIES = {"server": "server"}  # the swift rollout arguments act in ser
 SETTING_SECTIONS: dict[str, tuple[type[BaseModel], str]] = {
     "job": (JobSpec, ""), "cluster": (ClusterSpec, "cluster."), "node": (Node, "cluster.nodes[i]."),
     "slurm": (SlurmSpec, "slurm."), "estimate": (EstimateSpec, "estimate.")}
-STRUCTURE = {"train", "rollout", "server", "cluster", "slurm", "estimate", "nodes", "unresolved", "hf_configs"}  # not form settings
+STRUCTURE = {"train", "rollout", "server", "cluster", "slurm", "estimate", "nodes", "unresolved", "import_errors",
+             "hf_configs"}  # not form settings
 
 
 ARGS: tuple[ArgDecl, ...] = tuple(d for s, m in SECTIONS.items() for d in arg_decls(s, m, SECTION_APPLIES.get(s)))

@@ -52,7 +52,7 @@ class TrainArgs(_Section):
     model: str | None = arg(None, "Hub id or local path of the policy model.", group="model")
     model_type: str | None = arg(None, "ms-swift model type; auto-detected from the model when empty.", group="model")
     template: str | None = arg(None, "Chat template; auto-detected when empty.", group="model")
-    system: str | None = arg(None, "System prompt, or a path to a text file with it.", group="model")
+    system: str | None = arg(None, "System prompt, or a path to a .txt file with it.", group="model", widget="text")
     tuner_type: Literal[TUNER_TYPES] = arg("lora", "lora trains adapters on a frozen base; full trains every weight.",
                                            group="model", old_name="train_type", renamed_in="4.0")
     lora_rank: int = arg(8, "LoRA rank r.", group="model", ge=1, le=1024)
@@ -68,9 +68,9 @@ class TrainArgs(_Section):
     quant_method: Literal["bnb", "hqq", "eetq"] | None = arg(None, "Quantization backend for quant_bits.",
                                                              group="model")
     deepspeed: str | None = arg(None, "DeepSpeed preset (zero0…zero3_offload), a JSON file path or a JSON string.",
-                                group="model", choices=DEEPSPEED_PRESETS)
-    fsdp: str | None = arg(None, "fsdp2 or a path to an FSDP2 JSON config; exclusive with deepspeed.", group="model",
-                           choices=("fsdp2",))
+                                group="model", choices=DEEPSPEED_PRESETS, widget="text")
+    fsdp: str | None = arg(None, "fsdp2, a path to an FSDP2 JSON config or a JSON string; exclusive with deepspeed.",
+                           group="model", choices=("fsdp2",), widget="text")
     use_hf: bool = arg(False, "Download the model and datasets from the Hugging Face Hub instead of ModelScope (as "
                        "USE_HF=1 in the environment does).", group="model")
     ref_model: str | None = arg(None, "Separate reference model (full tuning only; default: the initial policy).",

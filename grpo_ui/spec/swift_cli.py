@@ -182,11 +182,21 @@ TRAIN_FLAGS = _lookup(("train", "rollout"))
 SERVER_FLAGS = _lookup(("server",))
 
 
+def stands_alone(decl: ArgDecl) -> bool:
+    """Whether ``--flag`` may be given without a value: ms-swift's parser (HfArgumentParser) lets a bool field stand
+    alone, meaning true, and an optional bool only when its default is not None; every other field needs a value
+    (argparse: "expected one argument")."""
+    return decl.annotation is bool or (decl.annotation == bool | None and decl.default is not None)
+
+
 def coerce(decl: ArgDecl, values: list[str]) -> Any:
-    """argv tokens → the field's type (the final spec validation names the field if they don't fit)."""
+    """argv tokens → the field's type (the final spec validation names the field if they don't fit). ValueError for
+    a flag given no value that needs one: a value is never invented."""
     ann = decl.annotation
+    if not values and not stands_alone(decl):
+        raise ValueError(f"--{decl.flag} needs a value")
     is_list = get_origin(ann) is list or any(get_origin(a) is list for a in get_args(ann))
-    raw: Any = values if is_list else (" ".join(values) if values else "true")  # a bare flag means true
+    raw: Any = values if is_list else (" ".join(values) if values else "true")  # a bare bool flag means true
     adapter = TypeAdapter(ann)
     try:
         return adapter.validate_strings(raw)

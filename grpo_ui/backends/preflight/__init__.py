@@ -52,7 +52,8 @@ def preflight(job: JobSpec | Resolved, pool: Pool | None = None, progress=lambda
             continue
         facts[i] = res
         progress(node.host, "checked")
-        findings += host_findings(eff, i, res) + compat_findings(spec, i, res)
+        res.findings = host_findings(eff, i, res) + compat_findings(spec, i, res)
+        findings += res.findings
     findings += consistency(spec, facts)
     findings += py_spy_findings(spec, runners, progress)
     try:

@@ -1,18 +1,22 @@
 """What one host is, read in one remote probe: its versions (in the node's environment), GPUs (nvidia-smi, or NVML
-for the local node), driver and torch CUDA, paths, disk and clock."""
+for the local node), driver and torch CUDA, the files the job names (from the node's working directory), the
+credentials its trackers and hubs need, disk and clock; from trainer rank 0 also whether rollout servers started
+outside the job answer /health/."""
 
 from __future__ import annotations
 
 import json
-import posixpath
 import re
 import time
 from dataclasses import dataclass, field
 
 from grpo_ui.backends.remote.gpu import APPS, INVENTORY, nvml_inventory, parse_row, query
 from grpo_ui.backends.remote.runner import Runner
+from grpo_ui.checks.rules.credentials import undeclared
 from grpo_ui.core import shell
+from grpo_ui.spec.files import job_files, node_workdir
 from grpo_ui.spec.model import JobSpec
+from grpo_ui.spec.resolve import resolve
 
 PACKAGES = ("ms-swift", "torch", "vllm", "trl", "transformers", "deepspeed")
 MUST_MATCH = ("ms-swift", "torch", "vllm")
@@ -33,11 +37,30 @@ try:  # torch/version.py states the CUDA it was built for; read, not imported (i
     torch_cuda = found and found.group(1)
 except Exception:
     pass
-paths = {p: any(os.path.exists(os.path.expanduser(w)) for w in where) for p, where in %(paths)r.items()}
 root = os.path.expanduser(%(root)r)
 while not os.path.exists(root):
     root = os.path.dirname(root) or "/"
+os.environ.update(%(job_env)r)  # swift runs with the job's environment: files and logins are found with it
+paths = {p: any(os.path.exists(os.path.expanduser(w)) for w in where) for p, where in %(paths)r.items()}
+def logged_in(env, path, marker):
+    if os.environ.get(env):
+        return True
+    try:
+        with open(os.path.expanduser(path)) as f:
+            return marker in f.read()
+    except OSError:
+        return False
+credentials = {env: logged_in(env, path, marker) for env, path, marker in %(credentials)r}
+def answer(url):
+    import urllib.request
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return str(r.status)
+    except Exception as e:
+        return str(getattr(e, "reason", None) or e)[:200]
+health = {where: answer(url) for where, url in %(health)r}
 print(json.dumps({"python": sys.version.split()[0], "versions": v, "paths": paths, "time": time.time(),
+                  "credentials": credentials, "health": health,
                   "torch_cuda": torch_cuda,
                   "disk_free_gib": shutil.disk_usage(root).free / 2**30,
                   "proxy": [k for k in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY") if os.environ.get(k)]}))
@@ -63,25 +86,32 @@ class HostFacts:
     disk_free_gib: float | None = None
     clock_skew_s: float | None = None
     proxy: list[str] = field(default_factory=list)
-    paths: dict[str, bool] = field(default_factory=dict)
+    paths: dict[str, bool] = field(default_factory=dict)  # each file the job names (and 'workdir'): found?
+    credentials: dict[str, bool] = field(default_factory=dict)  # each undeclared credential: in env or a login file?
+    health: dict[str, str] = field(default_factory=dict)  # rank 0: each outside server's /health/ status or error
     error: str | None = None
+    findings: list = field(default_factory=list)  # what preflight found on this host (preflight.host's findings)
+
+
+WORKDIR = "workdir"  # the key of the node's working directory among the paths checked
 
 
 def local_paths(spec: JobSpec, index: int) -> dict[str, list[str]]:
-    """Model and dataset values that are paths (not hub ids: they start with / . or ~) → the files the node's swift
-    may read for them: relative ones from the node's workdir, as ms-swift resolves them from its cwd (without a
-    workdir, rule PATH-RELATIVE-NO-WORKDIR reports them instead). A dataset value is read as ms-swift's dataset
-    syntax reads it (``path[:subsets][#sample]``): the whole value if that file exists, else the part before the
-    last '#', else that part before its first ':'."""
-    workdir = spec.cluster.nodes[index].workdir or spec.cluster.workdir
+    """The files the job names (grpo_ui.spec.files) → the paths the node's swift may open for each, relative ones
+    from the node's working directory (without one, rule PATH-RELATIVE-NO-WORKDIR reports them instead); and the
+    working directory itself, which the node script cd's into."""
+    workdir = node_workdir(spec, index)
+    out = {f.value: list(f.on_node(workdir)) for f in job_files(spec) if workdir or not f.relative}
+    return out | ({WORKDIR: [workdir]} if workdir else {})
 
-    def candidates(value: str, dataset: bool) -> list[str]:
-        sampled = value.rsplit("#", 1)[0]
-        return list(dict.fromkeys([value, sampled, sampled.split(":", 1)[0]] if dataset else [value]))
 
-    values = [(spec.train.model or "", False), *((d, True) for d in spec.train.dataset)]
-    return {v: [posixpath.join(workdir, c) if c.startswith(".") else c for c in candidates(v, dataset)]
-            for v, dataset in values if v.startswith(("/", ".", "~")) and (workdir or not v.startswith("."))}
+def outside_servers(spec: JobSpec, index: int) -> list[tuple[str, str]]:
+    """Trainer rank 0 checks the rollout servers started outside the job: [(host:port, its /health/ URL)]."""
+    trainers = [i for i, n in enumerate(spec.cluster.nodes) if n.role == "trainer"]
+    eff = resolve(spec)
+    if not (eff.server and spec.cluster.external_rollout and trainers[:1] == [index]):
+        return []
+    return [(f"{h}:{p}", f"http://{f'[{h}]' if ':' in h else h}:{p}/health/") for h, p in eff.server_endpoints]
 
 
 def activate(python_env: str | None) -> str:
@@ -97,7 +127,10 @@ def probe(spec: JobSpec, index: int, runner: Runner) -> HostFacts:
     node = spec.cluster.nodes[index]
     facts = HostFacts(node.host, reachable=True)
     nvml = node.is_local and nvml_facts(facts)
-    code = PROBE % {"packages": PACKAGES, "paths": local_paths(spec, index), "root": spec.cluster.run_root}
+    code = PROBE % {"packages": PACKAGES, "paths": local_paths(spec, index), "root": spec.cluster.run_root,
+                    "credentials": [(c.env, c.login_file, c.marker) for c, _ in undeclared(spec)],
+                    "job_env": {**spec.env, **node.env},
+                    "health": outside_servers(spec, index)}
     gpu = "" if nvml else f"; echo '#gpu'; {GPU_COMMAND} 2> /dev/null; true"
     res = runner.run(activate(node.python_env) + f"python3 -c {shell.quote(code)} || exit $?{gpu}", timeout=60)
     if res.rc:
@@ -106,6 +139,7 @@ def probe(spec: JobSpec, index: int, runner: Runner) -> HostFacts:
     probe, _, smi = res.out.partition("#gpu\n")
     data = json.loads(probe.strip().splitlines()[-1])
     facts.python, facts.versions, facts.paths = data["python"], data["versions"], data["paths"]
+    facts.credentials, facts.health = data["credentials"], data["health"]
     facts.disk_free_gib, facts.proxy = data["disk_free_gib"], data["proxy"]
     facts.clock_skew_s = data["time"] - time.time()
     facts.torch_cuda = data["torch_cuda"]

@@ -1,15 +1,18 @@
 """What a host's facts say, as findings: GPUs, memory and processes on the requested GPUs, CUDA, versions against
-what the node's ms-swift requires and across nodes, paths and disk, clock, py-spy for the doctor."""
+what the node's ms-swift requires and across nodes, the working directory and the files the job names, the keys its
+trackers and hubs need, rollout servers started outside the job, disk, clock, py-spy for the doctor."""
 
 from __future__ import annotations
 
-from grpo_ui.backends.preflight.facts import MUST_MATCH, PACKAGES, HostFacts, activate
+from grpo_ui.backends.preflight.facts import MUST_MATCH, PACKAGES, WORKDIR, HostFacts, activate
 from grpo_ui.backends.remote.pyspy import find_py_spy, py_spy_candidates
 from grpo_ui.backends.remote.runner import Runner, parallel
+from grpo_ui.checks.rules.credentials import undeclared
 from grpo_ui.core import shell
 from grpo_ui.core.findings import Finding, finding
 from grpo_ui.knowledge.compat import conflicts
 from grpo_ui.spec.fields import parse_version
+from grpo_ui.spec.files import job_files, node_workdir
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.resolve import Resolved
 
@@ -40,11 +43,24 @@ def host_findings(eff: Resolved, i: int, f: HostFacts) -> list[Finding]:
                            f"{node.python_env or 'the login environment'} (ms-swift fails after loading the model).",
                            "Install vllm there, or turn use_vllm off (slow transformers generation).",
                            {"rollout.use_vllm": False, "rollout.vllm_mode": None}))
-    for p, exists in f.paths.items():
-        if not exists:
-            out.append(finding("PREFLIGHT-PATH-MISSING", "error", "train.model" if p in (spec.train.model or "")
-                               else "train.dataset", f"{node.host}: {p.rsplit('#', 1)[0]} does not exist.",
-                               "Copy it to every node (same path) or use a shared file system."))
+    out += _missing_files(spec, i, f)
+    for env, found in f.credentials.items():
+        if not found:
+            c = next(c for c, _ in undeclared(spec) if c.env == env)
+            out.append(finding("PREFLIGHT-CREDENTIAL-MISSING", "error", "secret_env",
+                               f"{node.host}: {c.what} needs {env}, and this node has neither {env} in its "
+                               f"environment nor a `{c.login}` ({c.login_file}): the job would fail once the model "
+                               "has loaded.", f"Declare {env} in secret_env (the Launch page asks for it), or run "
+                               f"`{c.login}` on {node.host}.", {"secret_env": [*spec.secret_env, env]}))
+    for where, status in f.health.items():
+        if status != "200":
+            out.append(finding("PREFLIGHT-ROLLOUT-DOWN", "error", ("rollout.vllm_server_host", "cluster.external_rollout"),
+                               f"The rollout server at {where}, started outside this job, does not answer /health/ "
+                               f"from trainer rank 0 ({node.host}): {status}. node_0.sh would wait "
+                               f"{spec.rollout.vllm_server_timeout:.0f} s for it and exit 3.",
+                               f"Start it (`swift rollout --model {spec.train.model or '…'} …` on that machine) and wait "
+                               f"until `curl http://{where}/health/` answers, or add it to the cluster as a rollout "
+                               "node."))
     if f.gpus:
         have = {g["gpu_index"]: g for g in f.gpus}
         missing = [g for g in node.gpus if g not in have]
@@ -82,6 +98,26 @@ def host_findings(eff: Resolved, i: int, f: HostFacts) -> list[Finding]:
     if f.clock_skew_s is not None and abs(f.clock_skew_s) > 30:
         out.append(finding("PREFLIGHT-CLOCK", "warning", f"{path}.host",
                            f"{node.host}'s clock is off by {f.clock_skew_s:+.0f} s.", "Enable NTP on the node."))
+    return out
+
+
+def _missing_files(spec: JobSpec, i: int, f: HostFacts) -> list[Finding]:
+    """The node's working directory and the files the job names, as that node opens them (facts.local_paths)."""
+    node, out = spec.cluster.nodes[i], []
+    fields = {jf.value: jf.field for jf in job_files(spec)}
+    if f.paths.get(WORKDIR) is False:
+        workdir = node_workdir(spec, i)
+        out.append(finding("PREFLIGHT-WORKDIR-MISSING", "error", f"cluster.nodes[{i}].workdir" if node.workdir
+                           else "cluster.workdir", f"{node.host}: the working directory {workdir} does not exist: the "
+                           "node script's `cd` would fail before swift starts.",
+                           "Create it on the node (with the files the job names), or fix the path."))
+    for value, exists in f.paths.items():
+        if value != WORKDIR and not exists:
+            where = node_workdir(spec, i) if not value.startswith(("/", "~")) else None
+            out.append(finding("PREFLIGHT-PATH-MISSING", "error", fields.get(value, "train.dataset"),
+                               f"{node.host}: {value.rsplit('#', 1)[0]} does not exist"
+                               + (f" in {where} (the working directory)." if where else "."),
+                               "Copy it to every node (same path) or use a shared file system."))
     return out
 
 

@@ -70,6 +70,8 @@ def _rollout_checks(eff: Resolved, runners: dict[int, Runner], rank0: int) -> li
     for k, ((host, http), group) in enumerate(zip(eff.server_endpoints, eff.group_ports, strict=True)):
         ports = {http: ("HTTP port", http_field), group: ("group port", "rollout.vllm_server_group_port")}
         index = own[k] if k < len(own) else None
+        if index is None and spec.cluster.external_rollout:
+            continue  # started outside the job: rank 0's probe asks its /health/ (facts.outside_servers)
         if index is None or index not in runners:
             for h, p in _unreachable(runners[rank0], [(host, p) for p in ports]):
                 out.append(finding("PREFLIGHT-ROLLOUT-UNREACHABLE", "warning", ports[p][1],

@@ -7,7 +7,9 @@ field report it stands for.
 
 from __future__ import annotations
 
-from grpo_ui.checks.rules import batch, cluster, inputs, rewards, rollout, seeds
+from dataclasses import replace
+
+from grpo_ui.checks.rules import batch, cluster, credentials, files, inputs, rewards, rollout, seeds
 from grpo_ui.checks.rules.base import RULES, rules_in
 from grpo_ui.core.findings import Finding
 from grpo_ui.spec.model import JobSpec
@@ -15,10 +17,19 @@ from grpo_ui.spec.resolve import Resolved, resolve
 
 __all__ = ["RULES", "validate"]
 
-ORDER = (inputs, rollout, batch, rewards, cluster, seeds)  # the order findings are reported in
+ORDER = (inputs, rollout, batch, rewards, cluster, files, credentials, seeds)  # the order findings are reported in
 
 
 def validate(job: JobSpec | Resolved) -> list[Finding]:
     """Every finding for the job (a spec, or its Resolved values), in rule order."""
     eff = resolve(job)
-    return [f for module in ORDER for check in rules_in(module) for f in check(eff.spec, eff)]
+    return [_after_partial_import(f, eff.spec.import_errors) for module in ORDER for check in rules_in(module)
+            for f in check(eff.spec, eff)]
+
+
+def _after_partial_import(f: Finding, unread: dict[str, str]) -> Finding:
+    """A finding about a field a partial import could not read (a dataset lost after an unclosed quote) is a
+    consequence: its one-click fix would hide the real problem, so it offers none and says where the value is."""
+    if f.id == "IMPORT-PARTIAL" or not set(f.fields) & set(unread):
+        return f
+    return replace(f, apply={}, fix=f"First restore the value from the script (see IMPORT-PARTIAL); {f.fix}")

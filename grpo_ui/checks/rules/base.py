@@ -17,6 +17,7 @@ RULES: dict[str, tuple[str, str]] = {
     "MODEL-BARE-NAME": ("a catalogue model is given as its Hub id (owner/name), not its bare name", "download"),
     "SPEC-DATASET-MISSING": ("a training dataset is given", "V2"),
     "IMPORT-UNRESOLVED": ("no value is left to the imported script's shell", "import"),
+    "IMPORT-PARTIAL": ("a draft kept from a refused import: what it could not read is filled in", "import"),
     "TRUNCATION-STRATEGY": ("GRPO allows only left or delete truncation", "V4"),
     "REF-MODEL-LORA": ("no ref_model with LoRA", "V5"),
     "SOFT-OVERLONG-CACHE": ("soft_overlong needs soft_cache_length < soft_max_length", "V6"),
@@ -58,7 +59,13 @@ RULES: dict[str, tuple[str, str]] = {
     "CLUSTER-GPU-OVERLAP": ("no two nodes on one host share a GPU", "launch / seed 000"),
     "MASTER-LOOPBACK": ("MASTER_ADDR is routable when NNODES > 1", "seed 003, issue #2485"),
     "PORT-CLASH": ("rendezvous, server and group ports differ", "launch"),
-    "PATH-RELATIVE-NO-WORKDIR": ("relative model/dataset paths need a workdir to be read from", "hub_utils.py"),
+    "PATH-RELATIVE-NO-WORKDIR": ("relative paths of the files a job names (model, datasets, plugins, system prompt "
+                                 "file, DeepSpeed/FSDP JSON) need a workdir to be read from",
+                                 "hub_utils.py, template_args.py; issue 26"),
+    "ROLLOUT-SERVER-OUTSIDE": ("a rollout server the job talks to but no node starts is declared as started outside "
+                               "the job", "ms-swift's external/*.sh examples; issue 26"),
+    "CREDENTIAL-UNDECLARED": ("the key a tracker (report_to) or a hub needs is declared for the Launch page",
+                              "wandb / swanlab / huggingface_hub; issue 26"),
     "SEED-ZERO3-KL0": ("ZeRO-3, per-device batch 1 and accumulation: parameters not updating", "seed 001"),
     "SEED-OFFLOAD-STALL": ("offload on a large model stalls between rollout and training", "seed 000"),
     "SEED-VLLM-UTIL-LOW": ("vLLM share too small for the model's weights and KV cache", "seeds 000, 004"),

@@ -1,4 +1,4 @@
-"""The cluster: trainer nodes, GPUs per node, shared GPUs, rendezvous addresses and ports, relative paths."""
+"""The cluster: trainer nodes, GPUs per node, shared GPUs, rendezvous addresses and ports."""
 
 from __future__ import annotations
 
@@ -54,13 +54,6 @@ def cluster(spec, eff):
                       f"NNODES is {len(trainers)} but MASTER_ADDR is {master} (or a trainer is localhost): the other "
                       "nodes cannot reach a loopback address and would hang at rendezvous.",
                       "Use node 0's routable IP or hostname (set cluster.master_addr or node 0's address).")
-    relative = [v for v in (spec.train.model or "", *spec.train.dataset) if v.startswith(".")]
-    homeless = [n.host for n in trainers if not (n.workdir or spec.cluster.workdir)]
-    if relative and homeless:
-        yield finding("PATH-RELATIVE-NO-WORKDIR", "error", ("cluster.workdir", "train.model", "train.dataset"),
-                      f"{', '.join(relative)} is relative, but no workdir is set for {', '.join(homeless)}: swift "
-                      "would run in the job's run directory, which holds only its scripts, and look there.",
-                      "Set cluster.workdir to the directory these paths are relative to, or make them absolute.")
     ports = {"cluster.master_port": eff.master_port}
     if eff.server:
         ports["server.port"] = spec.server.port

@@ -31,6 +31,21 @@ def unresolved(spec, eff):
 
 
 @rule
+def partial_import(spec, eff):
+    """A draft kept from an import that was refused: what could not be read, until the field is filled in (or, for
+    the script as a whole, until the user says the draft was checked against it)."""
+    for path, message in spec.import_errors.items():
+        if path == "spec":
+            yield finding("IMPORT-PARTIAL", "error", path, f"Partial import: {message}",
+                          "Compare the draft with the script (every field after that line may be missing), then mark "
+                          "the draft checked.", {"import_errors": {k: v for k, v in spec.import_errors.items()
+                                                                   if k != "spec"}})
+        else:
+            yield finding("IMPORT-PARTIAL", "error", path, f"Partial import: {message}",
+                          f"Fill in {path} with the value the script means.")
+
+
+@rule
 def truncation(spec, eff):
     ts = spec.train.truncation_strategy
     if ts not in (None, "left", "delete"):

@@ -79,6 +79,25 @@ def server_mode(spec, eff):
 
 
 @rule
+def servers_outside(spec, eff):
+    """Server mode with vllm_server_host and no rollout node: the servers are outside the job. ms-swift's external
+    examples ship their swift rollout line as a comment (started by hand, in another terminal); imported as shipped,
+    the trainers would wait for a server nobody starts."""
+    if not eff.server or spec.rollout_nodes() or not spec.rollout.vllm_server_host or spec.cluster.external_rollout:
+        return
+    where = ", ".join(f"{h}:{p}" for h, p in eff.server_endpoints)
+    yield finding("ROLLOUT-SERVER-OUTSIDE", "error", ("rollout.vllm_server_host", "cluster.external_rollout"),
+                  f"The trainers talk to the rollout server(s) at {where} (vllm_server_host), but no node of this job "
+                  f"runs swift rollout: node_0.sh would wait {spec.rollout.vllm_server_timeout:.0f} s for /health/ and "
+                  "exit 3. (ms-swift's external-mode examples start the server by hand; their swift rollout line is a "
+                  "comment.)",
+                  "If you start it yourself before launching, say so: cluster.external_rollout (the job then waits "
+                  "for it and preflight checks that it answers). Otherwise add a rollout node to the cluster table "
+                  "(role rollout, with its GPUs) and clear rollout.vllm_server_host.",
+                  {"cluster.external_rollout": True})
+
+
+@rule
 def sleep_and_offload(spec, eff):
     r = spec.rollout
     if r.sleep_level and not eff.colocate:
