@@ -7,16 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from bench.doctor_corpus import CORPUS, KIND_FINDINGS, evaluate, load, report, score, table
+from bench.doctor_corpus import CORPUS, KIND_FINDINGS, ROUNDS, evaluate, load, report, rounds, score, table
 
 
 @pytest.fixture(scope="module")
 def results():
     found = evaluate()
     print("\n" + table(found))
-    print(report([r for r in found if not r.entry.get("fresh")], "fit corpus"))
-    if any(r.entry.get("fresh") for r in found):
-        print(report([r for r in found if r.entry.get("fresh")], "fresh corpus"))
+    for key, part in rounds(found).items():
+        print(report(part, ROUNDS[key]))  # fresh round 2 is reported, not asserted: it measures, it is not a target
     return found
 
 
@@ -29,11 +28,16 @@ def test_the_manifest_names_real_lines_of_its_files():
         assert e["kind"] == "healthy" or any(e["evidence"] in line for line in text.splitlines()), e["file"]
 
 
-def test_at_least_90_percent_of_the_failing_excerpts_are_diagnosed(results):
-    fit = [r for r in results if not r.entry.get("fresh")]
-    hit, failing, _, _ = score(fit)
-    misses = [r.entry["file"] for r in fit if not r.ok and not r.healthy]
-    assert failing >= 30 and hit >= 0.9 * failing, misses
+def test_every_excerpt_belongs_to_the_corpus_or_a_fresh_round():
+    assert {e.get("fresh") for e in load()} <= set(ROUNDS)
+
+
+def test_at_least_90_percent_of_the_failing_excerpts_fixed_against_are_diagnosed(results):
+    """The corpus and fresh round 1 (the rules were fixed against both)."""
+    fitted = [r for r in results if r.entry.get("fresh") in (None, "round 1")]
+    hit, failing, _, _ = score(fitted)
+    misses = [r.entry["file"] for r in fitted if not r.ok and not r.healthy]
+    assert failing >= 45 and hit >= 0.9 * failing, misses
 
 
 def test_no_error_or_warning_on_a_healthy_log(results):
