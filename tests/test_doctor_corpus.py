@@ -7,16 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from bench.doctor_corpus import CORPUS, KIND_FINDINGS, evaluate, load, report, score, table
+from bench.doctor_corpus import CORPUS, KIND_FINDINGS, ROUNDS, evaluate, load, report, rounds, score, table
 
 
 @pytest.fixture(scope="module")
 def results():
     found = evaluate()
     print("\n" + table(found))
-    print(report([r for r in found if not r.entry.get("fresh")], "fit corpus"))
-    if any(r.entry.get("fresh") for r in found):
-        print(report([r for r in found if r.entry.get("fresh")], "fresh corpus"))
+    for key, part in rounds(found).items():
+        print(report(part, ROUNDS[key]))  # fresh round 2 is reported, not asserted: it measures, it is not a target
     return found
 
 
@@ -29,21 +28,30 @@ def test_the_manifest_names_real_lines_of_its_files():
         assert e["kind"] == "healthy" or any(e["evidence"] in line for line in text.splitlines()), e["file"]
 
 
-def test_at_least_90_percent_of_the_failing_excerpts_are_diagnosed(results):
-    fit = [r for r in results if not r.entry.get("fresh")]
-    hit, failing, _, _ = score(fit)
-    misses = [r.entry["file"] for r in fit if not r.ok and not r.healthy]
-    assert failing >= 30 and hit >= 0.9 * failing, misses
+def fitted(results):
+    """The corpus and fresh round 1: what the rules were written and fixed against (fresh round 2, collected after
+    they were frozen, is reported by the fixture, not asserted: asserting it would make it a target)."""
+    return [r for r in results if r.entry.get("fresh") in (None, "round 1")]
+
+
+def test_every_excerpt_belongs_to_the_corpus_or_a_fresh_round():
+    assert {e.get("fresh") for e in load()} <= set(ROUNDS)
+
+
+def test_at_least_90_percent_of_the_failing_excerpts_fixed_against_are_diagnosed(results):
+    hit, failing, _, _ = score(fitted(results))
+    misses = [r.entry["file"] for r in fitted(results) if not r.ok and not r.healthy]
+    assert failing >= 45 and hit >= 0.9 * failing, misses
 
 
 def test_no_error_or_warning_on_a_healthy_log(results):
-    _, _, alarms, healthy = score(results)
-    assert healthy >= 5 and alarms == 0, [(r.entry["file"], [a.id for a in r.alerts]) for r in results
+    _, _, alarms, healthy = score(fitted(results))
+    assert healthy >= 7 and alarms == 0, [(r.entry["file"], [a.id for a in r.alerts]) for r in fitted(results)
                                           if r.healthy and not r.ok]
 
 
 def test_an_excerpt_never_says_running_and_a_failure_at_its_end_says_failed(results):
-    assert all(r.state in ("unknown", "failed") for r in results)
+    assert all(r.state in ("unknown", "failed") for r in fitted(results))
     by_file = {r.entry["file"]: r.state for r in results}
     assert by_file["001_training-oom_msswift.log"] == "failed"           # ends in an uncaught OOM
     assert by_file["030_max-model-len_trl.log"] == "unknown"             # vLLM warnings, no end

@@ -158,11 +158,24 @@ NAN_WATCHED = re.compile(r"(?:^|/)(?:\w*loss|grad_norm|kl(?:_loss)?|rewards?|rew
 NAN_TEXT = re.compile(r"\b(?:nan|NaN|inf|Infinity)\b")
 
 
+def _not_finite_since(series: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """Of a series non-finite in its last WINDOW steps: the step where that began (the onset, which tells which
+    checkpoint is still finite) and the non-finite ones of the last WINDOW; [] when those are all finite."""
+    bad = [k for k in range(max(0, len(series) - WINDOW), len(series)) if not math.isfinite(series[k][1])]
+    if not bad:
+        return []
+    onset = bad[0]
+    while onset and not math.isfinite(series[onset - 1][1]):
+        onset -= 1
+    return [series[k] for k in dict.fromkeys([onset, *bad])]
+
+
 @rule
 def nan_metrics(s):
-    """NaN or inf in a training metric, or a crash on non-finite model outputs (sampling from NaN probabilities)."""
-    bad = [(k, step, v) for k, series in s.metrics.items() if NAN_WATCHED.search(k)
-           for step, v in series[-WINDOW:] if v is not None and not math.isfinite(v)]
+    """NaN or inf in a training metric, or a crash on non-finite model outputs (sampling from NaN probabilities);
+    the evidence starts where the values stopped being finite."""
+    bad = sorted(((k, step, v) for k, series in s.metrics.items() if NAN_WATCHED.search(k)
+                  for step, v in _not_finite_since(series)), key=lambda b: b[1])
     crash = next((e for events in s.events.values() for e in events if e.sig.id == "NAN-METRICS"), None)
     if not bad and not crash:
         return

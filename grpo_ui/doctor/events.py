@@ -3,6 +3,10 @@ or the exception line that ends a Python traceback — also one whose traceback 
 it is (signatures.py), who printed it (rank, process), when, and where the code was when it failed: in a reward
 function, a checkpoint save, the weight sync to vLLM, vLLM's sleep/wake, DeepSpeed, the argument checks.
 
+A line printed at WARNING level that a signature names (c10d's rendezvous socket timing out, for one) is the first
+sign of a failure only when the failure follows: it counts when an error line comes after it in the same log before
+any sign of progress, and is dropped otherwise, so a healthy run's warnings raise nothing.
+
 Works on any excerpt: no torchrun header, logging.jsonl or job spec needed.
 """
 
@@ -15,15 +19,26 @@ from grpo_ui.doctor import signatures as sig
 from grpo_ui.doctor.lines import Line, parse
 from grpo_ui.doctor.signatures import CAUSE, CONSEQUENCE, NOISE, REPORT, Signature
 
-TB_START = "Traceback (most recent call last):"
+TB_START = "Traceback (most recent call last)"  # Python's (with a colon), and IPython's header (after the type)
 TB_CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 LAUNCHER_FILES = re.compile(r"torch/distributed/(?:run|launcher|elastic)|runpy\.py$|/bin/torchrun$")
-EXCEPTION = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure))"
+# an exception line as Python prints it: the (dotted) class, or a bare Exception (raise Exception(...))
+EXCEPTION = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure)|Exception))"
                        r"(?::\s?(?P<message>.*))?$")
-FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+), in (?P<function>.+)$')
+# a frame as Python prints it, and as IPython (8+) does in a notebook: "File /x/y.py:12, in f(a)", "Cell In[5], line 3"
+FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+), in (?P<function>.+)$|'
+                   r"^\s*File (?P<ipy_file>\S+):(?P<ipy_line>\d+), in (?P<ipy_function>[^(\s]+)|"
+                   r"^(?P<cell>Cell In\[\d+\]), line (?P<cell_line>\d+)")
+IPY_CODE = re.compile(r"^-*>\s*\d+\s")  # IPython's line of a frame that ran: "----> 3 trainer.train()"
+IPY_HEADER = re.compile(r"^[\w.]+ +Traceback \(most recent call last\)$")  # IPython's: the type, then this
 NATIVE_FRAME = re.compile(r"^\s*(?:frame #\d+: |#\d+ |\d+ 0x[0-9a-f]+ )(?P<function>.+)$|^\S+\((?P<symbol>[^)]*)\)")
 CARET = re.compile(r"^\s*[\^~]+\s*$")
 PY_WARNING = re.compile(r"^\S+:\d+: \w*Warning: ")  # warnings.warn's line: path:line: UserWarning: …
+# signs that a process was still working after a line: a metric line (a dict, verl's step line), a step bar, a
+# request served, vLLM's throughput report
+PROGRESS = re.compile(r"['\"](?:loss|train_loss|eval_loss)['\"]:\s|Train:\s+\d+%\||\bstep:\d+ - |\" 200 OK$|"
+                      r"Avg prompt throughput")
+ANNOUNCE_REACH = 300  # lines within which a warning's failure must follow
 ARGS_DUMP_START = re.compile(r"\bargs: \w+Arguments\($")
 ARGS_DUMP_LINE = re.compile(r"^[A-Za-z_][\w.]*=.*,?$")
 NCCL_RANK = re.compile(r"\[(?:PG [^\]]*)?Rank (\d+)\]")
@@ -43,15 +58,26 @@ SAVE_FRAMES = re.compile(r"(?:^|::|\.)(?:_save_checkpoint|save_model|_save|save_
                          r"_save_optimizer_and_scheduler|save_state|get_state_dict|save_16bit_model|"
                          r"_zero3_consolidated_16bit_state_dict|save_file|_save_to_state_dict|writeRecord|"
                          r"PyTorchStreamWriter\w*)\b")
-SAVE_WORDS = re.compile(r"on_model_save|Saving model checkpoint|save_checkpoint|consolidated_16bit_state_dict")
+SAVE_WORDS = re.compile(r"on_model_save|Saving model checkpoint|save_checkpoint|consolidated_16bit_state_dict|"
+                        r"The weights trying to be saved|"  # transformers modeling_utils: save_pretrained (shared tensors)
+                        r"Some tensors share memory|trying to save a non contiguous tensor|"  # safetensors torch.py
+                        r"Error while serializing")  # safetensors_rust: a write that failed
+# the weight sync's functions: TRL's (_move_model_to_vllm, vllm_client's update_named_param / init_communicator),
+# ms-swift's (_fast_infer_update_weights, vllm_client's update_flattened_params / update_adapter_*), OpenRLHF's
+# (ppo_actor.py: _broadcast_to_vllm), verl's and vLLM workers' (update_weights, sync_weights)
 SYNC_FRAMES = re.compile(r"^(?:update_weights?|update_named_param|update_flattened_params|update_adapter_\w+|"
                          r"init_communicator|_move_model_to_vllm|_sync_\w*weights?\w*|sync_weights|"
-                         r"_fast_infer_update_weights|broadcast_weights?)$")
+                         r"_fast_infer_update_weights|broadcast_weights?|_?broadcast_to_vllm)$")
 SYNC_WORDS = re.compile(r"\bupdate[_ ]weights?\b|update_named_param|update_flattened_params|init_communicator|"
-                        r"/update_\w+/|\bweight[_ ]sync|sync_weights|_move_model_to_vllm")
+                        r"/update_\w+/|\bweight[_ ]sync|sync_weights|_move_model_to_vllm|_broadcast_to_vllm|"
+                        r"Server \d+ (?:init|update[\w ]*) failed")  # ms-swift rlhf_trainers/vllm_client.py
 SLEEP_WORDS = re.compile(r"seconds to (?:fall asleep|wake up)|Sleep mode freed|\bwake_up\(|\.sleep\(level")
-ARGS_FILES = re.compile(r"/arguments?/|_args\.py$|arguments\.py$|_config\.py$")
-DEEPSPEED_WORDS = re.compile(r"\bZeRO\b|DeepSpeed|deepspeed")
+# argument classes, and ms-swift's CLI, which looks the sub-command up (swift/cli/main.py: cli_main's
+# route_mapping[method_name] raises KeyError for `swift grpo`)
+ARGS_FILES = re.compile(r"/arguments?/|_args\.py$|arguments\.py$|_config\.py$|swift/cli/main\.py$")
+DEEPSPEED_WORDS = re.compile(r"\bZeRO\b|ZeRO\w*(?:Exception|Error)|DeepSpeed|deepspeed|"
+                             r"\{'id': \d+, 'status': '(?:NOT_AVAILABLE|AVAILABLE|INFLIGHT)'|"  # ZeRO-3 ds_summary()
+                             r"Gradient computed twice for this partition")  # ZeRO-1/2 stage_1_and_2.py
 NEAR = 8          # lines around an error that tell what the run was doing
 SLEEP_NEAR = 30   # a crash this close after vLLM's sleep/wake lines happened at the switch
 MAX_TRACEBACK = 400
@@ -131,6 +157,22 @@ def args_dump_lines(lines: list[str]) -> set[int]:
     return out
 
 
+def frame_of(body: str) -> tuple[str, str, str] | None:
+    """(file, line, function) of a traceback's frame line; None for other lines."""
+    m = FRAME.match(body)
+    if m is None:
+        return None
+    if m["cell"]:
+        return m["cell"], m["cell_line"], "<cell>"
+    return (m["file"], m["line"], m["function"].strip()) if m["file"] else (m["ipy_file"], m["ipy_line"],
+                                                                             m["ipy_function"])
+
+
+def _continues(body: str) -> bool:
+    """Whether a line inside a traceback continues it: a frame's code (indented), carets, a blank, IPython's arrow."""
+    return body[:1] in (" ", "\t") or not body.strip() or bool(CARET.match(body) or IPY_CODE.match(body))
+
+
 def _same_rank(ln: Line, rank: int | None) -> bool:
     return rank is None or ln.rank is None or ln.rank == rank
 
@@ -147,8 +189,8 @@ def _traceback(parsed: list[Line], i: int) -> tuple[list[int], list[int], list[t
         if not _same_rank(parsed[k], rank):
             k -= 1
             continue
-        if m := FRAME.match(body):
-            frames.append((m["file"], m["line"], m["function"].strip()))
+        if frame := frame_of(body):
+            frames.append(frame)
         elif TB_START in body:
             span.append(k)
             j = k - 1
@@ -164,7 +206,7 @@ def _traceback(parsed: list[Line], i: int) -> tuple[list[int], list[int], list[t
         elif expect_exception and EXCEPTION.match(body):
             chained.append(k)
             expect_exception = False
-        elif not (body[:1] in (" ", "\t") or CARET.match(body) or not body.strip()):
+        elif not _continues(body):
             break
         span.append(k)
         k -= 1
@@ -186,9 +228,9 @@ def _cut_traceback(parsed: list[Line], i: int) -> list[tuple[str, str, str]] | N
     for ln in parsed[i + 1:i + MAX_TRACEBACK]:
         if not _same_rank(ln, rank):
             continue
-        if m := FRAME.match(ln.body):
-            frames.append((m["file"], m["line"], m["function"].strip()))
-        elif not (ln.body[:1] in (" ", "\t") or CARET.match(ln.body) or not ln.body.strip()):
+        if frame := frame_of(ln.body):
+            frames.append(frame)
+        elif not _continues(ln.body):
             return None if EXCEPTION.match(ln.body) else frames
     return frames
 
@@ -198,8 +240,8 @@ def _native_frames(parsed: list[Line], i: int) -> list[str]:
     ``frame #3: f``, ``/lib/x.so(f+0x1)``)."""
     out = []
     for ln in parsed[i + 1:i + 60]:
-        if m := FRAME.match(ln.body):
-            out.append(m["function"])
+        if frame := frame_of(ln.body):
+            out.append(frame[2])
         elif m := NATIVE_FRAME.match(ln.body.strip()):
             out.append(m["function"] or m["symbol"] or "")
         elif ln.body.strip() and not ln.body.startswith(("=", "[")):
@@ -236,11 +278,16 @@ def _context(parsed: list[Line], i: int, frames: list[tuple[str, str, str]], nat
     return frozenset(found)
 
 
-def _message_sign(body: str, level: str | None) -> Signature | None:
+def _message_sign(body: str) -> Signature | None:
+    """The signature a message shows, most specific first; of a line that wraps another error (an uncaught C++
+    exception's what(), the NCCL watchdog's exception), the wrapped error's."""
     for s in sig.MESSAGE_SIGNS:
-        if s.pattern.search(body) and (level != "warning" or s.warning_level):
+        if s.pattern.search(body):
+            if s is sig.NOISE_SIGNS and (m := sig.WRAPPED.search(body)):
+                inner = _message_sign(body[m.end():])
+                return inner if inner is not None and inner.role != NOISE else s
             return s
-    return sig.PROCESS_DIED if sig.PROCESS_DIED.pattern.search(body) and level != "warning" else None
+    return sig.PROCESS_DIED if sig.PROCESS_DIED.pattern.search(body) else None
 
 
 def _refine(found: Signature | None, exception: bool, context: frozenset[str], message: str) -> Signature | None:
@@ -280,16 +327,20 @@ def scan(log: str, lines: list[str], group_ports: set[int] = frozenset()) -> lis
     parsed = [parse(line) for line in lines]
     skip = args_dump_lines(lines)
     events: list[Event] = []
+    announced: list[Event] = []  # signatures on WARNING lines: kept where a failure follows
     for i, ln in enumerate(parsed):
         body = ln.body
         if i in skip or ln.level == "info" or not body.strip() or FRAME.match(body) or PY_WARNING.match(body):
             continue
         if body[:1] in (" ", "\t") and i and FRAME.match(parsed[i - 1].body):
             continue  # the code line of a frame (it may quote an error message)
-        exc = EXCEPTION.match(body) if ln.level != "warning" else None
+        warning = ln.level == "warning"
+        exc = EXCEPTION.match(body) if not warning else None
         if exc and _chained_on(parsed, i):
             continue  # told with the exception chained after it
-        found = _message_sign(body, ln.level)
+        found = _message_sign(body) if not IPY_HEADER.match(body) else None  # the type again at the end
+        if warning and (found is None or found.role not in (CAUSE, CONSEQUENCE)):
+            continue
         if exc:
             event = _raised(log, parsed, i, found, group_ports)
         elif found:
@@ -305,8 +356,23 @@ def scan(log: str, lines: list[str], group_ports: set[int] = frozenset()) -> lis
             continue
         if event.sig.id in ("NCCL-ERROR", "WEIGHT-SYNC-FAILED"):
             event.detail = _nccl_detail(parsed, event.index)
-        events.append(event)
-    return _merge_details(events)
+        (announced if warning else events).append(event)
+    return _merge_details(_with_announcements(events, announced, lines))
+
+
+def _with_announcements(events: list[Event], announced: list[Event], lines: list[str]) -> list[Event]:
+    """The events, with the warnings that count: a signature's own warning (``warning_level``), and a warning that
+    announced a failure."""
+    kept = [w for w in announced if w.sig.warning_level or _announces(w, events, lines)]
+    return sorted(events + kept, key=lambda e: e.index) if kept else events
+
+
+def _announces(warning: Event, events: list[Event], lines: list[str]) -> bool:
+    """Whether an error line follows the warning within ANNOUNCE_REACH lines with no sign of progress in between
+    (a warning the run went on after was not the failure's first sign)."""
+    after = next((e.index for e in events if e.index > warning.index), None)
+    return (after is not None and after - warning.index <= ANNOUNCE_REACH
+            and not any(PROGRESS.search(line) for line in lines[warning.index + 1:after]))
 
 
 def _before(parsed: list[Line], i: int) -> list[str]:
@@ -327,7 +393,7 @@ def _raised(log: str, parsed: list[Line], i: int, found: Signature | None, group
     span, chained, frames = _traceback(parsed, i)
     at = i
     for k in chained:
-        inner = _message_sign(parsed[k].body, parsed[k].level)
+        inner = _message_sign(parsed[k].body)
         if inner is not None and inner.role != NOISE:
             found, at = inner, k
             break

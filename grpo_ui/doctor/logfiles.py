@@ -16,7 +16,7 @@ import re
 import time
 from pathlib import Path
 
-from grpo_ui.doctor.events import Event, args_dump_lines
+from grpo_ui.doctor.events import PROGRESS, Event, args_dump_lines
 from grpo_ui.doctor.logs import fold_cr
 from grpo_ui.doctor.metrics import parse_jsonl_line, printed_rows
 from grpo_ui.doctor.rootcause import torchrun_root_cause
@@ -36,9 +36,6 @@ RUN_START = re.compile(r"^run sh: `|Start time of running main|\bargs: \w+Argume
                        r"in|(?:Start connecting|Connected) to vLLM server|Started server process|"
                        r"Starting vLLM API server|\*{5} Running training \*{5}")
 TRAINING_KEYS = {"loss", "grad_norm", "reward", "learning_rate", "kl"}  # a printed dict with these and no step: a step
-# signs that a process was still working after a line: a metric line, a step bar, a request served
-PROGRESS = re.compile(r"\{['\"](?:loss|train_loss|eval_loss)['\"]|Train:\s+\d+%\||\bstep:\d+ - |\" 200 OK$|"
-                      r"Avg prompt throughput")
 
 
 HEAD, TAIL = 4 << 20, 60 << 20  # bytes of a large log the doctor reads: its start and its end

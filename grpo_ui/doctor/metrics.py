@@ -1,6 +1,13 @@
 """Training metrics: ms-swift's logging.jsonl lines and, as a fallback or from another trainer, what a log prints:
 the dicts ms-swift and TRL print on stdout, verl's ``step:N - key:value - …`` lines, a plain table of metrics.
 
+What is printed is read from the printers' own formats, and as people paste it: the dict transformers' callbacks
+print (``print(logs)`` in ms-swift's PrinterCallbackNew, ``str(logs)`` with floats formatted as strings in
+transformers' ProgressCallback.on_log, which TRL uses), also with its braces cut off or wrapped over several lines;
+verl's ``concat_dict_to_str`` (``step:N - key:value``, values as pprint.pformat writes them, numpy's
+``np.float64(0.5)`` included); a table — Markdown, `` | ``-separated as GitHub renders a pasted notebook table,
+tab- or space-separated — with transformers' NotebookProgressCallback's "No Log" in cells it has no value for.
+
 ms-swift 3.x and 4.x keys come out under the same names: ``seconds_per_step`` (from 4.x train_speed(s/it) or 3.x
 train_speed(iter/s)), ``step`` / ``max_steps`` from ``global_step/max_steps``, times in seconds; other trainers'
 names for the same quantities (ALIASES) come out under ms-swift's too.
@@ -19,14 +26,16 @@ OUTPUT_DIR = re.compile(r"\[INFO:swift\] output_dir: (\S+)")
 LOGGING_FILE = re.compile(r"The logging file will be saved in: (\S+logging\.jsonl)")
 _DURATION = re.compile(r"(?:(\d+)d)?\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*(?:(\d+)s)?")
 # other trainers' names → ms-swift's (verl's actor/critic keys, older TRL, the columns of hand-made tables)
-ALIASES = {"actor/grad_norm": "grad_norm", "actor/pg_loss": "loss", "critic/score/mean": "reward",
+ALIASES = {"actor/grad_norm": "grad_norm", "actor/pg_loss": "loss", "critic/score/mean": "reward", "actor/kl_loss": "kl",
            "response_length/clip_ratio": "completions/clipped_ratio", "response_length/mean": "completions/mean_length",
            "completion_length": "completions/mean_length", "reward_mean": "reward", "clipped_ratio":
            "completions/clipped_ratio", "mean_length": "completions/mean_length", "training_loss": "loss"}
 VERL_STEP = re.compile(r"\bstep:(\d+) - ")
-VERL_PAIR = re.compile(r"([\w/@.()%-]+):(-?(?:\d+\.?\d*(?:e[-+]?\d+)?|nan|inf))(?= - |\s*$)")
+VERL_PAIR = re.compile(r"([\w/@.()%-]+):(?:np\.\w+\()?(-?(?:\d+\.?\d*(?:e[-+]?\d+)?|nan|inf))\)?(?= - |\s*$)")
 TABLE_CELL = re.compile(r"^[A-Za-z][\w/()%. -]*$")
 NUMBER = re.compile(r"^-?(?:\d+\.?\d*(?:e[-+]?\d+)?|nan|inf)$", re.IGNORECASE)
+NO_VALUE = {"", "no log", "-", "n/a", "none"}  # a table cell that holds no value (NotebookProgressCallback: "No Log")
+RULE_ROW = re.compile(r"^[\s|:+-]*-[\s|:+-]*$")  # a table's rule: |---|:--:| or -- | --
 
 
 def duration_s(text: str) -> float | None:
@@ -144,22 +153,49 @@ def parse_jsonl_line(line: str | bytes) -> tuple[int | None, dict[str, float]] |
 
 PAIR = re.compile(r"""['"]([^'"]+)['"]:\s*['"]?(-?(?:\d+\.?\d*(?:e[-+]?\d+)?|nan|NaN|inf|Infinity)|\d+/\d+)['"]?"""
                   r"(?=[,}\s]|$)")
+BARE_DICT = re.compile(r"""^\s*['"][\w/().%@ -]+['"]:\s*['"]?-?(?:\d|nan|NaN|inf)""")  # a dict pasted without its {
+
+
+def _dict_start(line: str) -> int:
+    """Where a printed dict starts in the line: its brace, or the first key of one pasted without it; -1: none."""
+    start = line.find("{'")
+    if start < 0:
+        start = line.find('{"')
+    if start >= 0 or line.lstrip()[:1] not in ("'", '"') or not BARE_DICT.match(line):
+        return start
+    return len(line) - len(line.lstrip())
 
 
 def parse_stdout_line(line: str) -> tuple[int | None, dict[str, float]] | None:
-    """A dict printed by rank 0 (a Python literal, or JSON), possibly glued to a tqdm bar; also one cut short or
-    holding ``nan`` (read pair by pair); None for other lines."""
-    start = next((k for k in (line.find("{'"), line.find('{"')) if k >= 0), -1)
+    """A dict printed by rank 0 (a Python literal, or JSON), possibly glued to a tqdm bar; also one cut short, pasted
+    without its braces or holding ``nan`` (read pair by pair); None for other lines."""
+    start = _dict_start(line)
     if start < 0:
         return None
-    text = line[start:line.rfind("}") + 1]
-    try:
-        raw = ast.literal_eval(text) if line[start + 1] == "'" else json.loads(text)
-    except (ValueError, SyntaxError):
-        raw = dict(PAIR.findall(line[start:]))
-        if len(raw) < 2:
-            return None
-    return normalize(raw) if isinstance(raw, dict) else None
+    if line[start] == "{":
+        text = line[start:line.rfind("}") + 1]
+        try:
+            raw = ast.literal_eval(text) if line[start + 1] == "'" else json.loads(text)
+            return normalize(raw) if isinstance(raw, dict) else None
+        except (ValueError, SyntaxError):
+            pass
+    raw = dict(PAIR.findall(line[start:]))
+    return normalize(raw) if len(raw) >= 2 else None
+
+
+def _wrapped_dict(lines: list[str], i: int, start: int) -> list[str]:
+    """The lines of a printed dict that starts at ``lines[i][start]``: that line, and where it does not close there
+    (a terminal or a paste wrapped it), the lines that continue it up to the closing brace."""
+    source = [lines[i]]
+    if "}" in lines[i][start:]:
+        return source
+    for line in lines[i + 1:i + 40]:
+        if "{" in line or not (PAIR.search(line) or line.strip().endswith("}")):
+            break
+        source.append(line)
+        if "}" in line:
+            return source
+    return source[:1]
 
 
 def parse_verl_line(line: str) -> tuple[int | None, dict[str, float]] | None:
@@ -171,28 +207,51 @@ def parse_verl_line(line: str) -> tuple[int | None, dict[str, float]] | None:
     return int(m[1]), aliased(pairs)
 
 
+KNOWN = {"loss", "grad_norm", "reward", "reward_std", "kl", "completions/clipped_ratio", "completions/mean_length",
+         "frac_reward_zero_std"}  # a table whose header names two of these is a table of training metrics
+
+
 def _cells(line: str) -> list[str]:
+    """A table row's cells: between tabs, between pipes (Markdown, or `` | `` as GitHub renders a pasted table),
+    else between runs of spaces."""
     text = line.strip()
-    return [c.strip() for c in text.strip("|").split("|")] if text.startswith("|") else text.split()
+    if "\t" in text:
+        return [c.strip() for c in text.split("\t")]
+    if text.startswith("|") or " | " in text:
+        return [c.strip() for c in text.strip("|").split("|")]
+    return text.split()
+
+
+def _row(header: list[str], cells: list[str]) -> dict[str, float] | None:
+    """A data row under ``header``: its numbers by column (cells without a value left out); None when it is not
+    one (another width, a first cell that is no number, or text where numbers should be)."""
+    if len(cells) != len(header) or not NUMBER.match(cells[0]):
+        return None
+    row, words = {}, 0
+    for name, cell in zip(header, cells, strict=True):
+        if NUMBER.match(cell):
+            row[name] = float(cell)
+        elif cell.lower() not in NO_VALUE:
+            words += 1
+    return row if words == 0 and len(row) >= 2 else None
 
 
 def parse_table(lines: list[str]) -> list[tuple[int | None, dict[str, float], int]]:
-    """Rows of a plain metrics table (whitespace or Markdown columns) under a header naming at least two metrics
-    the doctor knows (loss, grad_norm, reward…): (step or None, metrics, line index) per row."""
-    known = {"loss", "grad_norm", "reward", "reward_std", "kl", "completions/clipped_ratio",
-             "completions/mean_length", "frac_reward_zero_std"}
+    """Rows of a metrics table (Markdown, pipe-, tab- or space-separated columns) under a header naming at least two
+    metrics the doctor knows (loss, grad_norm, reward…): (step or None, metrics, line index) per row."""
     out, header = [], None
     for i, line in enumerate(lines):
+        if header and RULE_ROW.match(line):
+            continue
         cells = _cells(line)
         if len(cells) >= 3 and all(TABLE_CELL.match(c) for c in cells):
             names = [c.lower().replace(" ", "_") for c in cells]
-            header = names if len({ALIASES.get(n, n) for n in names} & known) >= 2 else None
-        elif header and len(cells) == len(header) and all(NUMBER.match(c) for c in cells):
-            row = dict(zip(header, map(float, cells), strict=True))
+            header = names if len({ALIASES.get(n, n) for n in names} & KNOWN) >= 2 else None
+        elif header and (row := _row(header, cells)) is not None:
             step = row.pop("step", None)
             out.append((int(step) if step is not None else None, aliased(row), i))
-        elif header and not set(line.strip()) <= set("|-:. "):
-            header = None if cells and NUMBER.match(cells[0]) is None and "..." not in line else header
+        elif header and line.strip() and "..." not in line:
+            header = None
     return out
 
 
@@ -204,9 +263,12 @@ def printed_rows(lines: list[str]) -> list[tuple[int | None, dict[str, float], l
     i = 0
     while i < len(lines):
         line = lines[i]
-        if (dict_row := parse_stdout_line(line)) is not None:
-            if "train_runtime" not in dict_row[1]:
-                rows.append((i, *dict_row, [line]))
+        if (start := _dict_start(line)) >= 0:
+            source = _wrapped_dict(lines, i, start)
+            i += len(source) - 1
+            dict_row = parse_stdout_line("".join(x.rstrip("\n") for x in source))
+            if dict_row is not None and "train_runtime" not in dict_row[1]:
+                rows.append((i, *dict_row, source))
         elif VERL_STEP.search(line):
             source = [line]
             while (i + 1 < len(lines) and not VERL_STEP.search(lines[i + 1])

@@ -9,6 +9,11 @@ exit code, Ray's dead worker) and names who; ``noise`` is what a failure drags b
 ranks, ChildFailedError, a peer closing its socket) and is never the diagnosis while anything else is there.
 Signatures with a ``pattern`` are recognised by their message, anywhere in a log; the others by where an exception
 was raised (events.py decides: a reward function, a checkpoint save, the weight sync to vLLM, DeepSpeed).
+
+The patterns are the tools' own wordings, read in their sources (the comment beside each names the file and
+function); where a message changed across versions, each version's wording is there. A line printed at WARNING level
+counts only as the announcement of a failure that follows it (events.py), except for signatures with
+``warning_level`` (a warning that is the failure's only sign).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ class Signature:
     pattern: re.Pattern | None = None  # on a line's message; None: recognised by context only
     role: str = CAUSE
     severity: str = "error"
-    warning_level: bool = False  # also on lines printed at WARNING level (vLLM warns of a prompt it rejects)
+    warning_level: bool = False  # counts at WARNING level by itself (vLLM warns of a prompt it rejects)
     fatal: bool = False  # ends the process that prints it (an exception line always does)
 
 
@@ -38,17 +43,31 @@ def _rx(*alternatives: str) -> re.Pattern:
 
 NOISE_SIGNS = Signature(
     "NOISE", "What follows a failure", "", "",
-    _rx(r"closing signal SIGTERM", r"ChildFailedError", r"Connection (?:closed|reset) by peer", r"Broken pipe",
-        r"remote worker crashing", r"NCCL communicator was aborted", r"terminate called after throwing",
-        r"Process group watchdog thread terminated", r"^(?:\w+\.)*(?:SystemExit|KeyboardInterrupt)\b",
-        r"Received \d+ death signal", r"SignalException: Process \d+ got signal"),
+    _rx(r"closing signal SIGTERM",                  # torch elastic multiprocessing/api.py: _close
+        r"ChildFailedError",                        # torch elastic multiprocessing/errors: the launcher's summary
+        r"Connection (?:closed|reset) by peer", r"Broken pipe",   # gloo / sockets: a peer went away
+        r"remote worker crashing",                  # gloo pair.cc's hint
+        r"NCCL communicator was aborted",           # ProcessGroupNCCL: WorkNCCL::checkAndSetException
+        r"terminate called after throwing",         # libstdc++: an uncaught C++ exception (what() follows)
+        r"Process group watchdog thread terminated",  # ProcessGroupNCCL: ncclCommWatchdog / Watchdog::run
+        r"^(?:\w+\.)*(?:SystemExit|KeyboardInterrupt)\b",
+        r"Received \d+ death signal",                # torch elastic agent: _invoke_run's signal handler
+        r"SignalException: Process \d+ got signal"),  # torch elastic multiprocessing/api.py: _terminate_process_handler
     NOISE)
+# What a wrapper line carries after these words is the error itself: the C++ exception's what() (libstdc++),
+# the watchdog's exception (ProcessGroupNCCL's "watchdog thread terminated with exception: <e.what()>"), the reason
+# an aborted communicator gives (WorkNCCL::checkAndSetException: "Original reason for failure was: …").
+WRAPPED = re.compile(r"thread terminated with exception: |\bwhat\(\):\s+|Original reason for failure was:\s*")
 
 PROCESS_DIED = Signature(
     "PROCESS-DIED", "A process died", "A launcher reports that one of its processes ended.", "",
-    _rx(r"failed \(exitcode: -?\d+\) local_rank: \d+", r"A worker died or was killed while executing a task",
-        r"^Killed\b|\bline \d+: +\d+ Killed\b", r"Worker proc \S+ died unexpectedly",
-        r"WorkerProc (?:died|hit an exception|failed to start)"),
+    _rx(r"failed \(exitcode: -?\d+\) local_rank: \d+",  # torch elastic multiprocessing/api.py: the agent's report
+        r"A worker died or was killed while executing a task",  # Ray raylet
+        r"actor died unexpectedly before finishing this task",  # Ray ActorDiedError
+        r"^Killed\b|line \d+: +\d+ Killed\b",              # the shell reporting SIGKILL (the OOM killer)
+        r"srun: error: \S+: tasks? [\d,-]+: (?:Killed|Exited with exit code [1-9]|Aborted|Segmentation fault)",  # Slurm
+        r"Worker proc \S+ died unexpectedly",                   # vLLM v1 multiproc_executor: monitor_workers
+        r"WorkerProc (?:died|hit an exception|failed to start)"),  # vLLM v1 multiproc_executor: WorkerProc
     REPORT, fatal=True)
 
 NATIVE_CRASH = Signature(
@@ -72,18 +91,22 @@ MESSAGE_SIGNS = [
         "Raise vllm_gpu_memory_utilization (in colocate mode the trainer needs the rest: check the memory estimate), "
         "or lower vllm_max_model_len to the prompt plus completion length the run needs (max_length + "
         "max_completion_length), or give vLLM more GPUs (vllm_tensor_parallel_size).",
-        _rx(r"No available memory for the cache blocks",
-            r"larger than the maximum number of tokens that can be stored in KV cache",
-            r"KV cache is needed, which is larger than the available KV cache memory",
-            r"Insufficient memory for KV cache"), fatal=True),
+        _rx(r"No available memory for the cache blocks",  # vLLM v0 worker / v1 kv_cache_utils: check_enough_kv_cache_memory
+            r"larger than the maximum number of tokens that can be stored in KV cache",  # vLLM v0 _verify_max_model_len
+            r"KV cache is needed, which is larger than the available KV cache memory",  # vLLM v1 kv_cache_utils
+            r"Insufficient memory for KV cache",
+            r"Cannot auto-fit max_model_len: not enough GPU memory"),  # vLLM v1 kv_cache_utils: auto-fit
+        fatal=True),
     Signature(
         "OOM", "Out of GPU memory", "A process asked the GPU for more memory than was free.",
         "Open the memory estimate on the Configure page and apply one of its make-it-fit changes (lower "
         "vllm_gpu_memory_utilization, sleep_level 1, ZeRO-3, a smaller micro-batch, gradient checkpointing); "
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps when much memory is reserved but unallocated.",
-        _rx(r"CUDA out of memory", r"OutOfMemoryError", r"CUDA [Ee]rror: out of memory", r"CUBLAS_STATUS_ALLOC_FAILED",
-            r"\bcudaErrorMemoryAllocation\b", r"HIP out of memory", r"NPU out of memory",
-            r"Cuda failure '?out of memory", r"Free memory on device .* is less than desired GPU memory utilization"),
+        _rx(r"CUDA out of memory",                     # torch c10/cuda CUDACachingAllocator
+            r"OutOfMemoryError", r"CUDA [Ee]rror: out of memory", r"CUBLAS_STATUS_ALLOC_FAILED",
+            r"cudaErrorMemoryAllocation\b", r"HIP out of memory", r"NPU out of memory",
+            r"Cuda failure '?out of memory",            # NCCL checks.h CUDACHECK
+            r"Free memory on device .* is less than desired GPU memory utilization"),  # vLLM worker: startup check
         fatal=True),
     Signature(
         "MAX-MODEL-LEN", "A prompt is longer than vLLM's max_model_len",
@@ -92,9 +115,12 @@ MESSAGE_SIGNS = [
         "Make vllm_max_model_len at least the longest prompt plus max_completion_length (on a rollout server: "
         "--vllm_max_model_len of `swift rollout` / --max-model-len of `vllm serve`), or cut prompts shorter with "
         "max_length / max_prompt_length, or drop over-long rows from the dataset.",
-        _rx(r"is too long and exceeds limit of \d+", r"is longer than the maximum model length of \d+",
-            r"maximum context length is \d+ tokens", r"exceeds the max_model_len",
-            r"User-specified max_model_len \(\d+\) is greater than"),
+        _rx(r"is too long and exceeds limit of \d+",         # vLLM v0 scheduler: _schedule_prefills (a warning)
+            r"is longer than the maximum model length of \d+",  # vLLM v1 processor: _validate_model_input
+            r"maximum context length is \d+ tokens",            # vLLM OpenAI server: _validate_input
+            r"'max_tokens' or 'max_completion_tokens' is too large",  # vLLM OpenAI server (newer)
+            r"exceeds the max_model_len",
+            r"User-specified max_model_len \(\d+\) is greater than"),  # vLLM config: _get_and_verify_max_len
         warning_level=True),
     NATIVE_CRASH,
     Signature(
@@ -103,7 +129,7 @@ MESSAGE_SIGNS = [
         "(and sampling from the model fails).",
         "Resume from the last finite checkpoint with a lower learning_rate (warmup_ratio helps), keep max_grad_norm "
         "on, use bf16 rather than fp16, and check that reward functions never return NaN or inf.",
-        _rx(r"contains either `inf`, `nan`", r"\b[Ll]oss (?:is|became) (?:nan|NaN|inf)\b")),
+        _rx(r"contains either `inf`, `nan`", r"oss (?:is|became) (?:nan|NaN|inf)\b")),
     Signature(
         "GPU-DUPLICATE", "Two ranks on the same GPU",
         "NCCL found two ranks of one communicator on the same CUDA device: the ranks' device mapping is wrong "
@@ -118,7 +144,12 @@ MESSAGE_SIGNS = [
         "Find the rank or node that went quiet first (the one missing from the timed-out ranks, or the first error "
         "in the other logs); check that every node runs identical arguments, that ports are open between nodes "
         "(and to rollout servers on 51216+i), and raise ddp_timeout when long rollouts are legitimate.",
+        # torch ProcessGroupNCCL.cpp, across versions: WorkNCCL::checkTimeout (1.x-2.x), watchdogHandler (2.2-2.3),
+        # getNCCLWatchdogTimeoutErrorMsg (2.4+, "from this local rank" or "from rank N"), the heartbeat monitor
+        # (2.2+: the watchdog itself hung in a CUDA/NCCL call)
         _rx(r"Watchdog caught collective operation timeout", r"Timeout at NCCL work",
+            r"Received a dump signal due to a collective timeout from",
+            r"ProcessGroupNCCL's watchdog got stuck for \d+ seconds", r"Heartbeat monitor timed out",
             r"ProcessGroupNCCL.*timed out", r"NCCL.*operations? (?:has|have) (?:failed or )?timed out"),
         CONSEQUENCE, fatal=True),
     Signature(
@@ -129,8 +160,11 @@ MESSAGE_SIGNS = [
         "Rerun with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET) to see the failing call; set NCCL_SOCKET_IFNAME "
         "to the interface the nodes reach each other on, try NCCL_IB_DISABLE=1 to rule InfiniBand out, and check "
         "that every node has the same torch/NCCL versions (preflight compares them).",
-        _rx(r"NCCL error", r"\bnccl(?:UnhandledCuda|System|Internal|Remote)Error\b", r"NCCL WARN ",
-            r"NCCL failure")),
+        _rx(r"NCCL [Ee]rror",  # torch NCCLUtils.h C10D_NCCL_CHECK ("NCCL error in:"; 1.x: "NCCL Error 2:"), vLLM pynccl
+            r"\bnccl(?:UnhandledCudaError|SystemError|InternalError|RemoteError|InvalidUsage|InvalidArgument)\b",
+            r"NCCL WARN ",                                # NCCL debug.cc: WARN is NCCL's level for fatal errors
+            r"NCCL failure",
+            r"Failed to load NCCL library")),             # vLLM pynccl_wrapper: NCCLLibrary.__init__
     Signature(
         "CUDA-ERROR", "CUDA error",
         "A GPU kernel failed. A device-side assert is almost always an index out of range (a token id beyond the "
@@ -157,10 +191,17 @@ MESSAGE_SIGNS = [
         "Check that MASTER_ADDR resolves and is reachable from every node (same port on all), that every node was "
         "started with the same nnodes and node ranks 0..N-1, that the port is free, and that no proxy variable "
         "intercepts the connection; preflight tests the master port from every node.",
-        _rx(r"DistStoreError", r"DistNetworkError", r"Rendezvous\w*(?:Error|Timeout|Closed)",
+        _rx(r"DistStoreError", r"DistNetworkError",      # torch c10d exception classes
+            r"Rendezvous\w*(?:Error|Timeout|Closed)",      # torch elastic rendezvous/api.py
             r"can't resolve '(?!\(null\))[^']+'", r"Name or service not known", r"Temporary failure in name resolution",
-            r"server socket has failed to (?:listen|bind)", r"EADDRINUSE|[Aa]ddress already in use",
-            r"client socket has timed out after \d+ms while trying to connect", r"wait timeout after \d+ms")),
+            r"network addresses of \(.*\) cannot be retrieved",  # c10d socket.cpp: SocketConnectOp (gai error)
+            r"server socket has failed to (?:listen|bind)", r"EADDRINUSE|ddress already in use",
+            r"client socket has timed out after \d+\w* while trying to connect",  # c10d socket.cpp: throwTimeoutError
+            r"client socket has failed to connect to any network address",  # c10d socket.cpp: SocketConnectOp::run
+            r"waitForInput: socket .* timed out after \d+ms",   # c10d socket.cpp: SocketImpl::waitForInput (a warning)
+            r"wait timeout after \d+ms",                     # c10d TCPStore: doWait
+            r"Timed out after \d+ seconds waiting for clients",  # c10d TCPStore: waitForWorkers
+            r"retrieving ncclUniqueId from \[\d+\] via c10d key-value store")),  # ProcessGroupNCCL: broadcastUniqueNCCLID
     Signature(
         "VLLM-ENGINE-DEAD", "The vLLM engine died",
         "vLLM's engine process (or its background loop) stopped, and every request after that fails. The reason "
@@ -169,17 +210,22 @@ MESSAGE_SIGNS = [
         "Look for the engine's first error above (or in the rollout server's log); the usual causes are GPU "
         "memory (lower gpu_memory_utilization / max_num_seqs), a CUDA error in a kernel (update vLLM to the version "
         "the ms-swift release recommends, try enforce_eager), or the process being killed.",
-        _rx(r"EngineDeadError", r"Engine(?:Core)? (?:is )?(?:already )?dead", r"MQLLMEngine is already dead",
-            r"Engine background task failed", r"Background loop has errored already",
-            r"EngineCore encountered an issue", r"Engine core initialization failed",
+        _rx(r"EngineDeadError",                          # vLLM v0 AsyncEngineDeadError, v1 v1/engine/exceptions.py
+            r"Engine(?:Core)? (?:is )?(?:already )?dead", r"MQLLMEngine is already dead",
+            r"Engine background task failed", r"Background loop has errored already",  # vLLM v0 async_llm_engine
+            r"(?:Background|Engine) loop is not running",  # vLLM v0 AsyncEngineDeadError / MQEngineDeadError
+            r"EngineCore encountered an issue",            # vLLM v1 EngineDeadError's message
+            r"Engine core proc \S+ died unexpectedly",      # vLLM v1 core_client.py: the engine monitor
+            r"Engine core initialization failed",          # vLLM v1 engine/utils.py: wait_for_engine_startup
             r"Engine process failed to start", r"EngineCore failed to start"),
         CONSEQUENCE, fatal=True),
     Signature(
         "ROLLOUT-UNREACHABLE", "Rollout server unreachable", "The trainer cannot reach a rollout server.",
         "Check the rollout node's log (a crash there comes first) and that its HTTP port and group port (51216+i) "
         "are reachable from trainer rank 0; unset http_proxy/https_proxy.",
-        _rx(r"Servers not reachable", r"did not answer /health/", r"Failed to connect to vLLM server",
-            r"[Ss]erver (?:is )?not (?:up|reachable) after \d+",
+        _rx(r"Servers not reachable",                   # ms-swift rlhf_trainers/vllm_client.py: check_health
+            r"did not answer /health/", r"Failed to connect to vLLM server",
+            r"[Ss]erver (?:is )?not (?:up|reachable) after \d+",  # TRL extras/vllm_client.py: check_server
             r"Max retries exceeded with url: /(?:infer|generate|chat|health|get_world_size|init_communicator|"
             r"update_\w+|close_communicator)/"),
         CONSEQUENCE),
@@ -235,8 +281,11 @@ ARGS_INVALID = Signature(
     "Change the argument the message names. For the batch check: the global batch (per_device_train_batch_size × "
     "processes × gradient_accumulation_steps, or generation_batch_size) must be a multiple of num_generations, and "
     "num_generations must be at least 2; the Configure page checks this before launch.",
-    _rx(r"must be evenly divisible by the number of generations", r"\berror: argument --", r"unrecognized arguments",
-        r"the following arguments are required", r"Some specified arguments are not used by the HfArgumentParser",
+    _rx(r"must be (?:evenly )?divisible by (?:the number of generations|num_generations|the global \w* ?batch size)",
+        r"at least 2 generations per prompt",        # TRL grpo_config.py: __post_init__
+        r"\berror: argument --", r"unrecognized arguments", r"the following arguments are required",  # argparse
+        r"Some specified arguments are not used by the HfArgumentParser",  # transformers HfArgumentParser
+        r"remaining_argv: \[",                       # ms-swift SwiftPipeline.__init__ (llm/base.py, pipelines/base.py)
         r"num_generations.*(?:must|should) be"))
 SLEEP_CRASH = Signature(
     "VLLM-SLEEP-CRASH", "A process crashed at vLLM's sleep/wake",
