@@ -20,6 +20,7 @@ scaled by the step's tokens (completions × (prompt + mean completion)) and the 
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import statistics
@@ -256,9 +257,6 @@ def length_prior(fit_rows: list[dict]) -> tuple[float, int]:
     return min(((f, t) for f in FILL_GRID for t in TYPICAL_GRID), key=lambda p: error(*p))
 
 
-RANGE_QUANTILES = (0.1, 0.9)
-
-
 def measured_range(results: list[Result]) -> tuple[float, float]:
     """The 10th and 90th percentiles of measured ÷ predicted over ``results``."""
     q = statistics.quantiles([r.measured / r.ours for r in results], n=10, method="inclusive")
@@ -321,13 +319,14 @@ def split_errors(rows: list[dict], extra: list[dict]) -> dict[str, tuple[int, fl
 
 
 def main(argv: list[str]) -> int:
-    """``--fit [--rows FILE …]``: refit the constants on the fit rows plus the rows of FILE (a user's exported rows,
-    every one used for fitting) and print them with each split's error before and after. The constants in
+    """``--fit [--rows FILE …]``: refit the constants on the fit rows plus the rows of each FILE (a user's exported
+    rows, every one used for fitting) and print them with each split's error before and after. The constants in
     grpo_ui/timing are not rewritten: copy the printed values there to keep them."""
-    if "--fit" not in argv:
-        print("usage: python bench/time_calibration.py --fit [--rows FILE …]", file=sys.stderr)
-        return 2
-    files = argv[argv.index("--rows") + 1:] if "--rows" in argv else []
+    parser = argparse.ArgumentParser(prog="bench/time_calibration.py", description=main.__doc__)
+    parser.add_argument("--fit", action="store_true", required=True, help="refit the constants")
+    parser.add_argument("--rows", nargs="+", default=[], metavar="FILE",
+                        help="your own rows (`python -m grpo_ui calibration export --only time --out FILE`)")
+    files = parser.parse_args(argv).rows
     try:
         extra = [row for path in files for row in load(Path(path))]
     except RowsError as e:
