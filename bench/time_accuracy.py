@@ -1,14 +1,16 @@
 """Accuracy of the step-time model against published GRPO step times (tests/data/time_measurements.jsonl).
 
 Seconds per optimizer step, predicted for each row as the same shape run on ms-swift (bench/time_calibration.py), on
-the fit rows and the frozen held-out rows: median and p90 absolute % error of ours, next to the naive baseline (one
+each split: the fit rows (the constants are fitted on them), the held-out rows (frozen before the model existed, but
+looked at while it was built, so no longer unseen) and the fresh rows (collected and frozen after the model existed,
+never tuned on: the out-of-sample figure). Median and p90 absolute % error of ours, next to the naive baseline (one
 tokens-per-second-per-GPU figure fitted on the fit rows, measured in the same run); the same per framework the rows
-come from; the measured range the prediction carries (timing.report.RANGE) and how many rows fall within it; each row.
-Targets on the held-out rows: median ≤ 25 %, p90 ≤ 60 %, and better than the baseline. The rows whose source gives the
-mean completion length and those where the model assumes it (efficiency.COMPLETION_FILL of the cap) are also shown
-apart: the length is the input the prediction depends on most.
+come from; the rows whose source gives the mean completion length apart from those where the model assumes it
+(timing.lengths' prior), since the length is the input the prediction depends on most; the measured ranges the
+prediction carries (timing.report.RANGE_GIVEN / RANGE_ASSUMED) and how many rows fall within them; each row.
+Targets: median ≤ 25 %, p90 ≤ 60 %, and better than the baseline.
 
-``--fit`` first searches the efficiency constants on the fit rows (bench/time_calibration.fit) and prints them.
+``--fit`` first refits the constants on the fit rows (bench/time_calibration.fit) and prints them.
 """
 
 from __future__ import annotations
@@ -18,24 +20,42 @@ from collections import defaultdict
 
 from bench.time_calibration import (
     baseline_rate,
-    completion_fill,
     error,
     evaluate_all,
     fit,
+    length_prior,
     load,
-    measured_range,
+    ranges,
     stats,
 )
-from grpo_ui.timing import efficiency
-from grpo_ui.timing.report import RANGE
+from grpo_ui.timing import lengths
+from grpo_ui.timing.report import RANGE_ASSUMED, RANGE_GIVEN
+
+SPLITS = {"fit": "fit", "held_out": "held out (seen)", "fresh": "fresh"}
+TARGET = (25, 60)  # median and p90 absolute % error
 
 
 def line(label: str, part, rate: float) -> str:
+    if not part:
+        return f"{label:<46} {0:>3}"
     ours = stats([error(r.ours, r.measured) for r in part])
     base = stats([error(r.baseline(rate), r.measured) for r in part])
     better = sum(error(r.ours, r.measured) < error(r.baseline(rate), r.measured) for r in part)
-    return (f"{label:<34} {len(part):>3}   {ours[0]:7.0f} {ours[1]:6.0f}   {base[0]:9.0f} {base[1]:6.0f}   "
+    return (f"{label:<46} {len(part):>3}   {ours[0]:7.0f} {ours[1]:6.0f}   {base[0]:9.0f} {base[1]:6.0f}   "
             f"{better:>3}/{len(part)}")
+
+
+def met(part, rate: float) -> bool:
+    if not part:
+        return False
+    ours = stats([error(r.ours, r.measured) for r in part])
+    base = stats([error(r.baseline(rate), r.measured) for r in part])
+    return ours[0] <= TARGET[0] and ours[1] <= TARGET[1] and ours[0] < base[0] and ours[1] < base[1]
+
+
+def within(r) -> bool:
+    low, high = r.report.range
+    return low <= r.measured <= high
 
 
 def main(argv: list[str]) -> None:
@@ -43,47 +63,50 @@ def main(argv: list[str]) -> None:
     if "--fit" in argv:
         print("fitted on the fit rows:", fit(rows), "\n")
     results, skipped = evaluate_all(rows)
-    fit_part = [r for r in results if r.split == "fit"]
-    held = [r for r in results if r.split == "held_out"]
-    rate = baseline_rate(fit_part)
-    print(f"{len(rows)} published step times; {len(fit_part)} fit, {len(held)} held out predicted. Baseline: "
-          f"{rate:,.0f} tokens/s per GPU (median of the fit rows) × the step's tokens.")
+    by_split = {split: [r for r in results if r.split == split] for split in SPLITS}
+    rate = baseline_rate(by_split["fit"])
+    counts = ", ".join(f"{len(part)} {SPLITS[split]}" for split, part in by_split.items())
+    print(f"{len(rows)} published step times; predicted: {counts}. Baseline: {rate:,.0f} tokens/s per GPU (median of "
+          "the fit rows) × the step's tokens.")
     for row, why in skipped:
         print(f"not predicted ({row['split']}): {row['id']}: {why}")
     print()
-    print(f"{'seconds per optimizer step':<34} {'n':>3}   {'ours: median   p90':<18}   {'baseline: median   p90':<22}"
+    print(f"{'seconds per optimizer step':<46} {'n':>3}   {'ours: median   p90':<18}   {'baseline: median   p90':<22}"
           "  ours better")
-    print(f"{'(absolute % error)':<34}")
-    print(line("fit", fit_part, rate))
-    print(line("held out", held, rate))
-    print(line("all", results, rate))
-    for label, part in (("fit", fit_part), ("held out", held)):
-        given = [r for r in part if r.inputs.completion_given]
-        print(line(f"{label}, mean length published", given, rate))
-        print(line(f"{label}, mean length assumed", [r for r in part if not r.inputs.completion_given], rate))
-    ours = stats([error(r.ours, r.measured) for r in held])
-    base = stats([error(r.baseline(rate), r.measured) for r in held])
-    met = ours[0] <= 25 and ours[1] <= 60 and ours[0] < base[0] and ours[1] < base[1]
-    print(f"held-out target (median ≤ 25 %, p90 ≤ 60 %, better than the baseline): {'met' if met else 'NOT met'}")
+    print(f"{'(absolute % error)':<46}")
+    for split, part in by_split.items():
+        print(line(SPLITS[split], part, rate))
+    for split, part in by_split.items():
+        print(line(f"{SPLITS[split]}, mean length published", [r for r in part if r.inputs.completion_given], rate))
+        print(line(f"{SPLITS[split]}, mean length assumed", [r for r in part if not r.inputs.completion_given], rate))
+    for split in ("held_out", "fresh"):
+        print(f"{SPLITS[split]} target (median ≤ {TARGET[0]} %, p90 ≤ {TARGET[1]} %, better than the baseline): "
+              f"{'met' if met(by_split[split], rate) else 'NOT met'}")
     by_framework = defaultdict(list)
     for r in results:
         by_framework[r.row["framework"]].append(r)
     print()
     for name in sorted(by_framework):
         part = by_framework[name]
-        print(line(f"{name} ({sum(r.split == 'held_out' for r in part)} held out)", part, rate))
-    low, high = measured_range(fit_part)
-    within = {label: sum(RANGE[0] <= r.measured / r.ours <= RANGE[1] for r in part) / len(part)
-              for label, part in (("fit", fit_part), ("held out", held))}
-    print(f"\nrange: measured ÷ predicted on the fit rows, 10th-90th percentile {low:.2f}-{high:.2f} (timing.report.RANGE"
-          f" = {RANGE[0]:.2f}-{RANGE[1]:.2f}); rows within it: fit {within['fit']:.0%}, held out "
-          f"{within['held out']:.0%}")
-    print(f"mean completion when none is given: {efficiency.COMPLETION_FILL:.0%} of the cap (fit rows' median "
-          f"{completion_fill(rows):.0%})")
+        split_counts = "/".join(str(sum(r.split == s for r in part)) for s in SPLITS)
+        print(line(f"{name} (fit/held/fresh {split_counts})", part, rate))
+    fit_rows = [r for r in rows if r["split"] == "fit"]
+    given, assumed = ranges(fit_rows)
+    print(f"\nrange (measured ÷ predicted, fit rows' 10th-90th percentile): length given {given[0]:.2f}-{given[1]:.2f} "
+          f"(timing.report.RANGE_GIVEN {RANGE_GIVEN[0]:.2f}-{RANGE_GIVEN[1]:.2f}), assumed {assumed[0]:.2f}-"
+          f"{assumed[1]:.2f} (RANGE_ASSUMED {RANGE_ASSUMED[0]:.2f}-{RANGE_ASSUMED[1]:.2f})")
+    print("rows within their range: " + ", ".join(
+        f"{SPLITS[split]} {sum(within(r) for r in part) / len(part):.0%}" for split, part in by_split.items() if part))
+    fill, typical = length_prior(fit_rows)
+    print(f"mean completion when none is given: {lengths.TYPICAL_TOKENS} × (1 − exp(−{lengths.FILL} × cap / "
+          f"{lengths.TYPICAL_TOKENS})) (timing.lengths; the fit rows and tests/data/completion_lengths.jsonl give "
+          f"{fill}, {typical}): " + ", ".join(f"{cap // 1024}K cap → {lengths.assumed_mean(cap):.0f}"
+                                             for cap in (1024, 4096, 8192, 20480)))
     print("\nper row (measured → ours | baseline, seconds per optimizer step, signed error of ours):")
-    for r in sorted(results, key=lambda r: (r.split, r.ours / r.measured)):
-        print(f"  {r.split[:4]:<4} {r.row['framework']:<14} {r.row['id']:<46} {r.measured:8.1f} → {r.ours:8.1f} | "
-              f"{r.baseline(rate):8.1f}  {(r.ours / r.measured - 1) * 100:+6.0f} %")
+    for r in sorted(results, key=lambda r: (list(SPLITS).index(r.split), r.ours / r.measured)):
+        length = "" if r.inputs.completion_given else "  (length assumed)"
+        print(f"  {r.split[:5]:<5} {r.row['framework']:<14} {r.row['id']:<52} {r.measured:8.1f} → {r.ours:8.1f} | "
+              f"{r.baseline(rate):8.1f}  {(r.ours / r.measured - 1) * 100:+6.0f} %{length}")
 
 
 if __name__ == "__main__":

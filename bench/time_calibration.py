@@ -1,4 +1,5 @@
-"""Published step times (tests/data/time_measurements.jsonl) against the step-time model and a naive baseline.
+"""Published step times (tests/data/time_measurements.jsonl) against the step-time model and a naive baseline, and
+the fitting of the model's constants.
 
 Each row (its schema: tests/data/time_measurements.README.md) is rebuilt as the ms-swift job of the same shape: the
 same model, GPUs and layout (trainer GPUs, rollout GPUs: colocated when it has none), completions per optimizer step,
@@ -7,9 +8,11 @@ ms-swift expresses otherwise is mapped here, each rule in ``spec_of``'s docstrin
 optimizer step (ms-swift's global_step); a row measured per generation round is divided by the optimizer steps the
 round feeds.
 
-The split is the rows' own (``split``, frozen before any model existed: the README's rule). Efficiency constants
-(grpo_ui/timing/efficiency.py) are fitted on the fit rows only (``fit``); the held-out rows are looked at once the
-model is frozen.
+The split is the rows' own (``split``): ``fit`` and ``held_out`` frozen before any model existed (the README's rule),
+``fresh`` collected and frozen after it. Efficiency constants (grpo_ui/timing/efficiency.py) and the completion-length
+prior (grpo_ui/timing/lengths.py) are fitted on the fit rows only (``fit``), plus a user's own rows when given
+(``python bench/time_calibration.py --fit --rows mine.jsonl``: rows ``python -m grpo_ui calibration export --only time``
+writes, every one of them used for fitting whatever its split); held-out and fresh rows never enter a fit.
 
 Baseline (what a user has without this model): one tokens-per-second-per-GPU figure, the median over the fit rows,
 scaled by the step's tokens (completions × (prompt + mean completion)) and the job's GPUs.
@@ -17,26 +20,61 @@ scaled by the step's tokens (completions × (prompt + mean completion)) and the 
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import statistics
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.paths import with_changes
-from grpo_ui.timing import efficiency
+from grpo_ui.timing import efficiency, lengths
 from grpo_ui.timing.inputs import TimeInputs, time_inputs
 from grpo_ui.timing.predict import predict
 from grpo_ui.timing.report import TimeReport
 
 DATA = Path(__file__).parent.parent / "tests" / "data" / "time_measurements.jsonl"
+LENGTHS = DATA.with_name("completion_lengths.jsonl")  # published response lengths of other runs (lengths.py)
 SLEEPING_FRAMEWORKS = ("verl", "nemo-rl", "other:hai-llm")  # their colocated vLLM frees its memory for training
 PACKING_FRAMEWORKS = ("verl", "nemo-rl", "other:hai-llm")  # they train on unpadded (packed) sequences
 
 
+REQUIRED = ("id", "framework", "config", "measured", "split")
+REQUIRED_CONFIG = ("model", "tuner", "gpu", "gpus_per_node", "trainer_gpus", "vllm", "prompts_per_step",
+                   "num_generations", "max_completion_tokens", "optimizer_steps_per_generation")
+
+
+class RowsError(ValueError):
+    """A row file that cannot be read: the message names the file, the line and what to do."""
+
+
 def load(path: Path = DATA) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The rows of a file in the schema of tests/data/time_measurements.jsonl (blank lines skipped); RowsError naming
+    the file and line of one that is not JSON or lacks a field the prediction needs."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise RowsError(f"{path}: cannot be read ({e.strerror}); give a file `python -m grpo_ui calibration export "
+                        "--only time --out FILE` wrote") from None
+    rows = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise RowsError(f"{path}, line {number}: not a JSON row ({e.msg}); one row per line, as `calibration "
+                            "export` writes them") from None
+        missing = [k for k in REQUIRED if k not in row] or [
+            f"config.{k}" for k in REQUIRED_CONFIG if k not in (row.get("config") or {})] or (
+            [] if "step_s" in (row.get("measured") or {}) else ["measured.step_s"])
+        if missing:
+            raise RowsError(f"{path}, line {number}: the row lacks {', '.join(missing)} (the schema: "
+                            "tests/data/time_measurements.README.md)")
+        rows.append(row)
+    return rows
 
 
 def _engine(c: dict) -> str | None:
@@ -51,7 +89,7 @@ def _engine(c: dict) -> str | None:
     return "zero3" if c["tuner"] == "full" and c["trainer_gpus"] > 1 else None
 
 
-def spec_of(row: dict) -> JobSpec:
+def spec_of(row: dict, assume_length: bool = False) -> JobSpec:
     """The ms-swift job of the row's shape:
 
     - nodes: the trainer GPUs on as few nodes of gpus_per_node as hold them (evenly), the rollout GPUs likewise as
@@ -63,7 +101,8 @@ def spec_of(row: dict) -> JobSpec:
       padding_free where the framework packs sequences (verl's remove-padding, NeMo RL's packing, Megatron-SWIFT's
       padding_free); a bitsandbytes 4-bit model as quant_bits 4;
     - lengths: max_completion_length, max_length = the prompt cap; estimate.completion_tokens the published mean
-      (NeMo RL's table: its 'G-Average Seq len'), estimate.prompt_tokens the published mean prompt;
+      (NeMo RL's table: its 'G-Average Seq len'; none with ``assume_length``: the prior's, as for a user who gives
+      none), estimate.prompt_tokens the published mean prompt;
     - beta as the row's (none given: 0); colocated vLLM sleeps (level 1) where the framework frees its memory for
       training (verl, NeMo RL), or at the row's sleep_level; the row's offload of the policy around rollout; async
       generation in server mode; the row's gradient checkpointing (unknown: ms-swift's default, on)."""
@@ -75,7 +114,7 @@ def spec_of(row: dict) -> JobSpec:
     completions = c["prompts_per_step"] * c["num_generations"]  # one generation round's
     per_device = max(1, round(completions / (world * steps_per_generation)))
     tp = c.get("vllm_tp") or 1
-    mean = c.get("mean_completion_tokens") or extra.get("g_average_seq_len")
+    mean = None if assume_length else published_mean(row)
     offload = str(c.get("offload") or "")
     changes: dict = {
         "train.model": c["model"].split(" (")[0], "train.tuner_type": c["tuner"], "train.dataset": ["calibration"],
@@ -153,19 +192,25 @@ class Result:
         return self.row["split"]
 
 
-def evaluate(row: dict) -> Result:
-    """The row predicted; ValueError (the memory estimate's EstimateError) when the model cannot be (an architecture
-    the catalogue cannot describe)."""
-    t = time_inputs(spec_of(row))
+def published_mean(row: dict) -> float | None:
+    """The row's published mean completion (NeMo RL's 'G-Average Seq len' where that is all it gives), or None."""
+    c = row["config"]
+    return c.get("mean_completion_tokens") or c.get("extra", {}).get("g_average_seq_len")
+
+
+def evaluate(row: dict, assume_length: bool = False) -> Result:
+    """The row predicted (with ``assume_length``, as if its mean completion were not published); ValueError (the
+    memory estimate's EstimateError) when the model cannot be (an architecture the catalogue cannot describe)."""
+    t = time_inputs(spec_of(row, assume_length))
     return Result(row, measured_step_s(row), t, predict(t))
 
 
-def evaluate_all(rows: list[dict]) -> tuple[list[Result], list[tuple[dict, str]]]:
+def evaluate_all(rows: list[dict], assume_length: bool = False) -> tuple[list[Result], list[tuple[dict, str]]]:
     """Every row predicted, and those that cannot be with why."""
     results, skipped = [], []
     for row in rows:
         try:
-            results.append(evaluate(row))
+            results.append(evaluate(row, assume_length))
         except ValueError as e:
             skipped.append((row, str(e)))
     return results, skipped
@@ -188,26 +233,42 @@ def baseline_rate(fit: list[Result]) -> float:
     return statistics.median(r.throughput for r in fit)
 
 
-def completion_fill(rows: list[dict]) -> float:
-    """The mean completion as a share of max_completion_length, the median over the fit rows that publish a measured
-    mean below the cap (efficiency.COMPLETION_FILL): rows whose mean equals the cap were forced there, not measured."""
-    shares = []
-    for row in rows:
-        c = row["config"]
-        mean = c.get("mean_completion_tokens") or c["extra"].get("g_average_seq_len")
-        if row["split"] == "fit" and mean and mean < c["max_completion_tokens"]:
-            shares.append(mean / c["max_completion_tokens"])
-    return statistics.median(shares)
+def published_lengths(fit_rows: list[dict], path: Path = LENGTHS) -> list[tuple[int, float]]:
+    """(cap, mean) pairs the completion-length prior is fitted on: the given rows that publish a mean below their cap
+    (a mean at the cap was forced there, not chosen by the model) and the response lengths of tests/data/
+    completion_lengths.jsonl."""
+    pairs = [(r["config"]["max_completion_tokens"], published_mean(r)) for r in fit_rows]
+    pairs = [(cap, mean) for cap, mean in pairs if mean and mean < cap]
+    published = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return pairs + [(r["cap"], r["mean"]) for r in published]
 
 
-RANGE_QUANTILES = (0.1, 0.9)
+FILL_GRID = [round(0.10 + 0.02 * i, 2) for i in range(46)]  # 0.10 … 1.00
+TYPICAL_GRID = list(range(300, 8001, 50))
 
 
-def measured_range(fit: list[Result]) -> tuple[float, float]:
-    """The 10th and 90th percentiles of measured ÷ predicted over the fit rows (timing.report.RANGE)."""
-    ratios = [r.measured / r.ours for r in fit]
-    q = statistics.quantiles(ratios, n=10, method="inclusive")
+def length_prior(fit_rows: list[dict]) -> tuple[float, int]:
+    """(lengths.FILL, lengths.TYPICAL_TOKENS): the grid pair with the least mean |ln(prior ÷ published mean)| over
+    ``published_lengths``."""
+    pairs = published_lengths(fit_rows)
+
+    def error(fill: float, typical: int) -> float:
+        return statistics.fmean(abs(math.log(lengths.assumed_mean(cap, fill, typical) / mean)) for cap, mean in pairs)
+    return min(((f, t) for f in FILL_GRID for t in TYPICAL_GRID), key=lambda p: error(*p))
+
+
+def measured_range(results: list[Result]) -> tuple[float, float]:
+    """The 10th and 90th percentiles of measured ÷ predicted over ``results``."""
+    q = statistics.quantiles([r.measured / r.ours for r in results], n=10, method="inclusive")
     return q[0], q[8]
+
+
+def ranges(fit_rows: list[dict]) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(timing.report.RANGE_GIVEN, RANGE_ASSUMED): measured ÷ predicted over the fit rows that publish their mean
+    completion, predicted with it; and over every fit row predicted with the length assumed (the prior's, as for a
+    user who gives none), which adds the prior's own error."""
+    given = [r for r in evaluate_all(fit_rows)[0] if r.inputs.completion_given]
+    return measured_range(given), measured_range(evaluate_all(fit_rows, assume_length=True)[0])
 
 
 FITTED = ("MFU", "BANDWIDTH_EFFICIENCY", "DECODE_STEP_S", "GENERATE_LAYER_S", "ROUND_OVERHEAD_S")
@@ -224,13 +285,74 @@ def log_error(rows: list[dict]) -> float:
     return statistics.fmean(abs(math.log(r.ours / r.measured)) for r in results)
 
 
-def fit(rows: list[dict], rounds: int = 3) -> dict[str, float]:
-    """Coordinate descent over GRID on the fit rows only: each constant in turn set to the grid value with the least
-    log_error, ``rounds`` times over. Leaves efficiency's constants at the best values and returns them."""
-    fit_rows = [r for r in rows if r["split"] == "fit"]
-    efficiency.COMPLETION_FILL = completion_fill(rows)
+def constants() -> dict[str, float]:
+    """The fitted constants as the model holds them now."""
+    return {**{name: getattr(efficiency, name) for name in FITTED}, "FILL": lengths.FILL,
+            "TYPICAL_TOKENS": lengths.TYPICAL_TOKENS}
+
+
+def fit(rows: list[dict], extra: list[dict] | None = None, rounds: int = 3) -> dict[str, float]:
+    """The length prior (``length_prior``), then coordinate descent over GRID, on the fit rows of ``rows`` plus every
+    row of ``extra`` (a user's own): each efficiency in turn set to the grid value with the least log_error,
+    ``rounds`` times over. Leaves the constants in grpo_ui.timing at the best values and returns them."""
+    fit_rows = [r for r in rows if r["split"] == "fit"] + (extra or [])
+    lengths.FILL, lengths.TYPICAL_TOKENS = length_prior(fit_rows)
     for _ in range(rounds):
         for name in FITTED:
             best = min(GRID[name], key=lambda v, n=name: (setattr(efficiency, n, v), log_error(fit_rows))[1])
             setattr(efficiency, name, best)
-    return {name: getattr(efficiency, name) for name in (*FITTED, "COMPLETION_FILL")}
+    return constants()
+
+
+def split_errors(rows: list[dict], extra: list[dict]) -> dict[str, tuple[int, float, float]]:
+    """Split → (rows predicted, median, p90 absolute % error) under the constants as they are now."""
+    parts = {"fit": [r for r in rows if r["split"] == "fit"], "held out (seen)": [
+        r for r in rows if r["split"] == "held_out"], "fresh": [r for r in rows if r["split"] == "fresh"]}
+    if extra:
+        parts["your rows"] = extra
+    out = {}
+    for name, part in parts.items():
+        results = evaluate_all(part)[0]
+        if results:
+            out[name] = (len(results), *stats([error(r.ours, r.measured) for r in results]))
+    return out
+
+
+def main(argv: list[str]) -> int:
+    """``--fit [--rows FILE …]``: refit the constants on the fit rows plus the rows of each FILE (a user's exported
+    rows, every one used for fitting) and print them with each split's error before and after. The constants in
+    grpo_ui/timing are not rewritten: copy the printed values there to keep them."""
+    parser = argparse.ArgumentParser(prog="bench/time_calibration.py", description=main.__doc__)
+    parser.add_argument("--fit", action="store_true", required=True, help="refit the constants")
+    parser.add_argument("--rows", nargs="+", default=[], metavar="FILE",
+                        help="your own rows (`python -m grpo_ui calibration export --only time --out FILE`)")
+    files = parser.parse_args(argv).rows
+    try:
+        extra = [row for path in files for row in load(Path(path))]
+    except RowsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    rows = load()
+    before, errors_before = constants(), split_errors(rows, extra)
+    after = fit(rows, extra)
+    errors_after = split_errors(rows, extra)
+    fit_rows = [r for r in rows if r["split"] == "fit"] + extra
+    given, assumed = ranges(fit_rows)
+    print(f"refit on {sum(r['split'] == 'fit' for r in rows)} published fit rows"
+          + (f" + {len(extra)} of yours ({', '.join(files)})" if extra else "") + "\n")
+    print(f"{'constant':<22} {'before':>10} {'after':>10}")
+    for name in after:
+        print(f"{name:<22} {before[name]:>10g} {after[name]:>10g}")
+    print(f"\n{'absolute % error':<22} {'n':>3}  {'before: median   p90':<22} {'after: median   p90'}")
+    for name, (n, median, p90) in errors_after.items():
+        b = errors_before[name]
+        print(f"{name:<22} {n:>3}  {b[1]:>14.0f} {b[2]:>6.0f}   {median:>13.0f} {p90:>6.0f}")
+    print(f"\nrange (measured ÷ predicted, 10th-90th percentile): length given {given[0]:.2f}-{given[1]:.2f}, "
+          f"assumed {assumed[0]:.2f}-{assumed[1]:.2f}")
+    print("to keep them: set the constants in grpo_ui/timing/efficiency.py and lengths.py, the ranges in "
+          "grpo_ui/timing/report.py")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -121,9 +121,12 @@ def test_the_step_time_follows_the_form_and_make_it_faster_applies(app):
 
     assert shown(app) == duration(predict_spec(load_draft()).step_s)
     assert any(c.value.startswith("Assumes prompts of 256 tokens") for c in app.caption)
+    guess = "The completion length is the guess the step time depends on most"
+    assert any(c.value.startswith(guess) and "estimate.completion_tokens" in c.value for c in app.caption)
     before = predict_spec(load_draft()).step_s
     app.text_input(key="f:estimate.completion_tokens").set_value("120").run()
     assert load_draft().estimate.completion_tokens == 120 and predict_spec(load_draft()).step_s < before
+    assert not any(c.value.startswith(guess) for c in app.caption)  # given: no guess, the narrower range
     promised = next(m.value for m in app.markdown if "per step (−" in m.value)
     [b for b in app.button if b.label == "Make it faster: apply"][0].click().run()
     assert not app.exception

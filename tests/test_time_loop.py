@@ -119,6 +119,37 @@ def test_exported_rows_follow_the_published_schema(tmp_path):
                 assert isinstance(v, type(published["config"][k])) or k == "beta", (k, v, published["id"])
 
 
+def test_exported_rows_load_and_refit_the_constants(tmp_path, monkeypatch):
+    """A user's exported rows are read by the fitting code and fitted on with the published fit rows
+    (bench/time_calibration.py --fit --rows FILE): the API returns the refit constants, the command prints them with
+    each split's error before and after, the user's rows included."""
+    from bench import time_calibration as tc
+    from grpo_ui.timing import efficiency, lengths
+
+    store = stored_job(tmp_path / "db.sqlite", job_spec(per_device_train_batch_size=4, num_generations=8), PREDICTION)
+    rows, _ = export_rows(store, ["j"])
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    extra = tc.load(mine)
+    assert extra == json.loads(json.dumps(rows)) and tc.evaluate(extra[0]).ours > 0
+    for name in tc.FITTED:
+        monkeypatch.setattr(efficiency, name, getattr(efficiency, name))
+    monkeypatch.setattr(lengths, "FILL", lengths.FILL)
+    monkeypatch.setattr(lengths, "TYPICAL_TOKENS", lengths.TYPICAL_TOKENS)
+    refit = tc.fit(tc.load(), extra)
+    assert set(refit) == {*tc.FITTED, "FILL", "TYPICAL_TOKENS"} and refit == tc.constants()
+    assert "your rows" in tc.split_errors(tc.load(), extra)
+    done = subprocess.run([sys.executable, "bench/time_calibration.py", "--fit", "--rows", str(mine)],
+                          capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert f"+ 1 of yours ({mine})" in done.stdout
+    for label in ("MFU", "TYPICAL_TOKENS", "fit", "held out (seen)", "fresh", "your rows", "range"):
+        assert label in done.stdout
+    unreadable = subprocess.run([sys.executable, "bench/time_calibration.py", "--fit", "--rows", str(tmp_path / "no")],
+                                capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert unreadable.returncode == 1 and "cannot be read" in unreadable.stderr and "Traceback" not in unreadable.stderr
+
+
 def test_a_job_without_a_gpu_model_or_steps_gives_no_time_row(tmp_path):
     cpu = validate_spec({"train": {"model": "m", "dataset": ["d"], "reward_funcs": ["format"]},
                          "cluster": {"nodes": [{"host": "h", "gpus": [0]}]}})

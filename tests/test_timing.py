@@ -5,6 +5,7 @@ published step times; here only what must hold whatever the data."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import subprocess
@@ -13,15 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from bench.time_calibration import FITTED, completion_fill, evaluate_all, fit, load, measured_range
+from bench.time_calibration import FITTED, RowsError, evaluate_all, fit, length_prior, load, ranges
 from grpo_ui.knowledge.catalog import find_model
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.yaml_io import spec_to_yaml
 from grpo_ui.timing import efficiency as eff
+from grpo_ui.timing import lengths
 from grpo_ui.timing.inputs import NoTimeEstimate, time_inputs
 from grpo_ui.timing.predict import predict, predict_spec
-from grpo_ui.timing.report import PHASES, RANGE
+from grpo_ui.timing.report import PHASES, RANGE_ASSUMED, RANGE_GIVEN
 
 ROOT = Path(__file__).parent.parent
 H100 = [{"host": "n0", "gpus": list(range(8)), "gpu_model": "NVIDIA H100 80GB HBM3"}]
@@ -238,7 +240,28 @@ def test_assumptions_name_the_field_that_changes_them():
     for path in ("estimate.completion_tokens", "estimate.prompt_tokens", "cluster.internode_gbs",
                  "estimate.price_per_gpu_hour", "estimate.dataset_rows"):
         assert path in said
-    assert f"{eff.COMPLETION_FILL:.0%} of max_completion_length" in said
+    assert f"completions average {lengths.assumed_mean(1024):.0f} tokens of max_completion_length 1024" in said
+
+
+def test_the_assumed_length_levels_off_for_long_caps():
+    """With no mean given, a short cap is filled to lengths.FILL of it and a long one levels off near
+    lengths.TYPICAL_TOKENS: a 28K cap is not assumed to average 18K tokens."""
+    assert lengths.assumed_mean(128) == pytest.approx(lengths.FILL * 128, rel=0.02)
+    caps = [256, 1024, 4096, 8192, 16384, 28672]
+    means = [lengths.assumed_mean(cap) for cap in caps]
+    assert means == sorted(means) and all(m < lengths.FILL * cap for m, cap in zip(means, caps, strict=True))
+    assert means[-1] == pytest.approx(lengths.TYPICAL_TOKENS, rel=0.05)
+    long = predict_spec(job(estimate__completion_tokens=None, train__max_completion_length=28672))
+    assert long.details["mean_completion"] == pytest.approx(lengths.assumed_mean(28672))
+    assert long.details["longest_completion"] == 28672  # the round still waits for the cap
+
+
+def test_the_range_is_wider_when_the_length_is_assumed():
+    given, assumed = predict_spec(job()), predict_spec(job(estimate__completion_tokens=None))
+    assert given.range == pytest.approx((given.step_s * RANGE_GIVEN[0], given.step_s * RANGE_GIVEN[1]))
+    assert assumed.range == pytest.approx((assumed.step_s * RANGE_ASSUMED[0], assumed.step_s * RANGE_ASSUMED[1]))
+    assert RANGE_ASSUMED[1] / RANGE_ASSUMED[0] > RANGE_GIVEN[1] / RANGE_GIVEN[0]
+    assert given.to_dict()["range"] == [round(x, 3) for x in given.range]
 
 
 def test_a_gpu_without_speed_facts_gets_no_number_and_says_why():
@@ -251,24 +274,52 @@ def test_a_gpu_without_speed_facts_gets_no_number_and_says_why():
 CALIBRATION = load()
 
 
-def test_the_range_and_the_assumed_length_are_what_the_fit_rows_give():
-    """timing.report.RANGE is the fit rows' 10th-90th percentile of measured ÷ predicted, efficiency.COMPLETION_FILL
-    the median published mean ÷ cap; re-derive both (bench/time_accuracy.py prints them) when the rows or the model
-    change."""
-    results, _ = evaluate_all(CALIBRATION)
-    low, high = measured_range([r for r in results if r.split == "fit"])
-    assert RANGE == (round(low, 2), round(high, 2))
-    assert eff.COMPLETION_FILL == round(completion_fill(CALIBRATION), 2)
+FIT_ROWS = [row for row in CALIBRATION if row["split"] == "fit"]
+
+
+def test_the_fresh_rows_are_as_frozen():
+    """The fresh rows were committed before the model was changed or run on them; they stay byte-for-byte as the
+    data README's sha256 says (its 'Fresh rows' section), so the out-of-sample figure cannot drift."""
+    lines = [line for line in (ROOT / "tests/data/time_measurements.jsonl").read_text().splitlines()
+             if line.strip() and json.loads(line)["split"] == "fresh"]
+    digest = hashlib.sha256(("\n".join(lines) + "\n").encode()).hexdigest()
+    assert len(lines) == 16 and digest in (ROOT / "tests/data/time_measurements.README.md").read_text()
+
+
+def test_a_row_file_that_cannot_be_read_names_the_file_and_the_line(tmp_path):
+    bad = tmp_path / "mine.jsonl"
+    bad.write_text(json.dumps(CALIBRATION[0]) + "\n\n{not json\n")
+    with pytest.raises(RowsError, match=r"mine.jsonl, line 3: not a JSON row"):
+        load(bad)
+    bad.write_text(json.dumps({**CALIBRATION[0], "measured": {"per": "optimizer_step"}}) + "\n")
+    with pytest.raises(RowsError, match=r"mine.jsonl, line 1: the row lacks measured.step_s"):
+        load(bad)
+    with pytest.raises(RowsError, match=r"absent.jsonl: cannot be read"):
+        load(tmp_path / "absent.jsonl")
+
+
+def test_the_ranges_and_the_length_prior_are_what_the_fit_rows_give():
+    """timing.report's ranges are the fit rows' 10th-90th percentiles of measured ÷ predicted (length given: the rows
+    that publish it; assumed: every fit row predicted without it), timing.lengths' prior the pair that best fits the
+    fit rows' published means and tests/data/completion_lengths.jsonl; re-derive them (bench/time_calibration.py
+    --fit prints them) when the rows or the model change."""
+    given, assumed = ranges(FIT_ROWS)
+    assert RANGE_GIVEN == (round(given[0], 2), round(given[1], 2))
+    assert RANGE_ASSUMED == (round(assumed[0], 2), round(assumed[1], 2))
+    assert (lengths.FILL, lengths.TYPICAL_TOKENS) == length_prior(FIT_ROWS)
 
 
 def test_the_efficiencies_are_the_fit_rows_best(monkeypatch):
-    """efficiency's fitted constants are what bench/time_calibration.fit finds on the fit rows (the held-out rows
-    never enter it); re-run `python bench/time_accuracy.py --fit` after changing the model or the rows."""
-    for name in FITTED:  # fit() leaves its result in the module: restore it after
+    """efficiency's and lengths' fitted constants are what bench/time_calibration.fit finds on the fit rows (the
+    held-out and fresh rows never enter it); re-run `python bench/time_calibration.py --fit` after changing the model
+    or the rows."""
+    for name in FITTED:  # fit() leaves its result in the modules: restore it after
         monkeypatch.setattr(eff, name, getattr(eff, name))
-    monkeypatch.setattr(eff, "COMPLETION_FILL", eff.COMPLETION_FILL)
-    frozen = {name: getattr(eff, name) for name in FITTED}
-    assert {name: value for name, value in fit(CALIBRATION).items() if name in FITTED} == frozen
+    monkeypatch.setattr(lengths, "FILL", lengths.FILL)
+    monkeypatch.setattr(lengths, "TYPICAL_TOKENS", lengths.TYPICAL_TOKENS)
+    frozen = {**{name: getattr(eff, name) for name in FITTED}, "FILL": lengths.FILL,
+              "TYPICAL_TOKENS": lengths.TYPICAL_TOKENS}
+    assert fit(CALIBRATION) == frozen
 
 
 def test_every_calibration_row_but_an_unmodelled_architecture_is_predicted():

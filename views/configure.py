@@ -258,8 +258,9 @@ def time_panel(a: Assessment, spec: JobSpec, base: JobSpec) -> None:
         low, high = report.range
         run = report.total_h is not None
         cols = st.columns(4)
+        wider = "" if report.length_given else ", wider while the completion length is assumed"
         cols[0].metric("Per step", duration(report.step_s), help=f"Likely {duration(low)} – {duration(high)}: the "
-                       "range 8 in 10 published runs of the fit set fell in.")
+                       f"range 8 in 10 published runs of the fit set fell in{wider}.")
         cols[1].metric("Run", duration(report.total_h * 3600) if run else "—",
                        help=f"{report.steps:,} optimizer steps" if run else "Set the dataset's rows below, or "
                        "train.max_steps.")
@@ -268,6 +269,11 @@ def time_panel(a: Assessment, spec: JobSpec, base: JobSpec) -> None:
                        help="GPU-hours × estimate.price_per_gpu_hour")
         st.plotly_chart(time_chart(report), width="stretch")
         st.caption("Assumes " + "; ".join(report.assumptions) + ".")
+        if not report.length_given:
+            st.caption(f"The completion length is the guess the step time depends on most: "
+                       f"{report.details['mean_completion']:.0f} tokens assumed, so the range is "
+                       f"{duration(low)} – {duration(high)}; give estimate.completion_tokens (below) from a similar "
+                       "run's completions/mean_length.")
     with st.container(border=True):
         st.caption("What you expect of the run (unset: assumed, as said above)")
         for col, decl in zip(st.columns(len(ESTIMATE_FIELDS)), ESTIMATE_FIELDS, strict=True):

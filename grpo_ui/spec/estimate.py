@@ -17,9 +17,10 @@ class EstimateSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
     completion_tokens: int | None = setting(
-        None, "Expected mean completion length in tokens (a similar run's completions/mean_length). Unset: the share of "
-        "max_completion_length that published runs averaged (the prediction says how much), the longest completion "
-        "at max_completion_length.", ge=1)
+        None, "Expected mean completion length in tokens (a similar run's completions/mean_length). Unset: a guess from "
+        "published GRPO runs, a share of a short max_completion_length that levels off at a couple of thousand tokens "
+        "for long ones (the prediction says how much and widens its range), the longest completion at "
+        "max_completion_length.", ge=1)
     prompt_tokens: int | None = setting(
         None, f"Mean prompt length in tokens, chat template included. Unset: {DEFAULT_PROMPT_TOKENS} (at most "
         "max_length).", ge=1)

@@ -1,7 +1,8 @@
 """The step-time model's efficiency constants: what share of a GPU's datasheet peak the real libraries reach, and
-the fixed costs no datasheet gives. The first group is fitted on the fit rows of tests/data/time_measurements.jsonl
-only (``python bench/time_accuracy.py --fit`` searches them; the held-out rows were never used); the second is set
-from what the libraries are known to cost, because no fit row measures those phases apart.
+the fixed costs no datasheet gives (the completion length assumed when the user gives none is timing.lengths'). The
+first group is fitted on the fit rows of tests/data/time_measurements.jsonl only (``python bench/time_calibration.py
+--fit`` searches them, with a user's own exported rows added by ``--rows``; the held-out and fresh rows are never
+used); the second is set from what the libraries are known to cost, because no fit row measures those phases apart.
 """
 
 # Fitted.
@@ -18,10 +19,6 @@ DECODE_STEP_S = 0.0
 GENERATE_LAYER_S = 0.003
 # Seconds per generation round outside the phases: the dataloader, the chat template, rewards' Python, metrics.
 ROUND_OVERHEAD_S = 2.0
-# The mean completion as a share of max_completion_length when the user gives none: the median over the fit rows that
-# publish a measured mean below the cap (bench/time_calibration.completion_fill; a test keeps it equal). A power law in
-# the cap predicts those rows' means no better (leave-one-out), so the share stays one number.
-COMPLETION_FILL = 0.64
 
 # Set, not fitted.
 # Seconds per decoder layer and decoding step in vLLM's eager mode (vllm_enforce_eager: a kernel launch per op).

@@ -14,7 +14,7 @@ from grpo_ui.memory.inputs import Inputs, inputs_from_spec, resolve_arch
 from grpo_ui.spec.estimate import DEFAULT_INTERNODE_GBS, DEFAULT_PROMPT_TOKENS
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.resolve import Resolved, resolve
-from grpo_ui.timing import efficiency
+from grpo_ui.timing import lengths
 
 
 class NoTimeEstimate(ValueError):
@@ -43,7 +43,7 @@ class TimeInputs:
                                  # spans several rounds)
     prompt_tokens: float
     completion_tokens: float     # the mean completion
-    completion_given: bool       # the user gave the mean (else it is assumed and the longest runs to the cap)
+    completion_given: bool       # the user gave the mean (else timing.lengths assumed it)
     max_completion: int          # max_completion_length
     old_logprobs: bool           # the old policy's log-probs are computed (a forward per micro-batch)
     ref: str                     # "" (beta 0), "model" (a reference model) or "adapter" (LoRA with the adapter off)
@@ -165,10 +165,8 @@ def time_inputs(job: JobSpec | Resolved, gpu: str | None = None, arch: ModelArch
     completion = completion_tokens or e.completion_tokens
     given = completion is not None
     if not given:
-        completion = efficiency.COMPLETION_FILL * t.max_completion_length
-        assumed.append(f"completions average {completion:.0f} tokens, {efficiency.COMPLETION_FILL:.0%} of "
-                       "max_completion_length as in published runs, the longest at the cap (set "
-                       "estimate.completion_tokens)")
+        completion = lengths.assumed_mean(t.max_completion_length)
+        assumed.append(lengths.assumption(completion, t.max_completion_length))
     completion = min(completion, t.max_completion_length)
     if e.reward_latency_s is None and t.external_plugins:
         assumed.append("external reward functions answer at once (set estimate.reward_latency_s)")

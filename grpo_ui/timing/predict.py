@@ -40,7 +40,7 @@ def predict(t: TimeInputs, steps: int | None = None, price: float | None = None)
                "decode_step_ms": gen.step_s * 1e3, "longest_completion": gen.longest,
                "mean_completion": t.completion_tokens, "prompt_tokens": t.prompt_tokens}
     return TimeReport(round_s / n, {k: v / n for k, v in per_round.items()}, round_s, n, steps, t.total_gpus, price,
-                      assumed, details)
+                      assumed, t.completion_given, details)
 
 
 def predict_spec(job: JobSpec | Resolved, gpu: str | None = None, arch: ModelArch | None = None,
