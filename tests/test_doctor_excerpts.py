@@ -174,3 +174,14 @@ def test_a_node_that_only_lost_its_peer_is_not_blamed_when_the_launcher_saw_anot
                     job_error="node 1 (h1, rank 1) failed first: exit code 247")
     failed = {a.id: a for a in diagnose(snap)}["NODE-FAILED"]
     assert failed.title == "node 1 (h1, rank 1) failed first: exit code 247" and "TRACEBACK" not in failed.title
+
+
+def test_kl_of_one_pasted_step_is_no_stuck_kl_but_of_two_it_is(tmp_path):
+    """KL is exactly 0 at the first step by construction (the policy is the reference until its first update): one
+    pasted step with kl 0 (corpus 086, a healthy open-r1 start) raises nothing; two such steps are stuck."""
+    alerts, _ = found(corpus("086"))
+    assert "KL-STUCK-ZERO" not in alerts
+    step = "{'loss': 0.01, 'grad_norm': 0.2, 'learning_rate': 1e-06, 'reward': 0.4, 'reward_std': 0.3, 'kl': 0.0}\n"
+    (tmp_path / "two.log").write_text(step * 2)
+    alerts, _ = found(tmp_path / "two.log")
+    assert "KL-STUCK-ZERO" in alerts

@@ -99,8 +99,8 @@ def no_learning_signal(s):
 
 @rule
 def kl_stuck_at_zero(s):
-    kl = window(s, "kl")
-    if s.beta > 0 and kl and max(abs(v) for v in values(kl)) == 0:
+    kl = window(s, "kl")  # never one step alone: the first step's KL is 0 by construction (the policy is the
+    if s.beta > 0 and len(kl) > 1 and max(abs(v) for v in values(kl)) == 0:  # reference until its first update)
         yield Alert("KL-STUCK-ZERO", "warning", "KL stays exactly 0: the policy is not moving",
                     f"With beta {s.beta} the KL to the reference grows as soon as parameters change. Exactly 0 over "
                     "several steps means they are not being updated (field report 001: ZeRO-3 with batch 1 and "
