@@ -13,7 +13,7 @@ from grpo_ui.core.findings import error_list
 from grpo_ui.jobs.memory_loop import comparison
 from grpo_ui.jobs.service import HANDLE, override_note
 from grpo_ui.spec.model import spec_from_yaml
-from views import drafts
+from views import drafts, runs
 from views.service import store
 
 
@@ -35,7 +35,7 @@ jobs = db.jobs()
 if not jobs:
     st.info("No jobs yet: every job launched from the Launch page (or `python -m grpo_ui launch job.yaml`) is listed "
             "here with its outcome, final metrics and memory.")
-    st.stop()
+    runs.end_page()
 rows = []
 for j in jobs:
     m = db.metrics(j["id"])

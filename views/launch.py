@@ -12,7 +12,7 @@ from grpo_ui.core.findings import SEVERITY_ICON, error_list, sort_findings
 from grpo_ui.jobs.service import LaunchError
 from grpo_ui.launch.plan import LaunchPlan
 from grpo_ui.spec.model import JobSpec, SpecError, spec_to_yaml
-from views import drafts
+from views import drafts, runs
 from views.service import jobs
 
 
@@ -37,7 +37,7 @@ try:
     plan = plan_for(spec, job_id)
 except SpecError as e:
     st.error(str(e))
-    st.stop()
+    runs.end_page()
 bundle = plan.bundle
 
 for f in plan.errors:
