@@ -7,9 +7,10 @@ Screenshots go to build/screenshots/walkthrough-*.png (`make screenshots` copies
 import re
 
 import pytest
+from playwright.sync_api import expect
 
+from tests.browser import body_text, choose, click, fill, nav, new_page, open_page, serve, shot
 from tests.hosts import stop_active_jobs
-from tests.test_browser import ARGS, CHROMIUM, SHOTS, serve
 from tests.tiny_job import ASSETS, CPU_ENV, SWIFT_VENV
 
 pytestmark = pytest.mark.slow
@@ -47,109 +48,68 @@ def app(ssh_env, hosts, tmp_path):
 
 
 @pytest.fixture
-def page():
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        pg = browser.new_page(viewport={"width": 1440, "height": 900})
-        pg.set_default_timeout(90000)
-        yield pg
-        browser.close()
-
-
-def shot(page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"walkthrough-{name}.png"))
-
-
-def nav(page, name: str) -> None:
-    page.get_by_test_id("stSidebarUserContent").get_by_role("link", name=name).click()
-
-
-def settled(page) -> None:
-    """The app finished its rerun (its status widget gone)."""
-    page.wait_for_timeout(600)
-    page.wait_for_function("!document.querySelector('[data-testid=stStatusWidget]')")
-
-
-def choose(page, label: str, text: str) -> None:
-    """Type into a selectbox and pick the first option that matches."""
-    page.get_by_role("combobox", name=label).click()
-    page.keyboard.type(text)
-    page.get_by_role("option").filter(has_text=text).first.click()
-    settled(page)
-
-
-def body(page) -> str:
-    return page.locator("body").inner_text()
+def page(browser):
+    return new_page(browser, 1440, 900)
 
 
 def test_the_first_hour(app, hosts, page, tmp_path):
-    page.goto(app)
-    page.get_by_text("1. Model and GPUs").first.wait_for()
-    shot(page, "1-start")
+    open_page(page, app)
+    expect(page.get_by_text("1. Model and GPUs").first).to_be_visible()
+    shot(page, "walkthrough-1-start")
     # import the launch script
     script = page.get_by_test_id("stSidebarUserContent").get_by_label("…or paste it")
-    script.fill(launch_script(max_steps=300))
-    script.press("Control+Enter")  # a text area's value is sent on Ctrl+Enter (or on leaving it)
-    settled(page)
-    page.get_by_role("button", name="Import", exact=True).click()
-    page.get_by_text("activates the Python environment").wait_for()
-    settled(page)
-    assert "No GPU model chosen" in body(page)  # the step indicator says what is missing
-    choose(page, "GPU model (every node)", "NVIDIA A100-SXM4-80GB")
-    page.wait_for_function("!document.body.innerText.includes('No GPU model chosen')")
+    fill(page, script, launch_script(max_steps=300), send="Control+Enter")  # a text area sends on Ctrl+Enter
+    click(page, page.get_by_role("button", name="Import", exact=True))
+    expect(page.get_by_text("activates the Python environment")).to_be_visible()
+    assert "No GPU model chosen" in body_text(page)  # the step indicator says what is missing
+    choose(page, "GPU model (every node)", "NVIDIA A100-SXM4-80GB · 80 GiB")
+    assert "No GPU model chosen" not in body_text(page)
     # the finding and its fix: export and launch held until then
-    page.get_by_text("GRPO-BATCH-DIV").first.wait_for()
-    assert page.get_by_role("button", name="Download node scripts (zip)").is_disabled()
-    assert page.get_by_role("button", name="Download job YAML").is_disabled()
-    shot(page, "2-findings")
-    page.get_by_role("button", name="Apply fix").first.click()
-    page.wait_for_function("!document.body.innerText.includes('GRPO-BATCH-DIV')")
-    settled(page)
-    assert page.get_by_role("button", name="Download node scripts (zip)").is_enabled()
-    runs = page.get_by_label("run_root", exact=True)
-    runs.fill(str(tmp_path / "runs"))
-    runs.press("Enter")
-    settled(page)
-    shot(page, "3-configure")
+    expect(page.get_by_text("GRPO-BATCH-DIV").first).to_be_visible()
+    expect(page.get_by_role("button", name="Download node scripts (zip)")).to_be_disabled()
+    expect(page.get_by_role("button", name="Download job YAML")).to_be_disabled()
+    shot(page, "walkthrough-2-findings")
+    click(page, page.get_by_role("button", name="Apply fix").first)
+    assert "GRPO-BATCH-DIV" not in body_text(page)
+    expect(page.get_by_role("button", name="Download node scripts (zip)")).to_be_enabled()
+    fill(page, page.get_by_label("run_root", exact=True), str(tmp_path / "runs"))
+    shot(page, "walkthrough-3-configure")
     # two hosts from ~/.ssh/config; localhost out
     nav(page, "Cluster")
-    page.get_by_text("Add a host from ~/.ssh/config").wait_for()
+    expect(page.get_by_text("Add a host from ~/.ssh/config")).to_be_visible()
     for alias in (h.name for h in hosts):
         choose(page, "Add a host from ~/.ssh/config", alias)
-        page.get_by_role("button", name="Add", exact=True).click()
-        page.get_by_text(f"{alias} (trainer)").wait_for()
-        settled(page)
-    page.get_by_role("button", name="Remove").first.click()  # localhost, the imported script's node
-    page.wait_for_function("!document.body.innerText.includes('runs locally, no SSH')")
-    settled(page)
+        click(page, page.get_by_role("button", name="Add", exact=True))
+        expect(page.get_by_text(f"{alias} (trainer)")).to_be_visible()
+    click(page, page.get_by_role("button", name="Remove").first)  # localhost, the imported script's node
+    assert "runs locally, no SSH" not in body_text(page)
     for test in range(2):
-        page.get_by_role("button", name="Test").nth(test).click()
-        settled(page)
-    page.wait_for_function("[...document.querySelectorAll('[role=gridcell]')].filter("
-                           "c => c.textContent === '✓ reached').length === 2")  # the status column, one per host
+        click(page, page.get_by_role("button", name="Test").nth(test))
+    # the status column, one per host
+    expect(page.locator("[role=gridcell]").filter(has_text=re.compile("^✓ reached$"))).to_have_count(2)
     assert not [c for c in page.locator("[role=gridcell]").all_text_contents() if "✗" in c]
-    shot(page, "4-cluster")
+    shot(page, "walkthrough-4-cluster")
     # launch: two trainer nodes, every flag on its own line
     nav(page, "Launch")
-    page.get_by_role("button", name="Launch", exact=True).wait_for()
-    assert "2 trainer node(s)" in body(page) and page.get_by_role("button", name="Launch", exact=True).is_enabled()
+    launch = page.get_by_role("button", name="Launch", exact=True)
+    expect(launch).to_be_enabled()
+    assert "2 trainer node(s)" in body_text(page)
     assert re.search(r"\n\s*--torch_dtype float32 \\", page.get_by_test_id("stCode").last.inner_text())
-    shot(page, "5-launch")
-    page.get_by_role("button", name="Launch", exact=True).click()
-    page.get_by_role("link", name=re.compile("^Watch ")).click()
+    shot(page, "walkthrough-5-launch")
+    click(page, launch)
+    click(page, page.get_by_role("link", name=re.compile("^Watch ")))
     # metrics and logs arrive
-    page.get_by_text("Training metrics").wait_for()
-    page.wait_for_function("/Step\\s+\\d+ \\/ 300/.test(document.body.innerText)", timeout=240000)
-    page.wait_for_function("document.body.innerText.includes('Train:')", timeout=60000)  # node 0's log, live
-    assert page.locator(".js-plotly-plot").count() >= 1
-    shot(page, "6-monitor")
-    page.get_by_role("button", name="Stop this job on every node").click()
-    page.get_by_text("Stopped: ").wait_for(timeout=120000)
-    page.wait_for_function("document.body.innerText.includes('stopped')", timeout=60000)
+    expect(page.get_by_text("Training metrics")).to_be_visible()
+    body = page.locator("body")
+    expect(body).to_contain_text(re.compile(r"Step\s+\d+ / 300"), use_inner_text=True, timeout=240_000)
+    expect(body).to_contain_text("Train:")  # node 0's log, live
+    expect(page.locator(".js-plotly-plot").first).to_be_visible()
+    shot(page, "walkthrough-6-monitor")
+    click(page, page.get_by_role("button", name="Stop this job on every node"), part="live")
+    expect(page.get_by_text("Stopped: ")).to_be_visible()
+    expect(body).to_contain_text("stopped")
     # History: the run, and why there is nothing to compare yet
     nav(page, "History")
-    page.get_by_text("Compare two runs").wait_for()
-    assert "Only one run so far" in body(page) and "stopped" in body(page)
-    shot(page, "7-history")
+    expect(page.get_by_text("Compare two runs")).to_be_visible()
+    assert "Only one run so far" in body_text(page) and "stopped" in body_text(page)
+    shot(page, "walkthrough-7-history")
