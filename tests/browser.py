@@ -16,6 +16,7 @@ checked with `expect`, which waits for it.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from playwright.sync_api import Browser, Locator, Page, expect
 
 ROOT = Path(__file__).parent.parent
 SHOTS = ROOT / "build" / "screenshots"  # `make screenshots` copies them to docs/screenshots for the README
+FAILURES = ROOT / "build" / "failures"  # what each page of a failed browser test showed at its end
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run", "--disable-quic"]
@@ -81,9 +83,21 @@ def serve(tmp_path: Path, address: str, **env: str) -> Iterator[str]:
         proc.kill()
         pytest.fail(f"streamlit did not start listening on port {port}:\n{log.read_text()}")
     yield f"http://127.0.0.1:{port}"
+    ended = proc.poll()
     proc.terminate()
     proc.wait(30)
     copier.join(30)
+    if ended is not None:
+        pytest.fail(f"streamlit exited ({ended}) before the test ended:\n{log.read_text()}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A browser test that failed: what its pages show now (the server still runs) goes to build/failures/."""
+    report = yield
+    if call.when == "call" and report.failed and "browser" in item.funcargs:
+        keep_pages(item.funcargs["browser"], item.name, item.funcargs.get("tmp_path"))
+    return report
 
 
 @pytest.fixture
@@ -95,6 +109,16 @@ def browser() -> Iterator[Browser]:
         b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         yield b
         b.close()
+
+
+def keep_pages(browser: Browser, test: str, tmp_path: Path | None) -> None:
+    """Each page's screenshot and HTML, and the server's output, into build/failures/."""
+    FAILURES.mkdir(parents=True, exist_ok=True)
+    for n, page in enumerate(pg for context in browser.contexts for pg in context.pages):
+        page.screenshot(path=str(FAILURES / f"{test}-{n}.png"), timeout=30_000)
+        (FAILURES / f"{test}-{n}.html").write_text(f"<!-- {page.url} -->\n{page.content()}")
+    if tmp_path and (tmp_path / "streamlit.log").exists():
+        shutil.copy(tmp_path / "streamlit.log", FAILURES / f"{test}-streamlit.log")
 
 
 def new_page(browser: Browser, width: int = 1500, height: int = 1000) -> Page:

@@ -80,7 +80,7 @@ def still_running(pids: list[int], timeout: float) -> list[int]:
     return left
 
 
-def test_a_slurm_job_configured_queued_watched_and_stopped_in_the_browser(slurm_app, slurm_env, page,  # noqa: F811
+def test_a_slurm_job_configured_queued_watched_and_stopped_in_the_browser(slurm_app, slurm_env, page,
                                                                           tmp_path):
     holder = slurm_env.run("sbatch", "--parsable", "--partition=single", "--exclusive", "--output=/dev/null",
                            "--wrap=sleep 300").stdout.strip()  # the partition is busy
