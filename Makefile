@@ -7,12 +7,20 @@ SWIFT3_VENV ?= $(HOME)/.cache/grpo-ui/swift3-venv
 ASSETS ?= $(HOME)/.cache/grpo-ui/tiny-assets
 APT_PACKAGES := openssh-server chromium shellcheck pdsh iproute2 curl procps slurmctld slurmd slurm-client munge
 
-.PHONY: run test deps test-deps system-deps swift-venv swift3-venv assets lint bench screenshots
+.PHONY: run test deps test-deps system-deps swift-venv swift3-venv assets lint bench screenshots lock
 
-$(VENV)/.deps: requirements.txt
+# Every venv is installed from a lock file: each package at an exact version, its file checked against the hashes
+# there (--require-hashes). The requirements*.txt files hold the ranges the locks are resolved from (and what a
+# project embedding grpo_ui asks for); `make lock` resolves them again to the newest releases inside the ranges.
+INSTALL = pip install -q --require-hashes
+PIP_TOOLS := pip-tools==7.6.2
+SWIFT3 := ms-swift==3.12.6
+COMPILE = CUSTOM_COMPILE_COMMAND="make lock" $(VENV)/bin/pip-compile --quiet --upgrade --generate-hashes --allow-unsafe --strip-extras \
+	--no-emit-index-url --no-emit-find-links
+
+$(VENV)/.deps: requirements.lock
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -r requirements.txt
+	$(VENV)/bin/$(INSTALL) -r requirements.lock
 	touch $@
 
 deps: $(VENV)/.deps
@@ -21,11 +29,23 @@ run: deps
 	$(VENV)/bin/streamlit run app.py --server.address 127.0.0.1 --server.port $(PORT) \
 		--server.headless true --browser.gatherUsageStats false
 
-$(VENV)/.test-deps: $(VENV)/.deps requirements-test.txt
-	$(VENV)/bin/pip install -q -r requirements-test.txt
+$(VENV)/.test-deps: $(VENV)/.deps requirements-test.lock
+	$(VENV)/bin/$(INSTALL) -r requirements-test.lock
 	touch $@
 
 test-deps: $(VENV)/.test-deps
+
+# The test lock is resolved within the app lock's versions: both go into .venv. ms-swift 3.x goes into its venv
+# without its dependencies (requirements-swift3.txt says why), so its one file is hashed on its own.
+lock: deps
+	$(VENV)/bin/pip install -q $(PIP_TOOLS)
+	$(COMPILE) -o requirements.lock requirements.txt
+	$(COMPILE) -c requirements.lock -o requirements-test.lock requirements-test.txt
+	$(COMPILE) -o requirements-swift.lock requirements-swift.txt
+	$(COMPILE) -o requirements-swift3.lock requirements-swift3.txt
+	rm -rf build/lock && $(VENV)/bin/pip download -q --no-deps -d build/lock $(SWIFT3)
+	{ echo "# $(SWIFT3) alone, installed with --no-deps (make lock: pip download, pip hash)"; \
+	  echo "$(SWIFT3) $$($(VENV)/bin/pip hash build/lock/* | tail -1)"; } > requirements-swift3-nodeps.lock
 
 # Debian packages the tests use: sshd for the test hosts, chromium for the browser tests, shellcheck, pdsh, and
 # Slurm (slurmctld, slurmd, munge) for the Slurm backend's tests.
@@ -37,18 +57,18 @@ system-deps:
 	fi
 
 # ms-swift 4.6 on the CPU torch, in a venv cached between runs on the same machine.
-$(SWIFT_VENV)/.ok: requirements-swift.txt
+$(SWIFT_VENV)/.ok: requirements-swift.lock
 	$(PYTHON) -m venv $(SWIFT_VENV)
-	$(SWIFT_VENV)/bin/pip install -q -r requirements-swift.txt
+	$(SWIFT_VENV)/bin/$(INSTALL) -r requirements-swift.lock
 	touch $@
 
 swift-venv: $(SWIFT_VENV)/.ok
 
 # ms-swift 3.12.6's argument classes only (the import corpus parses 3.x command lines with them): ~1.6 GB, ~1 min.
-$(SWIFT3_VENV)/.ok: requirements-swift3.txt
+$(SWIFT3_VENV)/.ok: requirements-swift3.lock requirements-swift3-nodeps.lock
 	$(PYTHON) -m venv $(SWIFT3_VENV)
-	$(SWIFT3_VENV)/bin/pip install -q -r requirements-swift3.txt
-	$(SWIFT3_VENV)/bin/pip install -q --no-deps ms-swift==3.12.6
+	$(SWIFT3_VENV)/bin/$(INSTALL) -r requirements-swift3.lock
+	$(SWIFT3_VENV)/bin/$(INSTALL) --no-deps -r requirements-swift3-nodeps.lock
 	touch $@
 
 swift3-venv: $(SWIFT3_VENV)/.ok

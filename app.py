@@ -2,8 +2,9 @@
 
 Every request runs this script first. Bound to anything but loopback, a browser session that has not signed in gets
 a navigation that holds only the sign-in form, under every page's address, so no page runs by its URL; error details
-are then never sent to browsers. Every page runs inside one error boundary (views/boundary.py). The pages live in
-views/, not pages/: Streamlit serves a pages/ directory by itself until st.navigation is first called.
+are then never sent to browsers. Every page runs inside one error boundary (views/boundary.py), and every run that
+reaches its end says so to the browser (views/runs.py). The pages live in views/, not pages/: Streamlit serves a
+pages/ directory by itself until st.navigation is first called.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import secrets
 import streamlit as st
 
 from grpo_ui.core.errors import log
-from views import auth
+from views import auth, runs
 from views.boundary import error_boundary
 
 VIEWS = [("configure", "Configure", ":material/tune:"), ("cluster", "Cluster", ":material/dns:"),
@@ -83,3 +84,4 @@ else:
                 st.page_link(p)
     with error_boundary():
         page.run()
+runs.finished()  # the browser tests wait for it (views/runs.py)

@@ -1,5 +1,5 @@
 """Shared fixtures: where the ms-swift venvs (4.6, and 3.12's argument classes) and the tiny model assets live (built
-by `make test`)."""
+by `make test`); the test hosts, Slurm and the browser come from their own modules (pytest_plugins below)."""
 
 from __future__ import annotations
 
@@ -32,4 +32,4 @@ def swift3_python() -> Path:
     return _python(SWIFT3_VENV, "swift3-venv")
 
 
-pytest_plugins = ["tests.hosts", "tests.slurm"]
+pytest_plugins = ["tests.hosts", "tests.slurm", "tests.browser"]

@@ -3,6 +3,7 @@ import fills the form, fixes apply in one click, a pasted config.json stands in 
 survives a restart; every page renders over a stored job (Monitor and History with its memory estimate vs peaks)."""
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -361,3 +362,27 @@ def test_a_form_round_trip_keeps_every_field_and_table_edits_land(tmp_path, monk
     expected = with_changes(expected, {"cluster.nodes[1].env": {"A": "1"}, "cluster.nodes[1].gpu_memory_gib": 40.0,
                                        "cluster.nodes[1].workdir": "/w", "cluster.nodes[1].identity_file": "~/.ssh/other"})
     assert load_draft().model_dump(exclude_unset=True) == expected.model_dump(exclude_unset=True)
+
+
+def test_every_run_ends_with_the_marker_the_browser_waits_for(tmp_path, monkeypatch):
+    """views/runs.py: a finished run draws the session's next run count, on every page, also where a page ends early
+    (Monitor and History without jobs); the Monitor's live fragments mark their runs under their own names."""
+    import streamlit as st
+
+    monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
+    monkeypatch.setenv("GRPO_UI_DB", str(tmp_path / "db.sqlite"))
+    st.cache_resource.clear()  # the app's jobs service is cached per process: open this test's empty store
+
+    def markers(at):
+        return [m for h in at.html for m in re.findall(r'data-part="(\w+)" data-run="(\d+)"', h.value)]
+
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    seen = [markers(at)]
+    for page in ("monitor", "history", "cluster", "launch", "configure"):
+        at.switch_page(f"views/{page}.py").run()
+        assert not at.exception, page
+        seen.append(markers(at))
+    assert seen == [[("page", str(n))] for n in range(1, 7)]
+    Store().create_job("job-a", "a", (EVERY_SETTING).read_text(), "succeeded")
+    at.switch_page("views/monitor.py").run()
+    assert [part for part, _ in markers(at)] == ["live", "logs", "page"]

@@ -10,17 +10,19 @@ one the job gets.
 import json
 import os
 import re
+import select
+import time
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 from grpo_ui.jobs.service import HANDLE
 from grpo_ui.jobs.store import Store
 from grpo_ui.spec.yaml_io import spec_to_yaml, validate_spec
+from tests.browser import choose, click, fill, nav, open_page, serve, shot
 from tests.hosts import stop_active_jobs
 from tests.slurm import describe
-from tests.test_browser import CHROMIUM, nav, page, serve, shot  # noqa: F401 - fixture
-from tests.test_launcher import wait_for
 from tests.test_telemetry import nvidia_smi_standin
 from tests.tiny_job import ASSETS, SWIFT_VENV, tiny_spec_data
 
@@ -30,8 +32,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def slurm_app(slurm_env, tmp_path):
     """The app with the tiny job as its draft (SSH, one node), Slurm's commands answering on this machine."""
-    if not Path(CHROMIUM).exists() or not (ASSETS / "model" / "config.json").exists():
-        pytest.fail("Debian chromium or the tiny model missing: `make test` installs and builds them")
+    if not (ASSETS / "model" / "config.json").exists():
+        pytest.fail("the tiny model missing: `make test` builds it")
     env = tmp_path / "env"  # the ms-swift venv, activated, with an nvidia-smi stand-in beside it
     nvidia_smi_standin(env / "bin", gpus=2)
     (env / "bin/activate").write_text(f". {SWIFT_VENV}/bin/activate\n")
@@ -60,54 +62,67 @@ def samplers(job: str) -> list[int]:
     return found
 
 
-def test_a_slurm_job_configured_queued_watched_and_stopped_in_the_browser(slurm_app, slurm_env, page,  # noqa: F811
+def still_running(pids: list[int], timeout: float) -> list[int]:
+    """Those of ``pids`` that have not exited within ``timeout`` seconds (a process's pidfd turns readable when it
+    exits: this waits for that, not for a time)."""
+    deadline = time.monotonic() + timeout
+    left = []
+    for pid in pids:
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        try:
+            if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                left.append(pid)
+        finally:
+            os.close(fd)
+    return left
+
+
+def test_a_slurm_job_configured_queued_watched_and_stopped_in_the_browser(slurm_app, slurm_env, page,
                                                                           tmp_path):
     holder = slurm_env.run("sbatch", "--parsable", "--partition=single", "--exclusive", "--output=/dev/null",
                            "--wrap=sleep 300").stdout.strip()  # the partition is busy
     try:
-        page.goto(slurm_app)
-        page.get_by_text("GPU memory per device").wait_for(timeout=90000)
-        partition = page.get_by_label("partition", exact=True)  # shown once the backend is slurm
-        for _ in range(4):  # the combobox: open it, pick the option (again, should a rerun have closed it)
-            page.get_by_label("backend", exact=True).click(force=True)
-            option = page.get_by_role("option", name="slurm", exact=True)
-            if wait_for(option.is_visible, 15):
-                option.click()
-            if wait_for(partition.is_visible, 30):
-                break
-        partition.fill("single")
-        partition.press("Enter")
-        page.get_by_text("SLURM-NODE-HOSTS").first.wait_for(timeout=60000)  # the Slurm checks run on the draft
+        open_page(page, slurm_app)
+        choose(page, "backend", "slurm")
+        fill(page, page.get_by_label("partition", exact=True), "single")  # shown once the backend is slurm
+        expect(page.get_by_text("SLURM-NODE-HOSTS").first).to_be_visible()  # the Slurm checks run on the draft
         nav(page, "Launch")
-        page.get_by_text("Slurm (sbatch on localhost)").wait_for(timeout=90000)
-        page.get_by_text("Run preflight on every node first").click()  # preflight: the CLI test covers it
-        page.get_by_role("button", name="Launch", exact=True).click()
-        page.get_by_text("is queued").wait_for(timeout=60000)
-        page.get_by_role("link", name=re.compile("^Watch ")).click()
-        page.get_by_text("PENDING (Resources)").wait_for(timeout=90000)
-        page.get_by_text("queue position 1").wait_for(timeout=30000)
+        expect(page.get_by_text("Slurm (sbatch on localhost)")).to_be_visible()
+        click(page, page.get_by_text("Run preflight on every node first"))  # preflight: the CLI test covers it
+        click(page, page.get_by_role("button", name="Launch", exact=True))
+        expect(page.get_by_text("is queued")).to_be_visible()
+        click(page, page.get_by_role("link", name=re.compile("^Watch ")))
+        expect(page.get_by_text("PENDING (Resources)")).to_be_visible()
+        expect(page.get_by_text("queue position 1")).to_be_visible()
         shot(page, "monitor-slurm-queued")
         slurm_env.run("scancel", holder)
-        page.wait_for_function("document.body.innerText.includes('Slurm job') && "
-                               "document.body.innerText.includes('RUNNING')", timeout=60000)
-        page.wait_for_function("/Step\\s*\\d+ \\/ 20000/.test(document.body.innerText)", timeout=180000)
-        page.get_by_text("[INFO:swift]").first.wait_for(timeout=30000)  # rank 0's log lines
-        page.wait_for_function("[...document.querySelectorAll('.legendtext')].some(e => e.textContent == 's0/0')",
-                               timeout=60000)
-        legend = [t for t in page.locator(".legendtext").evaluate_all("els => els.map(e => e.textContent)")
-                  if t.startswith("s0/")]  # "s0/0" (GPU charts), "s0/GPU 0 (MiB)" (memory per rank)
-        # the GPU Slurm gave the job; the node's other GPU is drawn nowhere
+        body = page.locator("body")
+        expect(body).to_contain_text("Slurm job")
+        expect(body).to_contain_text("RUNNING")
+        expect(body).to_contain_text(re.compile(r"Step\s*\d+ / 20000"), use_inner_text=True)
+        expect(page.get_by_text("[INFO:swift]").first).to_be_visible()  # rank 0's log lines
+        legends = page.locator(".legendtext").filter(has_text=re.compile("^s0/"))
+        expect(legends.filter(has_text=re.compile("^s0/0$"))).not_to_have_count(0)
+        # the GPU Slurm gave the job, "s0/0" (GPU charts), "s0/GPU 0 (MiB)" (memory per rank): the node's other GPU
+        # is drawn nowhere (one read of every legend, in the page, as a fragment may redraw them at any time)
+        legend = legends.evaluate_all("els => els.map(e => e.textContent)")
         assert {re.search(r"\d+", t.split("/")[1])[0] for t in legend} == {"0"}, legend
         shot(page, "monitor-slurm")
-        gpu_chart = page.locator(".st-key-gpu_chart .js-plotly-plot").last  # a rerun may briefly show two
-        gpu_chart.wait_for(timeout=30000)
-        gpu_chart.scroll_into_view_if_needed()
+        # scrolled to in one step inside the page: a fragment's rerun replaces the chart between two Playwright calls
+        page.wait_for_function("""() => {
+            const chart = [...document.querySelectorAll('.st-key-gpu_chart .js-plotly-plot')].pop();
+            chart?.scrollIntoView();
+            return chart !== undefined;
+        }""")
         shot(page, "monitor-slurm-gpus")
         store = Store(tmp_path / "db.sqlite")
         job = json.loads(store.meta(store.jobs()[0]["id"], HANDLE))["job"]
-        page.get_by_role("button", name="Stop this job on every node").click()
-        page.get_by_text("Stopped: s0: stopped").wait_for(timeout=90000)
+        click(page, page.get_by_role("button", name="Stop this job on every node"), part="live")
+        expect(page.get_by_text("Stopped: s0: stopped")).to_be_visible()
         assert not (left := slurm_env.job_pids(job)), describe(left)
-        assert wait_for(lambda: not samplers(job), 30), describe(samplers(job))
+        assert not (left := still_running(samplers(job), 30)), describe(left)
     finally:
         slurm_env.run("scancel", holder, check=False)

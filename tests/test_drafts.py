@@ -4,13 +4,14 @@ browser tabs on one server never overwrite each other's edits silently."""
 import re
 
 import pytest
+from playwright.sync_api import expect
 
 from grpo_ui.jobs.drafts import latest_spec, open_draft
 from grpo_ui.jobs.store import Store
 from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.presets import presets
 from grpo_ui.spec.yaml_io import spec_to_yaml
-from tests.test_browser import ARGS, CHROMIUM, serve
+from tests.browser import body_text, click, fill, nav, new_page, open_page, section, serve
 
 
 def test_a_save_from_an_older_version_writes_nothing(tmp_path):
@@ -35,32 +36,20 @@ def test_the_old_draft_file_becomes_a_draft_once(tmp_path, monkeypatch):
     assert [d["name"] for d in Store().drafts()] == ["old-one"] and latest_spec() == spec
 
 
-@pytest.fixture
-def browser():
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
-
-
 def open_tab(browser, url):
-    page = browser.new_page(viewport={"width": 1440, "height": 900})
-    page.set_default_timeout(90000)
-    page.goto(url)
-    page.get_by_text("GPU memory per device").wait_for()
+    page = new_page(browser, 1440, 900)
+    open_page(page, url)
+    expect(page.get_by_text("GPU memory per device")).to_be_visible()
     return page
 
 
 def set_text(page, label, value, tab="Batch & generation"):
-    page.get_by_role("radio", name=tab, exact=True).click()
-    box = page.get_by_label(label, exact=True)
-    box.fill(value)
-    box.press("Enter")
+    section(page, tab)
+    fill(page, page.get_by_label(label, exact=True), value)
 
 
 def field_value(page, label, tab="Batch & generation"):
-    page.get_by_role("radio", name=tab, exact=True).click()
+    section(page, tab)
     return page.get_by_label(label, exact=True).input_value()
 
 
@@ -73,33 +62,29 @@ def test_two_tabs_on_one_draft_never_overwrite_each_other(browser, url, tmp_path
     """Tab A and tab B open the same draft; A saves an edit; B's later edit is not saved over it: B is told the
     draft changed in another tab and keeps its edits as a new draft; then each tab edits its own draft."""
     a = open_tab(browser, url)
-    a.wait_for_url(re.compile(r"draft=\d+"))
     first = re.search(r"draft=(\d+)", a.url).group(1)
     b = open_tab(browser, f"{url}/?draft={first}")
-    set_text(a, "max_completion_length", "777")
-    a.wait_for_function("!document.body.innerText.includes('Running...')")
-    a.wait_for_timeout(1500)
+    set_text(a, "max_completion_length", "777")  # saved once its run has finished
     set_text(b, "temperature", "0.55")
-    b.get_by_text("was changed in another tab").wait_for()
+    expect(b.get_by_text("was changed in another tab")).to_be_visible()
     assert Store(tmp_path / "db.sqlite").draft(int(first))["spec_yaml"].count("max_completion_length: 777") == 1
     assert "temperature: 0.55" not in Store(tmp_path / "db.sqlite").draft(int(first))["spec_yaml"]
-    b.get_by_role("button", name="Keep my edits as a new draft").click()
-    b.wait_for_url(lambda u: re.search(r"draft=(\d+)", u) and re.search(r"draft=(\d+)", u).group(1) != first)
+    click(b, b.get_by_role("button", name="Keep my edits as a new draft"))
     second = re.search(r"draft=(\d+)", b.url).group(1)
+    assert second != first
     assert field_value(b, "temperature") == "0.55"
     # each tab on its own draft now: edits in both are saved, neither is told of a conflict
     set_text(a, "num_generations", "16")
     set_text(b, "max_completion_length", "333")
     for page in (a, b):
-        page.wait_for_timeout(2000)
-        assert "changed in another tab" not in page.locator("body").inner_text()
+        assert "changed in another tab" not in body_text(page)
     store = Store(tmp_path / "db.sqlite")
     one, two = (store.draft(int(i))["spec_yaml"] for i in (first, second))
     assert "max_completion_length: 777" in one and "num_generations: 16" in one and "temperature: 0.55" not in one
     assert "temperature: 0.55" in two and "max_completion_length: 333" in two
     # Launch in tab B uses tab B's draft
-    b.get_by_test_id("stSidebarUserContent").get_by_role("link", name="Launch").click()
-    b.get_by_text(f"Draft {store.draft(int(second))['name']} (this tab's").wait_for()
+    nav(b, "Launch")
+    expect(b.get_by_text(f"Draft {store.draft(int(second))['name']} (this tab's")).to_be_visible()
 
 
 def test_drafts_are_created_switched_renamed_and_deleted_from_the_sidebar(tmp_path, monkeypatch):

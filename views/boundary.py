@@ -4,7 +4,6 @@ browser gets only an error id (grpo_ui.core.errors)."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -19,12 +18,3 @@ def error_boundary() -> Iterator[None]:
         yield
     except Exception as e:  # noqa: BLE001 - the boundary; st.rerun/st.stop are BaseExceptions and pass through
         st.error(describe(e))
-
-
-def guarded(fn):
-    """``fn`` inside the error boundary (for fragments, which rerun without the page around them)."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        with error_boundary():
-            return fn(*args, **kwargs)
-    return wrapper

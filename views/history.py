@@ -17,7 +17,7 @@ from grpo_ui.jobs.specs import job_spec
 from grpo_ui.jobs.time_loop import comparison as time_comparison
 from grpo_ui.jobs.time_loop import summary as time_summary
 from grpo_ui.spec.yaml_io import spec_from_yaml
-from views import drafts, readable
+from views import drafts, readable, runs
 from views.service import store
 from views.yaml_code import yaml_code
 
@@ -53,7 +53,7 @@ jobs = db.jobs()
 if not jobs:
     st.info("No jobs yet: every job launched from the Launch page (or `python -m grpo_ui launch job.yaml`) is listed "
             "here with its outcome, final metrics and memory.")
-    st.stop()
+    runs.end_page()
 rows = []
 for j in jobs:
     m = db.metrics(j["id"])

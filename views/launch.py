@@ -15,7 +15,7 @@ from grpo_ui.spec.errors import SpecError
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.yaml_io import spec_to_yaml
 from grpo_ui.timing.report import duration
-from views import drafts
+from views import drafts, runs
 from views.service import jobs
 from views.yaml_code import yaml_code
 
@@ -41,7 +41,7 @@ try:
     plan = plan_for(spec, job_id)
 except SpecError as e:
     st.error(str(e))
-    st.stop()
+    runs.end_page()
 bundle = plan.bundle
 
 for f in plan.errors:

@@ -22,8 +22,7 @@ from grpo_ui.jobs.memory_loop import comparison, record_peaks
 from grpo_ui.jobs.service import HANDLE, STATUS, override_note
 from grpo_ui.jobs.specs import job_spec
 from grpo_ui.jobs.time_loop import summary
-from views import readable
-from views.boundary import guarded
+from views import readable, runs
 from views.service import jobs
 
 CHARTS = [("reward", ["reward"], "rewards/"), ("reward spread", ["reward_std", "frac_reward_zero_std"], None),
@@ -114,7 +113,7 @@ service = jobs()
 listed = service.store.jobs()
 if not listed:
     st.info("No jobs yet: launch one from the Launch page (or `python -m grpo_ui launch job.yaml`).")
-    st.stop()
+    runs.end_page()
 ids = [j["id"] for j in listed]
 default = ids.index(st.session_state["monitor_job"]) if st.session_state.get("monitor_job") in ids else 0
 job_id = st.selectbox("Job", ids, index=default, format_func=lambda i: f"{i} — {service.store.job(i)['state']}")
@@ -122,8 +121,7 @@ st.session_state["monitor_job"] = job_id
 shown_state = service.store.job(job_id)["state"]  # as the picker's label says it
 
 
-@st.fragment(run_every=3)
-@guarded
+@runs.live_fragment(run_every=3)
 def live():
     job, watcher = service.store.job(job_id), Watcher(service)
     result = watcher.poll(job_id) if watcher.needs_poll(job) else None  # an ended job: once, for its last lines
@@ -233,8 +231,7 @@ def stacks_panel(job: dict) -> None:
 
 live()
 
-@st.fragment(run_every=3)
-@guarded
+@runs.live_fragment(run_every=3)
 def logs():
     st.subheader("Logs")
     nodes = service.store.nodes(job_id)
