@@ -183,6 +183,20 @@ def section(page: Page, name: str) -> None:
         click(page, tab)
 
 
+PASSWORD = "pässwörd-密码-🔑"  # the exposed app's; non-ASCII on purpose: compared as UTF-8 bytes
+
+
+@pytest.fixture
+def exposed_app(tmp_path) -> Iterator[str]:
+    """The app as a team would expose it: bound to 0.0.0.0 with GRPO_UI_PASSWORD set; nothing opened it before."""
+    yield from serve(tmp_path, "0.0.0.0", GRPO_UI_PASSWORD=PASSWORD)
+
+
+def sign_in(page: Page, password: str) -> None:
+    page.get_by_label("Password", exact=True).fill(password)
+    click(page, page.get_by_role("button", name="Sign in"))
+
+
 def body_text(page: Page) -> str:
     return page.locator("body").inner_text()
 

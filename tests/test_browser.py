@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import expect
 
 from grpo_ui.spec.yaml_io import spec_to_yaml, validate_spec
-from tests.browser import ROOT, body_text, click, fill, nav, open_page, section, serve, shot
+from tests.browser import PASSWORD, ROOT, body_text, click, fill, nav, open_page, section, serve, shot, sign_in
 from tests.hosts import stop_active_jobs
 from tests.tiny_job import ASSETS, tiny_spec_data
 
@@ -121,21 +121,9 @@ def test_launch_and_watch_a_real_job_in_the_browser(app_url, page, tmp_path):
     shot(page, "cluster")
 
 
-PASSWORD = "pässwörd-密码-🔑"  # non-ASCII on purpose: compared as UTF-8 bytes
 PAGES = {"/": "Configure a GRPO job", "/configure": "Configure a GRPO job", "/cluster": "Connections",
          "/launch": "Job id (the run directory on every node)", "/monitor": "No jobs yet", "/history": "No jobs yet",
          "/diagnose": "Logs from"}
-
-
-@pytest.fixture
-def exposed_app(tmp_path):
-    """The app as a team would expose it: bound to 0.0.0.0 with GRPO_UI_PASSWORD set; nothing opened it before."""
-    yield from serve(tmp_path, "0.0.0.0", GRPO_UI_PASSWORD=PASSWORD)
-
-
-def sign_in(page, password):
-    page.get_by_label("Password", exact=True).fill(password)
-    click(page, page.get_by_role("button", name="Sign in"))
 
 
 def test_every_page_url_shows_only_the_sign_in_form_until_the_password_is_given(exposed_app, page):
