@@ -1,14 +1,19 @@
 """The step-time panel in a real browser (Debian's Chromium, Playwright, `streamlit run app.py`): the layout of
 ms-swift's grpo_7b.sh (6 trainer GPUs and a 2-GPU rollout server on one H100 node) shows its time per step by
 phase, the run's hours, GPU-hours and cost; the expected completion length changes it; a Make it faster card applies
-its change and the page then shows the step time the card promised. Waits are Playwright's auto-waiting ``expect``
-on the page's content. The screenshot goes to build/screenshots/configure-time.png (`make screenshots`)."""
+its change and the page then shows the step time the card promised. Each action waits for the run it causes
+(tests/browser.py); the page's content is checked with Playwright's auto-waiting ``expect``. The
+screenshot goes to build/screenshots/configure-time.png (`make screenshots`)."""
 
 import re
 
 import pytest
+from playwright.sync_api import expect
 
-from tests.test_browser import CHROMIUM, page, serve, shot  # noqa: F401 (page: the browser fixture)
+from grpo_ui.spec.yaml_io import spec_from_yaml
+from grpo_ui.timing.predict import predict_spec
+from grpo_ui.timing.report import duration
+from tests.browser import click, fill, open_page, serve, shot
 
 pytestmark = pytest.mark.slow
 GRPO_7B = """name: grpo-7b
@@ -43,19 +48,11 @@ def time_app(tmp_path):
     yield from serve(tmp_path, "127.0.0.1", GRPO_UI_HOME=str(home))
 
 
-def test_the_time_panel_in_the_browser(time_app, page):  # noqa: F811
-    from playwright.sync_api import expect
-
-    from grpo_ui.spec.yaml_io import spec_from_yaml
-    from grpo_ui.timing.predict import predict_spec
-    from grpo_ui.timing.report import duration
-
-    if not __import__("pathlib").Path(CHROMIUM).exists():
-        pytest.fail("Debian chromium missing: `make test` installs it")
+def test_the_time_panel_in_the_browser(time_app, page):
     report = predict_spec(spec_from_yaml(GRPO_7B))
-    page.goto(time_app)
+    open_page(page, time_app)
     per_step = page.get_by_test_id("stMetric").filter(has_text="Per step")
-    expect(per_step).to_contain_text(duration(report.step_s), timeout=90000)
+    expect(per_step).to_contain_text(duration(report.step_s))
     metrics = page.get_by_test_id("stMetric")
     expect(metrics.filter(has_text="Run")).to_contain_text(duration(report.total_h * 3600))
     expect(metrics.filter(has_text="GPU-hours")).to_contain_text(f"{report.gpu_hours:,.0f}")
@@ -70,12 +67,10 @@ def test_the_time_panel_in_the_browser(time_app, page):  # noqa: F811
     chart.scroll_into_view_if_needed()
     shot(page, "configure-time")
 
-    box = page.get_by_label("completion_tokens", exact=True)
-    box.fill("300")
-    box.press("Enter")
+    fill(page, page.get_by_label("completion_tokens", exact=True), "300")
     shorter = predict_spec(spec_from_yaml(GRPO_7B.replace("estimate: {", "estimate: {completion_tokens: 300, ")))
     expect(per_step).to_contain_text(duration(shorter.step_s))
 
     promised = first_card.inner_text().split(" per step")[0]
-    apply.click()
+    click(page, apply)
     expect(per_step).to_contain_text(promised)
