@@ -12,23 +12,17 @@ from grpo_ui.jobs.store import Store
 from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.presets import presets
 from grpo_ui.spec.yaml_io import spec_to_yaml
-from tests.test_browser import ARGS, CHROMIUM, SHOTS, serve
+from tests.browser import choose, click, fill, nav, new_page, open_page, serve, shot
 from tests.test_no_surprises import UNCLOSED
 
 pytestmark = pytest.mark.slow
 ROLLOUT = list(presets().values())[2]  # server mode with a rollout node: a trainer and a rollout GPU metric
 TIGHT = with_changes(ROLLOUT, {"train.per_device_train_batch_size": 8})  # make-it-fit cards shown
-expect.set_options(timeout=90_000)  # a loaded 2-core machine can take this long to start a page
+
 
 @pytest.fixture
-def page():
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        pg = browser.new_page(viewport={"width": 1440, "height": 900})
-        pg.set_default_timeout(90000)
-        yield pg
-        browser.close()
+def page(browser):
+    return new_page(browser, 1440, 900)
 
 
 def app_with(tmp_path, spec):
@@ -48,25 +42,18 @@ def tight_app(tmp_path):
     yield from app_with(tmp_path, TIGHT)
 
 
-def shot(page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"))
-
-
 def test_a_refused_import_shows_where_it_was_pasted_and_makes_no_draft_unless_asked(app, page, tmp_path):
-    page.goto(app)
+    open_page(page, app)
     sidebar = page.get_by_test_id("stSidebarUserContent")
-    box = sidebar.get_by_label("…or paste it")
-    box.fill(UNCLOSED)
-    box.press("Control+Enter")  # a text area's value is sent on Ctrl+Enter
+    fill(page, sidebar.get_by_label("…or paste it"), UNCLOSED, send="Control+Enter")  # as a text area sends it
     importing = sidebar.get_by_role("button", name="Import", exact=True)
     expect(importing).to_be_enabled()
-    importing.click()
+    click(page, importing)
     expect(sidebar.get_by_text(re.compile(r"line 5, --system: the ' that opens its value never closes"))).to_be_visible()
     main = page.get_by_test_id("stMain")
     expect(main.get_by_text("Import refused: no draft was made.")).to_be_visible()
     assert len(Store(str(tmp_path / "db.sqlite")).drafts()) == 1  # the one the page opened with
-    main.get_by_role("button", name="Keep what could be read as a draft").click()
+    click(page, main.get_by_role("button", name="Keep what could be read as a draft"))
     expect(main.get_by_text("This draft is a partial import.")).to_be_visible()
     expect(page.get_by_role("button", name="Download job YAML")).to_be_disabled()
     assert len(Store(str(tmp_path / "db.sqlite")).drafts()) == 2
@@ -80,9 +67,10 @@ OVERFLOW = """roots => roots.flatMap(root => [root, ...root.querySelectorAll('*'
 
 
 def test_nothing_of_the_metrics_or_the_cards_is_cut_at_1440_by_900(tight_app, page):
-    page.goto(tight_app)
-    metrics = page.get_by_test_id("stMetric")
-    expect(metrics).to_have_count(3)  # the verdict, the trainer GPU, the rollout GPU
+    open_page(page, tight_app)
+    verdict = page.get_by_test_id("stMetric").filter(has_text="Verdict")
+    metrics = page.get_by_test_id("stHorizontalBlock").filter(has=verdict).get_by_test_id("stMetric")
+    expect(metrics).to_have_count(3)  # the verdict, the trainer GPU, the rollout GPU (the time panel's are below)
     cards = page.get_by_test_id("stColumn").filter(has=page.get_by_role("button", name="Make it fit: apply"))
     expect(cards.first).to_be_visible()
     assert cards.count() >= 2
@@ -95,10 +83,9 @@ def test_nothing_of_the_metrics_or_the_cards_is_cut_at_1440_by_900(tight_app, pa
 
 
 def test_yaml_is_shown_by_a_yaml_lexer_that_keeps_a_hash_inside_a_value(app, page):
-    page.goto(app)
-    page.get_by_test_id("stSidebarUserContent").get_by_role("link", name="Launch").click()
-    page.get_by_role("combobox", name="File").click()
-    page.get_by_role("option", name="swift_0.yaml").click()
+    open_page(page, app)
+    nav(page, "Launch")
+    choose(page, "File", "swift_0.yaml")
     shown = page.get_by_test_id("yaml-code")
     expect(shown).to_contain_text("AI-MO/NuminaMath-TIR#")
     commented = shown.locator("span").evaluate_all(
