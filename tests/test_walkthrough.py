@@ -12,14 +12,13 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
+from tests.browser import choose, click, fill, nav, new_page, open_page, serve, shot
 from tests.hosts import stop_active_jobs
-from tests.test_browser import ARGS, CHROMIUM, SHOTS, serve
 from tests.test_no_surprises import UNCLOSED
 from tests.tiny_job import ASSETS, CPU_ENV, SWIFT_VENV
 
 pytestmark = pytest.mark.slow
 EXAMPLE = Path(__file__).parent / "data" / "ms_swift_examples" / "external_server_7b.sh"
-expect.set_options(timeout=90_000)  # a loaded 2-core machine can take this long to rerun a page
 
 
 def launch_script(max_steps: int) -> str:
@@ -54,50 +53,16 @@ def app(ssh_env, hosts, tmp_path):
 
 
 @pytest.fixture
-def page():
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        pg = browser.new_page(viewport={"width": 1440, "height": 900})
-        pg.set_default_timeout(90000)
-        yield pg
-        browser.close()
-
-
-def shot(page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"walkthrough-{name}.png"))
-
-
-def nav(page, name: str) -> None:
-    page.get_by_test_id("stSidebarUserContent").get_by_role("link", name=name).click()
-
-
-def settled(page) -> None:
-    """The app finished its rerun (its status widget gone)."""
-    page.wait_for_timeout(600)
-    page.wait_for_function("!document.querySelector('[data-testid=stStatusWidget]')")
-
-
-def choose(page, label: str, text: str) -> None:
-    """Type into a selectbox and pick the first option that matches."""
-    page.get_by_role("combobox", name=label).click()
-    page.keyboard.type(text)
-    page.get_by_role("option").filter(has_text=text).first.click()
-    settled(page)
-
-
-def body(page) -> str:
-    return page.locator("body").inner_text()
+def page(browser):
+    return new_page(browser, 1440, 900)
 
 
 def paste_import(page, text: str) -> None:
     script = page.get_by_test_id("stSidebarUserContent").get_by_label("…or paste it")
-    script.fill(text)
-    script.press("Control+Enter")  # a text area's value is sent on Ctrl+Enter (or on leaving it)
+    fill(page, script, text, send="Control+Enter")  # a text area's value is sent on Ctrl+Enter (or on leaving it)
     importing = page.get_by_role("button", name="Import", exact=True)
     expect(importing).to_be_enabled()
-    importing.click()
+    click(page, importing)
 
 
 def finding(page, finding_id: str):
@@ -111,93 +76,89 @@ def refused_then_example(page) -> None:
     sidebar, main = page.get_by_test_id("stSidebarUserContent"), page.get_by_test_id("stMain")
     expect(sidebar.get_by_text(re.compile("line 5, --system: the ' that opens its value never closes"))).to_be_visible()
     expect(main.get_by_text("Import refused: no draft was made.")).to_be_visible()
-    shot(page, "1b-import-refused")
-    main.get_by_role("button", name="Dismiss").click()
+    shot(page, "walkthrough-1b-import-refused")
+    click(page, main.get_by_role("button", name="Dismiss"))
     expect(main.get_by_text("Import refused: no draft was made.")).to_have_count(0)
     paste_import(page, EXAMPLE.read_text())
     for shown in ("ROLLOUT-SERVER-OUTSIDE", "CREDENTIAL-UNDECLARED"):
         expect(finding(page, shown)).to_be_visible()
-    finding(page, "CREDENTIAL-UNDECLARED").locator("summary").click()  # open the warning to show its fix
+    finding(page, "CREDENTIAL-UNDECLARED").locator("summary").click()  # open the warning to show its fix (no rerun)
     expect(finding(page, "CREDENTIAL-UNDECLARED").get_by_role("button", name="Apply fix")).to_be_visible()
     page.get_by_text("GPU memory per device").scroll_into_view_if_needed()
-    shot(page, "1c-runtime-checks")
+    shot(page, "walkthrough-1c-runtime-checks")
     for acted in ("ROLLOUT-SERVER-OUTSIDE", "CREDENTIAL-UNDECLARED"):
         fix = finding(page, acted).get_by_role("button", name="Apply fix")
         if not fix.is_visible():  # a warning's details start folded
             finding(page, acted).locator("summary").click()
-        fix.click()
+        click(page, fix)
         expect(finding(page, acted)).to_have_count(0)
     expect(page.get_by_role("button", name="Download node scripts (zip)")).to_be_enabled()  # no error is left
     findings = page.get_by_test_id("stExpander").filter(has_text=re.compile(r"\b[A-Z]{2,}(-[A-Z0-9]+)+ — "))
-    assert findings.count()  # SEED-REF-MODEL: the advice on the example's beta with full tuning
+    expect(findings).not_to_have_count(0)  # SEED-REF-MODEL: the advice on the example's beta with full tuning
     for left in findings.all():  # and what is left can be acted on in one click
-        assert left.get_by_role("button", name="Apply fix", include_hidden=True).count(), left.inner_text()
+        expect(left.get_by_role("button", name="Apply fix", include_hidden=True)).not_to_have_count(0)
 
 
 def test_the_first_hour(app, hosts, page, tmp_path):
-    page.goto(app)
-    page.get_by_text("1. Model and GPUs").first.wait_for()
-    shot(page, "1-start")
+    open_page(page, app)
+    expect(page.get_by_text("1. Model and GPUs").first).to_be_visible()
+    shot(page, "walkthrough-1-start")
     refused_then_example(page)
     # import the launch script
     paste_import(page, launch_script(max_steps=300))
-    page.get_by_text("activates the Python environment").wait_for()
-    settled(page)
-    assert "No GPU model chosen" in body(page)  # the step indicator says what is missing
-    choose(page, "GPU model (every node)", "NVIDIA A100-SXM4-80GB")
-    page.wait_for_function("!document.body.innerText.includes('No GPU model chosen')")
+    expect(page.get_by_text("activates the Python environment")).to_be_visible()
+    body = page.locator("body")
+    expect(body).to_contain_text("No GPU model chosen", use_inner_text=True)  # the step indicator says what is missing
+    choose(page, "GPU model (every node)", "NVIDIA A100-SXM4-80GB · 80 GiB")
+    expect(body).not_to_contain_text("No GPU model chosen", use_inner_text=True)
     # the finding and its fix: export and launch held until then
-    page.get_by_text("GRPO-BATCH-DIV").first.wait_for()
-    assert page.get_by_role("button", name="Download node scripts (zip)").is_disabled()
-    assert page.get_by_role("button", name="Download job YAML").is_disabled()
-    shot(page, "2-findings")
-    page.get_by_role("button", name="Apply fix").first.click()
-    page.wait_for_function("!document.body.innerText.includes('GRPO-BATCH-DIV')")
-    settled(page)
-    assert page.get_by_role("button", name="Download node scripts (zip)").is_enabled()
-    runs = page.get_by_label("run_root", exact=True)
-    runs.fill(str(tmp_path / "runs"))
-    runs.press("Enter")
-    settled(page)
-    shot(page, "3-configure")
+    expect(page.get_by_text("GRPO-BATCH-DIV").first).to_be_visible()
+    expect(page.get_by_role("button", name="Download node scripts (zip)")).to_be_disabled()
+    expect(page.get_by_role("button", name="Download job YAML")).to_be_disabled()
+    shot(page, "walkthrough-2-findings")
+    click(page, page.get_by_role("button", name="Apply fix").first)
+    expect(body).not_to_contain_text("GRPO-BATCH-DIV", use_inner_text=True)
+    expect(page.get_by_role("button", name="Download node scripts (zip)")).to_be_enabled()
+    fill(page, page.get_by_label("run_root", exact=True), str(tmp_path / "runs"))
+    shot(page, "walkthrough-3-configure")
     # two hosts from ~/.ssh/config; localhost out
     nav(page, "Cluster")
-    page.get_by_text("Add a host from ~/.ssh/config").wait_for()
+    expect(page.get_by_text("Add a host from ~/.ssh/config")).to_be_visible()
     for alias in (h.name for h in hosts):
         choose(page, "Add a host from ~/.ssh/config", alias)
-        page.get_by_role("button", name="Add", exact=True).click()
-        page.get_by_text(f"{alias} (trainer)").wait_for()
-        settled(page)
-    page.get_by_role("button", name="Remove").first.click()  # localhost, the imported script's node
-    page.wait_for_function("!document.body.innerText.includes('runs locally, no SSH')")
-    settled(page)
+        click(page, page.get_by_role("button", name="Add", exact=True))
+        expect(page.get_by_text(f"{alias} (trainer)")).to_be_visible()
+    click(page, page.get_by_role("button", name="Remove").first)  # localhost, the imported script's node
+    expect(body).not_to_contain_text("runs locally, no SSH", use_inner_text=True)
     for test in range(2):
-        page.get_by_role("button", name="Test").nth(test).click()
-        settled(page)
-    page.wait_for_function("[...document.querySelectorAll('[role=gridcell]')].filter("
-                           "c => c.textContent === '✓ reached').length === 2")  # the status column, one per host
-    assert not [c for c in page.locator("[role=gridcell]").all_text_contents() if "✗" in c]
-    shot(page, "4-cluster")
+        click(page, page.get_by_role("button", name="Test").nth(test))
+    cells = page.locator("[role=gridcell]")  # the status column, one per host
+    expect(cells.filter(has_text=re.compile("^✓ reached$"))).to_have_count(2)
+    expect(cells.filter(has_text="✗")).to_have_count(0)
+    shot(page, "walkthrough-4-cluster")
     # launch: two trainer nodes, every flag on its own line
     nav(page, "Launch")
-    page.get_by_role("button", name="Launch", exact=True).wait_for()
-    assert "2 trainer node(s)" in body(page) and page.get_by_role("button", name="Launch", exact=True).is_enabled()
-    assert re.search(r"\n\s*--torch_dtype float32 \\", page.get_by_test_id("stCode").last.inner_text())
-    shot(page, "5-launch")
-    page.get_by_role("button", name="Launch", exact=True).click()
-    page.get_by_role("link", name=re.compile("^Watch ")).click()
+    launch = page.get_by_role("button", name="Launch", exact=True)
+    expect(launch).to_be_visible()
+    expect(body).to_contain_text("2 trainer node(s)", use_inner_text=True)
+    expect(launch).to_be_enabled()
+    expect(page.get_by_test_id("stCode").last).to_contain_text(re.compile(r"\n\s*--torch_dtype float32 \\"),
+                                                              use_inner_text=True)
+    shot(page, "walkthrough-5-launch")
+    click(page, launch)
+    click(page, page.get_by_role("link", name=re.compile("^Watch ")))
     # metrics and logs arrive
-    page.get_by_text("Training metrics").wait_for()
-    page.wait_for_function("/Step\\s+\\d+ \\/ 300/.test(document.body.innerText)", timeout=240000)
-    page.wait_for_function("document.body.innerText.includes('Train:')", timeout=60000)  # node 0's log, live
-    assert page.locator(".js-plotly-plot").count() >= 1
-    shot(page, "6-monitor")
-    page.get_by_role("button", name="Stop this job on every node").click()
-    page.get_by_text("Stopped: ").wait_for(timeout=120000)
-    page.wait_for_function("document.body.innerText.includes('stopped')", timeout=60000)
+    expect(page.get_by_text("Training metrics")).to_be_visible()
+    expect(body).to_contain_text(re.compile(r"Step\s+\d+ / 300"), use_inner_text=True, timeout=240_000)
+    expect(body).to_contain_text("Train:", use_inner_text=True)  # node 0's log, live
+    expect(page.locator(".js-plotly-plot").first).to_be_attached()
+    shot(page, "walkthrough-6-monitor")
+    click(page, page.get_by_role("button", name="Stop this job on every node"), part="live")
+    expect(page.get_by_text("Stopped: ")).to_be_visible()
+    expect(body).to_contain_text("stopped", use_inner_text=True)
     # History: the run, and why there is nothing to compare yet
     nav(page, "History")
-    page.get_by_text("Compare two runs").wait_for()
-    page.get_by_text("Only one run so far").wait_for()  # drawn after the heading: wait for it too
-    assert "stopped" in body(page)
-    shot(page, "7-history")
+    expect(page.get_by_text("Compare two runs")).to_be_visible()
+    expect(page.get_by_text("Only one run so far")).to_be_visible()  # drawn after the heading: wait for it too
+    expect(body).to_contain_text("stopped", use_inner_text=True)
+    shot(page, "walkthrough-7-history")
