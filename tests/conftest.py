@@ -32,4 +32,21 @@ def swift3_python() -> Path:
     return _python(SWIFT3_VENV, "swift3-venv")
 
 
+@pytest.fixture
+def store_with_job(tmp_path, monkeypatch):
+    """A store of the app's own (GRPO_UI_HOME and GRPO_UI_DB in tmp_path) holding job ``job-a``, the first preset, in
+    the given state: ``store, spec = store_with_job("failed")``."""
+    from grpo_ui.jobs.store import Store
+    from grpo_ui.spec.presets import presets
+    from grpo_ui.spec.yaml_io import spec_to_yaml
+
+    def make(state: str):
+        monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
+        monkeypatch.setenv("GRPO_UI_DB", str(tmp_path / "db.sqlite"))
+        store, spec = Store(), next(iter(presets().values()))
+        store.create_job("job-a", spec.name, spec_to_yaml(spec), state)
+        return store, spec
+    return make
+
+
 pytest_plugins = ["tests.hosts", "tests.slurm", "tests.browser"]

@@ -196,17 +196,9 @@ def test_draft_survives_an_app_restart(tmp_path, monkeypatch):
     assert field(again, "train.model").value == "Qwen/Qwen3-8B"
 
 
-def test_every_page_renders_with_a_job_in_the_store(tmp_path, monkeypatch):
+def test_every_page_renders_with_a_job_in_the_store(tmp_path, store_with_job):
     """Cluster, Launch, Monitor and History load over a store that holds a finished job with metrics and alerts."""
-    from grpo_ui.jobs.store import Store
-    from grpo_ui.spec.presets import presets
-    from grpo_ui.spec.yaml_io import spec_to_yaml
-
-    monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
-    monkeypatch.setenv("GRPO_UI_DB", str(tmp_path / "db.sqlite"))
-    store = Store()
-    spec = next(iter(presets().values()))
-    store.create_job("job-a", spec.name, spec_to_yaml(spec), "succeeded")
+    store, spec = store_with_job("succeeded")
     store.add_node("job-a", 0, "localhost", "trainer", 0, "node_0.sh", str(tmp_path / "runs/job-a"))
     store.set_meta("job-a", "drained", "1")  # its last lines were fetched when it ended
     store.add_metrics("job-a", 1, {"reward": 0.5, "kl": 0.0, "max_steps": 2})

@@ -29,16 +29,8 @@ def test_a_pasted_excerpt_gets_the_doctors_report(tmp_path, monkeypatch):
     assert any("Run state: **failed**" in c.value for c in at.caption)
 
 
-def test_a_jobs_node_logs_from_the_store(tmp_path, monkeypatch):
-    from grpo_ui.jobs.store import Store
-    from grpo_ui.spec.presets import presets
-    from grpo_ui.spec.yaml_io import spec_to_yaml
-
-    monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
-    monkeypatch.setenv("GRPO_UI_DB", str(tmp_path / "db.sqlite"))
-    store = Store()
-    spec = next(iter(presets().values()))
-    store.create_job("job-a", spec.name, spec_to_yaml(spec), "failed")
+def test_a_jobs_node_logs_from_the_store(tmp_path, store_with_job):
+    store, _ = store_with_job("failed")
     store.set_job("job-a", error="node 0 (localhost, rank 0) failed first: exit code 1")
     store.add_node("job-a", 0, "localhost", "trainer", 0, "node_0.sh", str(tmp_path / "runs/job-a"))
     store.add_log_lines("job-a", 0, ["[INFO:swift] Start time of running main: 2026-11-24 10:00:00",

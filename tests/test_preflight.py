@@ -61,6 +61,17 @@ def gpu_env(tmp_path):
     return d.parent
 
 
+def wait_until_open(ns: str, addr: str, port: int) -> None:
+    """Until a connection to ``addr:port`` from namespace ``ns`` succeeds (the process listening there started)."""
+    deadline = time.monotonic() + 120  # a bound for a broken listener only: a loaded machine starts it slowly
+    while time.monotonic() < deadline:
+        if subprocess.run(["ip", "netns", "exec", ns, "bash", "-c", f"exec 3<>/dev/tcp/{addr}/{port}"],
+                          capture_output=True).returncode == 0:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"nothing listens on {addr}:{port} in {ns}")
+
+
 @contextlib.contextmanager
 def listening(ns: str, addr: str, port: int):
     """A process in namespace ``ns`` holding ``addr:port`` open for the duration of the block."""
@@ -68,11 +79,7 @@ def listening(ns: str, addr: str, port: int):
                                  f"import socket,time; s=socket.socket(); s.bind(({addr!r}, {port})); s.listen(); "
                                  "time.sleep(60)"])
     try:
-        for _ in range(50):
-            if subprocess.run(["ip", "netns", "exec", ns, "bash", "-c", f"exec 3<>/dev/tcp/127.0.0.1/{port}"],
-                              capture_output=True).returncode == 0:
-                break
-            time.sleep(0.05)
+        wait_until_open(ns, "127.0.0.1", port)
         yield
     finally:
         listener.kill()
@@ -250,11 +257,7 @@ def health_server(ns: str, addr: str, port: int):
             f"h.HTTPServer(({addr!r}, {port}), H).serve_forever()\n")
     server = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", code])
     try:
-        for _ in range(100):
-            if subprocess.run(["ip", "netns", "exec", ns, "bash", "-c", f"exec 3<>/dev/tcp/{addr}/{port}"],
-                              capture_output=True).returncode == 0:
-                break
-            time.sleep(0.05)
+        wait_until_open(ns, addr, port)
         yield
     finally:
         server.kill()
