@@ -7,9 +7,10 @@ line of that finding's evidence contains the manifest's evidence substring (the 
 where the manifest names a rank, the finding names that rank. A healthy excerpt counts when no error or warning is
 raised.
 
-Three scores are printed apart: the corpus the rules were written on; fresh round 1 (``fresh: round 1``, collected
+Four scores are printed apart: the corpus the rules were written on; fresh round 1 (``fresh: round 1``, collected
 after the first rules were frozen, scored unseen once, then looked at and fixed against: now part of what the rules
-were fitted to); fresh round 2 (``fresh: round 2``, collected after the rules were frozen again and never tuned on).
+were fitted to); fresh round 2 (``fresh: round 2``, collected after the rules were frozen again and never tuned on);
+fresh round 3 (``fresh: round 3``, collected and scored once before any rule change after round 2's score).
 
 Run: PYTHONPATH=. python bench/doctor_corpus.py
 """
@@ -121,11 +122,12 @@ def report(results: list[Result], label: str) -> str:
 
 
 ROUNDS = {None: "corpus", "round 1": "fresh round 1 (looked at and fixed against)",
-          "round 2": "fresh round 2 (collected after the rules were frozen, never tuned on)"}
+          "round 2": "fresh round 2 (collected after the rules were frozen, never tuned on)",
+          "round 3": "fresh round 3 (collected before the round-2 fixes, never tuned on)"}
 
 
 def rounds(results: list[Result]) -> dict[str | None, list[Result]]:
-    """The results by round: None (the corpus), "round 1", "round 2"."""
+    """The results by round: None (the corpus), "round 1", "round 2", "round 3"."""
     return {key: [r for r in results if r.entry.get("fresh") == key] for key in ROUNDS}
 
 
