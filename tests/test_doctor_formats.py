@@ -70,6 +70,16 @@ def alerts(lines: list[str], **snapshot) -> dict:
     # DeepSpeed ZeRO-3's parameter summary in an assertion
     ("AssertionError: {'id': 0, 'status': 'INFLIGHT', 'numel': 0, 'ds_numel': 544997376, 'shape': (0,)}",
      "DEEPSPEED-ERROR"),
+    # the InfiniBand driver's failed work completion (rdma-core mlx5), as a Ray actor prints it
+    ("(LLMRayActor pid=90738, ip=10.0.0.2) mlx5: node-2: got completion with error:", "NCCL-ERROR"),
+    # torch.distributed's backend error class, bare and as Ray names the class a remote task raised
+    ("torch.distributed.DistBackendError: [1] is setting up NCCL communicator and retrieving ncclUniqueId from [0] "
+     "via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout", "DIST-INIT"),
+    ("torch.distributed.DistBackendError: unhandled error on rank 3", "NCCL-ERROR"),
+    ("ray.exceptions.RayTaskError(DistBackendError): ray::ReferenceModelActor.init_model_from_pretrained() "
+     "(pid=5021, ip=10.0.0.3, actor_id=9d1c0f, repr=<openrlhf.trainer.ray.launcher.ReferenceModelActor object at "
+     "0x7f3a>)", "NCCL-ERROR"),
+    ("ray.exceptions.RayTaskError(ValueError): ray::TaskRunner.run() (pid=77, ip=10.0.0.3)", "TRACEBACK"),
 ])
 def test_each_versions_wording_is_named(line, kind):
     assert kinds([line]) == [kind]
@@ -219,3 +229,94 @@ def test_docker_timestamps_and_slurm():
     assert (ln.body, ln.rank) == ("torch.OutOfMemoryError: CUDA out of memory.", 0)
     assert kinds(["srun: error: node-3: task 5: Killed"]) == ["PROCESS-DIED"]
     assert kinds(["srun: error: node-3: task 0: Exited with exit code 0"]) == []
+
+
+ENGINE_CORE = "(EngineCore_DP0 pid=559) ERROR 10-20 03:20:50 [core.py:720] "
+KV_CHECK = [ENGINE_CORE + line for line in [
+    '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/core/kv_cache_utils.py", line 1232, in get_kv_cache_config',
+    "    check_enough_kv_cache_memory(vllm_config, kv_cache_spec, available_memory)",
+    '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/core/kv_cache_utils.py", line 707, in '
+    "check_enough_kv_cache_memory",
+    '    raise ValueError(f"To serve at least one request with the models\'s max seq len ({max_model_len}), "',
+    '                     f"({needed_memory/GiB_bytes:.2f} GiB KV cache is needed, which is larger than the "',
+    '                     f"available KV cache memory ({available_memory/GiB_bytes:.2f} GiB). Based on "']]
+
+
+def test_a_traceback_cut_after_its_raise_statement_is_named_by_the_message_raised():
+    """A paste that ends inside the innermost frame shows the error only in the code that raises it (vLLM v1's KV
+    cache check, as its engine core logs it); the exception line, once there, tells it instead; a raise in a
+    frame that is not the innermost is code, not the error."""
+    assert kinds(KV_CHECK) == ["KV-CACHE-TOO-SMALL"]
+    found = alerts(KV_CHECK)["KV-CACHE-TOO-SMALL"]
+    assert found.evidence.splitlines()[0].endswith("raise ValueError(f\"To serve at least one request with the "
+                                                   "models's max seq len ({max_model_len}), \"")
+    ended = [*KV_CHECK, ENGINE_CORE + "ValueError: To serve at least one request with the models's max seq len "
+             "(32768), (3.50 GiB KV cache is needed, which is larger than the available KV cache memory (1.20 GiB)."]
+    assert [e.index for e in scan("log", ended)] == [len(KV_CHECK)]
+    deeper = [*KV_CHECK[:4], ENGINE_CORE + '  File "/usr/local/lib/python3.12/dist-packages/vllm/utils.py", line 9, '
+              "in f", ENGINE_CORE + "    return g()"]
+    assert kinds(deeper) == []
+
+
+def test_vllms_engine_core_fatal_error_heads_its_traceback():
+    """vLLM v1's engine core logs 'EngineCore encountered a fatal error.' and then the traceback of the cause: cut
+    before the cause, the line is the finding; with the cause there, the cause is."""
+    fatal = ENGINE_CORE + "EngineCore encountered a fatal error."
+    assert set(alerts([fatal])) == {"VLLM-ENGINE-DEAD"}
+    tb = [ENGINE_CORE + line for line in [
+        "Traceback (most recent call last):",
+        '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", line 711, in run_engine_core',
+        "    engine_core.run_busy_loop()",
+        '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/worker/gpu_model_runner.py", line 1402, in '
+        "execute_model",
+        "    logits = self.model.compute_logits(sample_hidden_states, None)",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.86 GiB. GPU 0 has a total capacity of "
+        "79.19 GiB of which 1.02 GiB is free."]]
+    assert set(alerts([fatal, *tb])) == {"OOM"}
+    unnamed = [*tb[:-1], ENGINE_CORE + "RuntimeError: shape mismatch in sampler"]
+    assert "VLLM-ENGINE-DEAD" in alerts([fatal, *unnamed])  # a bare exception says less than the heading line
+
+
+def test_an_error_raised_in_a_call_the_weight_sync_entered_is_the_weight_syncs_however_long_its_traceback():
+    """ms-swift's rollout server answers /init_communicator/ and then runs the group set-up in vLLM: the request
+    line is where the call started, more than NEAR lines above the exception line of a long traceback."""
+    request = 'INFO:     10.0.0.2:42132 - "POST /init_communicator/ HTTP/1.1" 200 OK'
+    tb = ["[ERROR:swift] Method execution failed: collective_rpc", "Traceback (most recent call last):",
+          '  File "/workspace/ms-swift/swift/llm/infer/rollout.py", line 146, in async_llm_worker',
+          "    result = await method(*args, **kwargs)",
+          '  File "/opt/conda/lib/python3.10/site-packages/vllm/engine/async_llm_engine.py", line 1253, in '
+          "collective_rpc",
+          "    return await self.engine.collective_rpc_async(method, timeout, args,",
+          '  File "/opt/conda/lib/python3.10/site-packages/vllm/engine/async_llm_engine.py", line 535, in '
+          "collective_rpc_async",
+          "    raise NotImplementedError", "NotImplementedError"]
+    assert kinds([request, *tb]) == ["WEIGHT-SYNC-FAILED"]
+    assert kinds(["INFO:     10.0.0.2:42132 - \"POST /infer/ HTTP/1.1\" 200 OK", *tb]) == ["TRACEBACK"]
+
+
+SYNC_SOCKET = ("[rank0]:[W710 16:53:50.544805244 socket.cpp:489] [c10d] waitForInput: socket SocketImpl(fd=111, "
+               "addr=[localhost]:42404, remote=[::ffff:10.0.0.5]:51217) timed out after 300000ms")
+SYNC_POLL = ("[rank0]:[W710 16:45:37.933498015 socket.cpp:464] [c10d] waitForInput: poll for socket SocketImpl("
+             "fd=111, addr=[localhost]:42404, remote=[::ffff:10.0.0.5]:51217) returned 0, likely a timeout")
+
+
+def test_a_socket_timing_out_on_a_weight_sync_group_port_is_the_weight_sync_in_any_mode():
+    """Only rollout servers have a group port (51216+i): c10d's socket to one timing out — or, where the paste ends
+    before that, its poll coming back empty — is the weight sync stalling, whether or not the logs show server
+    mode. The same lines on a rendezvous port are torch.distributed's (and a warning alone raises nothing)."""
+    for lines in ([SYNC_POLL, SYNC_SOCKET], [SYNC_SOCKET], [SYNC_POLL]):
+        found = alerts(lines)
+        assert set(found) == {"WEIGHT-SYNC-STALL"} and "port 51217" in found["WEIGHT-SYNC-STALL"].explanation
+        assert found["WEIGHT-SYNC-STALL"].evidence == lines[-1].strip()  # the timeout itself where it is there
+    assert alerts([SYNC_POLL.replace("51217", "29500")]) == {}
+    assert "WEIGHT-SYNC-STALL" not in alerts([SYNC_SOCKET.replace("51217", "29500"), *TORCHRUN_TRACEBACK])
+
+
+def test_infiniband_failing_while_weights_are_sent_to_vllm_is_the_weight_syncs():
+    """OpenRLHF's vLLM actors log each weight they receive; the driver's failed completion comes in between."""
+    lines = ["(LLMRayActor pid=90621, ip=10.0.0.2) update weight: model.embed_tokens.weight, dtype: torch.bfloat16, "
+             "shape: torch.Size([152064, 5120])",
+             "(LLMRayActor pid=90738, ip=10.0.0.2) mlx5: node-2: got completion with error:",
+             "(LLMRayActor pid=90738, ip=10.0.0.2) 00000000 00000000 00000000 00000000",
+             "(LLMRayActor pid=90738, ip=10.0.0.2) 00000000 93005204 090006d0 0b8035d3"]
+    assert kinds(lines) == ["WEIGHT-SYNC-FAILED"]

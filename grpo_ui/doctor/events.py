@@ -22,9 +22,13 @@ from grpo_ui.doctor.signatures import CAUSE, CONSEQUENCE, NOISE, REPORT, Signatu
 TB_START = "Traceback (most recent call last)"  # Python's (with a colon), and IPython's header (after the type)
 TB_CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 LAUNCHER_FILES = re.compile(r"torch/distributed/(?:run|launcher|elastic)|runpy\.py$|/bin/torchrun$")
-# an exception line as Python prints it: the (dotted) class, or a bare Exception (raise Exception(...))
+# an exception line as Python prints it: the (dotted) class, or a bare Exception (raise Exception(...)); Ray's
+# RayTaskError names the class the remote task raised in parentheses (ray/exceptions.py: RayTaskError.__str__)
 EXCEPTION = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure)|Exception))"
-                       r"(?::\s?(?P<message>.*))?$")
+                       r"(?:\((?P<inner>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\))?(?::\s?(?P<message>.*))?$")
+# a frame's code line that raises an exception with a message written out (``raise ValueError("No available …"``)
+RAISE = re.compile(r"^\s+raise (?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\(\s*f?(?P<quote>[\"'])(?P<message>.*)")
+STRING_LITERAL = re.compile(r"""[rbfRBF]*(["'])((?:\\.|(?!\1).)*)\1""")
 # a frame as Python prints it, and as IPython (8+) does in a notebook: "File /x/y.py:12, in f(a)", "Cell In[5], line 3"
 FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+), in (?P<function>.+)$|'
                    r"^\s*File (?P<ipy_file>\S+):(?P<ipy_line>\d+), in (?P<ipy_function>[^(\s]+)|"
@@ -235,6 +239,20 @@ def _cut_traceback(parsed: list[Line], i: int) -> list[tuple[str, str, str]] | N
     return frames
 
 
+def _innermost_of_cut(parsed: list[Line], i: int) -> bool:
+    """Whether the frame code line ``parsed[i]`` is the last frame of a traceback cut before its exception line
+    (no frame and no exception line of its process follow it: the excerpt ends, or other output does)."""
+    rank = parsed[i].rank
+    for ln in parsed[i + 1:i + MAX_TRACEBACK]:
+        if not _same_rank(ln, rank):
+            continue
+        if frame_of(ln.body) or EXCEPTION.match(ln.body):
+            return False
+        if not _continues(ln.body):
+            return True
+    return True
+
+
 def _native_frames(parsed: list[Line], i: int) -> list[str]:
     """The function names of a crash dump printed after a crash line (``File "<unknown>", line 0, in f``,
     ``frame #3: f``, ``/lib/x.so(f+0x1)``)."""
@@ -250,10 +268,14 @@ def _native_frames(parsed: list[Line], i: int) -> list[str]:
 
 
 def _context(parsed: list[Line], i: int, frames: list[tuple[str, str, str]], native: list[str], message: str,
-             group_ports: set[int]) -> frozenset[str]:
+             group_ports: set[int], start: int | None = None) -> frozenset[str]:
+    """Where the code was when the error at ``parsed[i]`` was raised: its frames, its message, and the lines around
+    it — from NEAR lines before its traceback's first line (``start``: what the process was doing when it entered
+    the call that failed, however long the traceback) to NEAR lines after it."""
     functions = [fn.rsplit(".", 1)[-1] for _, _, fn in frames]
     files = [f for f, _, _ in frames]
-    near = " ".join(ln.body for ln in parsed[max(0, i - NEAR):i + NEAR + 1])
+    first = i if start is None else min(start, i)
+    near = " ".join(ln.body for ln in parsed[max(0, first - NEAR):i + NEAR + 1])
     found = set()
     scoring = [k for k, (f, fn) in enumerate(zip(files, functions, strict=True))
                if SCORING_STEP.match(fn) and "trl/" in f]
@@ -290,10 +312,12 @@ def _message_sign(body: str) -> Signature | None:
     return sig.PROCESS_DIED if sig.PROCESS_DIED.pattern.search(body) else None
 
 
-def _refine(found: Signature | None, exception: bool, context: frozenset[str], message: str) -> Signature | None:
+def _refine(found: Signature | None, exception: bool, context: frozenset[str], message: str,
+            klass: str = "") -> Signature | None:
     """What the error is, given where it was raised: an NCCL failure during the weight sync is the weight sync's,
-    a crash at vLLM's sleep/wake is sleep mode's; an exception no message signature names is classed by the code
-    it came from (a reward function, a save, the weight sync, DeepSpeed, the argument checks)."""
+    a crash at vLLM's sleep/wake is sleep mode's; an exception no message signature names is named by its class
+    where the class tells (``klass``: the innermost class the line names), else classed by the code it came from (a
+    reward function, a save, the weight sync, DeepSpeed, the argument checks)."""
     if found is not None:
         if found.id in ("NCCL-ERROR", "DIST-INIT") and "sync" in context:
             return sig.SYNC_FAILED
@@ -302,6 +326,8 @@ def _refine(found: Signature | None, exception: bool, context: frozenset[str], m
         return found
     if not exception:
         return None
+    if klass in sig.EXCEPTION_CLASSES:
+        return _refine(sig.EXCEPTION_CLASSES[klass], True, context, message)
     if "reward" in context:
         return sig.REWARD_FAILED
     late = next((s for s in sig.LATE_SIGNS if s.pattern.search(message)), None)
@@ -333,6 +359,8 @@ def scan(log: str, lines: list[str], group_ports: set[int] = frozenset()) -> lis
         if i in skip or ln.level == "info" or not body.strip() or FRAME.match(body) or PY_WARNING.match(body):
             continue
         if body[:1] in (" ", "\t") and i and FRAME.match(parsed[i - 1].body):
+            if RAISE.match(body) and _innermost_of_cut(parsed, i):
+                events.append(_raised_in_code(log, parsed, i, group_ports))
             continue  # the code line of a frame (it may quote an error message)
         warning = ln.level == "warning"
         exc = EXCEPTION.match(body) if not warning else None
@@ -397,10 +425,32 @@ def _raised(log: str, parsed: list[Line], i: int, found: Signature | None, group
         if inner is not None and inner.role != NOISE:
             found, at = inner, k
             break
-    message = EXCEPTION.match(parsed[at].body)["message"] or ""
-    context = _context(parsed, at, frames, [], message, group_ports)
+    exc = EXCEPTION.match(parsed[at].body)
+    message, klass = exc["message"] or "", (exc["inner"] or exc["type"]).rsplit(".", 1)[-1]
+    context = _context(parsed, at, frames, [], message, group_ports, span[0] if span else None)
     block = [_unglued(parsed[k]) for k in span + [i] if k != at or at != i]
-    return Event(log, at, parsed[at], _refine(found, True, context, message), True, frames, context, [], block)
+    return Event(log, at, parsed[at], _refine(found, True, context, message, klass), True, frames, context, [],
+                 block)
+
+
+def _raised_in_code(log: str, parsed: list[Line], i: int, group_ports) -> Event:
+    """The event of an exception the excerpt shows only in the code line that raises it (its traceback is cut
+    before the exception line): the message written in the raise statement — with the lines of it Python 3.13
+    prints when the statement spans several — says what it is."""
+    span, _, frames = _traceback(parsed, i)
+    raised = RAISE.match(parsed[i].body)
+    rest = []
+    for ln in parsed[i + 1:i + NEAR]:
+        if not ln.body.strip() or not _continues(ln.body) or CARET.match(ln.body):
+            break
+        rest.append(ln.body.strip())
+    code = raised["quote"] + raised["message"] + " ".join(rest)
+    literals = [m[2] for m in STRING_LITERAL.finditer(code)]  # implicit concatenation: "a " "b" is "a b"
+    message = "".join(literals) or raised["message"]
+    klass = raised["type"].rsplit(".", 1)[-1]
+    context = _context(parsed, i, frames, [], message, group_ports, span[0] if span else None)
+    found = _refine(_message_sign(message), True, context, message, klass)
+    return Event(log, i, parsed[i], found, True, frames, context, [], [_unglued(parsed[k]) for k in span])
 
 
 def _merge_details(events: list[Event]) -> list[Event]:

@@ -23,6 +23,8 @@ SYNC_ENDPOINTS = ("/init_communicator/", "/update_named_param/", "/update_flatte
                   "/update_adapter_flattened_param/", "/update_adapter_param/")
 CONNECT_TIMEOUT = re.compile(r"timed out .*?connect to \(([^,]+), (\d+)\)|failed to connect/validate to host "
                              r"[^:]+:(\d+)|port: (\d+).*EADDRINUSE|remote=\S+:(\d+)\) timed out")
+# c10d socket.cpp: SocketImpl::waitForInput's warning while it waits (the timeout above follows when nothing comes)
+POLL_TIMEOUT = re.compile(r"remote=\S+:(\d+)\) returned 0, likely a timeout")
 ZERO_SHARD = re.compile(r"zero_pp_rank_(\d+)_mp_rank_\d+_(?:optim|model)_states\.pt$")
 WORK_NCCL = re.compile(r"WorkNCCL\(SeqNum=(\d+), OpType=([A-Z_]+)")
 TIMEOUT_MS = re.compile(r"Timeout\(ms\)=(\d+)")
@@ -37,9 +39,11 @@ def bounded(lines: list[str]) -> list[str]:
     return lines[:head] + [f"… {len(lines) - head - tail} lines left out …"] + lines[-tail:]
 
 
-def group_port_timeout(s: Snapshot, line: str) -> int | None:
-    """The weight-sync group port a server-mode trainer's line says it could not connect to, if any."""
-    m = CONNECT_TIMEOUT.search(line) if s.server_mode else None
+def group_port_timeout(s: Snapshot, line: str, waiting: bool = False) -> int | None:
+    """The weight-sync group port a line says a socket timed out on (connecting, or waiting for an answer), if
+    any; ``waiting``: also c10d's warning that a poll on it came back empty. Only rollout servers have a group
+    port, so a timeout on one is the weight sync's whatever else the logs say of the mode."""
+    m = CONNECT_TIMEOUT.search(line) or (POLL_TIMEOUT.search(line) if waiting else None)
     port = next((int(g) for g in m.groups() if g and g.isdigit()), None) if m else None
     return port if port in s.sync_ports else None
 
@@ -56,6 +60,13 @@ def _precedes(a: Event, b: Event) -> bool:
     if a.line.stamp and b.line.stamp:
         return a.line.stamp <= b.line.stamp
     return True
+
+
+def _heads_known(e: Event, events: list[Event]) -> bool:
+    """Whether ``e`` is a line that heads a traceback (``heads``) and the traceback right after it ends in an
+    exception with a finding of its own, which then tells the failure."""
+    return e.sig.heads and any(c.log == e.log and c.exception and c.sig.role == CAUSE and c.sig is not TRACEBACK
+                               and 0 < c.index - e.index <= len(c.traceback) + 2 for c in events)
 
 
 def _oom_phase(e: Event) -> str:
@@ -123,7 +134,7 @@ def log_signatures(s):
     for e in events:
         if e.sig.id in done or e.sig.role in (NOISE, REPORT):
             continue
-        if e.sig.role == CONSEQUENCE and any(_precedes(c, e) for c in firsts):
+        if e.sig.role == CONSEQUENCE and (any(_precedes(c, e) for c in firsts) or _heads_known(e, events)):
             continue
         if e.sig is TRACEBACK and failed and failed.event is e:
             continue  # NODE-FAILED names it with its error line
@@ -191,24 +202,35 @@ def reward_none(s):
                     "score one) and log why it could not; test it on a few completions from completions.jsonl.", node)
 
 
+def _group_port_line(s: Snapshot) -> tuple[str, str, int] | None:
+    """(node, line, port) of the first line that says a socket timed out on a weight-sync group port; c10d's
+    warnings that a poll came back empty only where no such timeout is there (the excerpt ends before it)."""
+    for waiting in (False, True):
+        for node, lines in s.logs.items():
+            for line in lines:
+                if port := group_port_timeout(s, line, waiting):
+                    return node, line, port
+    return None
+
+
 @rule
 def weight_sync_stall(s):
-    """Server mode: the trainer cannot open or finish the weight-sync group on a rollout server's group port, or
-    the run went silent right after the last weight-sync request the rollout server answered."""
+    """The trainer or the rollout server times out on a rollout server's weight-sync group port (the group cannot
+    be opened, or stops answering); in server mode also: the run went silent right after the last weight-sync
+    request the rollout server answered."""
+    if found := _group_port_line(s):
+        node, line, port = found
+        yield Alert("WEIGHT-SYNC-STALL", "error", "Weight sync to the rollout server cannot connect",
+                    f"A socket timed out on the rollout server's weight-sync group port {port} (the group that sends "
+                    "new weights to vLLM after each step, set up through a store on that port): the port is blocked "
+                    "between the nodes, already taken by an old server, or the other side stopped answering.",
+                    line.strip()[:600],
+                    f"Open port {port} (vllm_server_group_port, 51216 by default, one per server) from the "
+                    "trainer nodes to the rollout node, stop stale `swift rollout` processes, and check "
+                    "NCCL_SOCKET_IFNAME on both sides; preflight tests the port from every trainer node.", node)
+        return
     if not s.server_mode:
         return
-    for node, lines in s.logs.items():
-        for line in lines:
-            if port := group_port_timeout(s, line):
-                yield Alert("WEIGHT-SYNC-STALL", "error", "Weight sync to the rollout server cannot connect",
-                            f"The trainer timed out on the rollout server's weight-sync group port {port} (the NCCL "
-                            "group that sends new weights to vLLM after each step): the port is blocked between the "
-                            "nodes, or already taken by an old server.", line.strip()[:600],
-                            f"Open port {port} (vllm_server_group_port, 51216 by default, one per server) from the "
-                            "trainer nodes to the rollout node, stop stale `swift rollout` processes, and check "
-                            "NCCL_SOCKET_IFNAME on both sides; preflight tests the port from every trainer node.",
-                            node)
-                return
     late = overdue(s)
     if not late:
         return

@@ -35,6 +35,7 @@ class Signature:
     severity: str = "error"
     warning_level: bool = False  # counts at WARNING level by itself (vLLM warns of a prompt it rejects)
     fatal: bool = False  # ends the process that prints it (an exception line always does)
+    heads: bool = False  # printed right before the traceback of the error it reports (logger.exception's line)
 
 
 def _rx(*alternatives: str) -> re.Pattern:
@@ -152,7 +153,7 @@ MESSAGE_SIGNS = [
             r"ProcessGroupNCCL's watchdog got stuck for \d+ seconds", r"Heartbeat monitor timed out",
             r"ProcessGroupNCCL.*timed out", r"NCCL.*operations? (?:has|have) (?:failed or )?timed out"),
         CONSEQUENCE, fatal=True),
-    Signature(
+    NCCL_ERROR := Signature(
         "NCCL-ERROR", "NCCL error",
         "NCCL, which moves tensors between the GPUs and nodes, failed: an unhandled system error is usually the "
         "network (a blocked port, the wrong interface, InfiniBand set-up), an unhandled CUDA error a GPU fault or "
@@ -164,7 +165,10 @@ MESSAGE_SIGNS = [
             r"\bnccl(?:UnhandledCudaError|SystemError|InternalError|RemoteError|InvalidUsage|InvalidArgument)\b",
             r"NCCL WARN ",                                # NCCL debug.cc: WARN is NCCL's level for fatal errors
             r"NCCL failure",
-            r"Failed to load NCCL library")),             # vLLM pynccl_wrapper: NCCLLibrary.__init__
+            r"Failed to load NCCL library",               # vLLM pynccl_wrapper: NCCLLibrary.__init__
+            # the InfiniBand driver (rdma-core providers/mlx5/cq.c: mlx5_dump_error_cqe): a work request NCCL
+            # posted failed on the wire (a link, a port or a peer gone), the CQE's words follow in hex
+            r"mlx\d: \S+: got completion with error")),
     Signature(
         "CUDA-ERROR", "CUDA error",
         "A GPU kernel failed. A device-side assert is almost always an index out of range (a token id beyond the "
@@ -219,6 +223,16 @@ MESSAGE_SIGNS = [
             r"Engine core initialization failed",          # vLLM v1 engine/utils.py: wait_for_engine_startup
             r"Engine process failed to start", r"EngineCore failed to start"),
         CONSEQUENCE, fatal=True),
+    Signature(
+        "VLLM-ENGINE-DEAD", "The vLLM engine core stopped on an error",
+        "vLLM's engine core process caught an exception in its busy loop and stopped: every request after this "
+        "fails (EngineDeadError). Its traceback is printed right after this line; the excerpt ends before the "
+        "exception that says why.",
+        "Find the rest of that traceback in the engine's (or rollout server's) log: its last line is the cause. "
+        "The usual ones are GPU memory (lower gpu_memory_utilization / max_num_seqs), a CUDA error in a kernel "
+        "(update vLLM to the version the ms-swift release recommends, try enforce_eager) or a bad request.",
+        _rx(r"EngineCore encountered a fatal error"),    # vLLM v1 engine/core.py: run_engine_core's logger.exception
+        CONSEQUENCE, fatal=True, heads=True),
     Signature(
         "ROLLOUT-UNREACHABLE", "Rollout server unreachable", "The trainer cannot reach a rollout server.",
         "Check the rollout node's log (a crash there comes first) and that its HTTP port and group port (51216+i) "
@@ -304,3 +318,7 @@ TRACEBACK_CUT = Signature(
     "Find the rest of this traceback (the full log of that process): its last line names the exception.",
     role=CONSEQUENCE)
 LATE_SIGNS = [VERSION_MISMATCH, ARGS_INVALID]  # messages weighed after where the exception was raised
+# Exception classes that say which part failed when no message signature does: torch.distributed raises
+# DistBackendError for a failure of its backend (C10D_NCCL_CHECK and ProcessGroupNCCL's checks: NCCL). Ray names the
+# class a remote task raised inside its own: ``ray.exceptions.RayTaskError(DistBackendError): ray::Actor.f() …``.
+EXCEPTION_CLASSES = {"DistBackendError": NCCL_ERROR}
