@@ -171,8 +171,6 @@ def test_kl_blowup():
 @pytest.mark.parametrize("alert,line", [
     ("OOM", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"),
     ("NCCL-TIMEOUT", "[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLGATHER)"),
-    ("WEIGHT-SYNC-FAILED", "[c10d] The client socket has timed out after 300000ms while trying to connect to "
-                           "(10.156.33.26, 51216)."),  # the weight-sync group port: not an NCCL collective
     ("DIST-INIT", "[c10d] The client socket has timed out after 300000ms while trying to connect to "
                   "(10.156.33.26, 29500)."),
     ("ROLLOUT-UNREACHABLE", "ConnectionError: Servers not reachable after 240.0s: ['10.0.0.5:8000']"),
@@ -183,6 +181,14 @@ def test_log_signatures_name_the_first_node(alert, line):
     alerts = [a for a in diagnose(Snapshot(logs=logs)) if a.id == alert]
     assert alerts and "first on node 1 (b)" in alerts[0].explanation and line in alerts[0].evidence
     assert alert not in ids(logs=HEALTHY_LOG)
+
+
+def test_a_socket_timing_out_on_the_weight_sync_group_port_is_the_stall_on_its_node():
+    """The weight-sync group port (51216), not an NCCL collective: one alert, the stall, on the node that logged it."""
+    line = "[c10d] The client socket has timed out after 300000ms while trying to connect to (10.156.33.26, 51216)."
+    alerts = diagnose(Snapshot(logs={"node 0 (a)": ["fine"], "node 1 (b)": ["fine", line, "more"]}))
+    assert [(a.id, a.where, a.evidence) for a in alerts if a.severity == "error"] == [
+        ("WEIGHT-SYNC-STALL", "node 1 (b)", line)]
 
 
 def real_traceback(depth: int) -> list[str]:

@@ -122,6 +122,12 @@ def run_to_end(jobs, spec, job_id, secrets=None, timeout=60):
     return [(n["host"], n["state"], n["exit_code"]) for n in jobs.store.nodes(job_id)], jobs.handle(job_id)
 
 
+def assert_slurm_ends_every_process(slurm_env, job: str) -> None:
+    """No process of a job that ended by itself outlives Slurm's end of it: slurmd signals the tasks left (SIGTERM,
+    then SIGKILL KillWait = 15 s later), which may finish after the job's state is already final."""
+    assert wait_for(lambda: not slurm_env.job_pids(job), 60), describe(slurm_env.job_pids(job))
+
+
 def test_two_nodes_get_rank_master_gpus_and_secrets_and_the_failed_rank_is_named(slurm_env, env_dir, tmp_path,
                                                                                  jobs):
     spec = recorder_spec(tmp_path, env_dir, env={"FAIL_RANK": "1"}, secret_env=["API_TOKEN"])
@@ -140,7 +146,7 @@ def test_two_nodes_get_rank_master_gpus_and_secrets_and_the_failed_rank_is_named
     assert nodes[0] in (("n1", "succeeded", 0), ("n1", "failed", None))
     assert error.startswith("node 1 (n2, rank 1) failed first: exit code 7; Slurm job ")
     assert "FAILED" in error and "exit code 7" in error
-    assert not slurm_env.job_pids(handle.job)
+    assert_slurm_ends_every_process(slurm_env, handle.job)
 
 
 def test_a_task_killed_before_writing_its_exit_code_is_named_from_srun_and_ends_the_others(slurm_env, env_dir,
@@ -152,7 +158,7 @@ def test_a_task_killed_before_writing_its_exit_code_is_named_from_srun_and_ends_
     assert nodes == [("n1", "failed", None), ("n2", "failed", None)]
     error = jobs.store.job("rec-killed")["error"]
     assert error.startswith("node 1 (n2, rank 1) failed first: srun: task 1: Killed; Slurm job "), error
-    assert not slurm_env.job_pids(handle.job)
+    assert_slurm_ends_every_process(slurm_env, handle.job)
 
 
 def test_rollout_servers_are_a_heterogeneous_component_the_trainer_finds_and_waits_for(slurm_env, env_dir,
