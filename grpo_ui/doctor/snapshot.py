@@ -58,10 +58,10 @@ class Snapshot:
     excerpt: bool = False   # the logs show no start of a run (a pasted excerpt): every step they show counts
     metric_lines: dict[int, list[str]] = field(default_factory=dict)  # step → the log lines its metrics came from
 
-    @property
-    def sync_ports(self) -> set[int]:
+    @cached_property
+    def sync_ports(self) -> frozenset[int]:
         """The rollout servers' weight-sync group ports: the run's own and the defaults of up to 8 servers."""
-        return set(self.group_ports) | {GROUP_PORT + k for k in range(8)}
+        return frozenset(self.group_ports) | {GROUP_PORT + k for k in range(8)}
 
     @cached_property
     def events(self) -> dict[str, list[Event]]:
