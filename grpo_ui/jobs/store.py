@@ -357,13 +357,10 @@ class Store:
 
     # memory: the estimate a job was launched with, and the peaks measured while it ran
     def set_memory_estimate(self, job_id: str, estimate: dict) -> None:
-        with self.conn() as c:
-            c.execute("INSERT OR REPLACE INTO memory_estimates VALUES (?, ?, ?)",
-                      (job_id, json.dumps(estimate), time.time()))
+        self._put_document("memory_estimates", job_id, estimate)
 
     def memory_estimate(self, job_id: str) -> dict | None:
-        row = self.conn().execute("SELECT estimate FROM memory_estimates WHERE job_id = ?", (job_id,)).fetchone()
-        return json.loads(row[0]) if row else None
+        return self._document("memory_estimates", "estimate", job_id)
 
     def update_memory_peaks(self, job_id: str, rank0: tuple[str, int] | None) -> None:
         """Raise the stored peaks to what the samples show: nvidia-smi's used memory per GPU (gpu_samples, MiB) and
@@ -387,22 +384,25 @@ class Store:
 
     # step time: the prediction a job was launched with (timing's dict, or {"error": why}) and its measured pace
     def set_time_estimate(self, job_id: str, estimate: dict) -> None:
-        with self._write() as c:
-            c.execute("INSERT OR REPLACE INTO time_estimates VALUES (?, ?, ?)",
-                      (job_id, json.dumps(estimate), time.time()))
+        self._put_document("time_estimates", job_id, estimate)
 
     def time_estimate(self, job_id: str) -> dict | None:
-        row = self.conn().execute("SELECT estimate FROM time_estimates WHERE job_id = ?", (job_id,)).fetchone()
-        return json.loads(row[0]) if row else None
+        return self._document("time_estimates", "estimate", job_id)
 
     def set_time_measured(self, job_id: str, measured: dict) -> None:
         """The job's pace as last measured (doctor.pace.Pace.to_dict()), replacing the one before."""
-        with self._write() as c:
-            c.execute("INSERT OR REPLACE INTO time_measured VALUES (?, ?, ?)",
-                      (job_id, json.dumps(measured), time.time()))
+        self._put_document("time_measured", job_id, measured)
 
     def time_measured(self, job_id: str) -> dict | None:
-        row = self.conn().execute("SELECT measured FROM time_measured WHERE job_id = ?", (job_id,)).fetchone()
+        return self._document("time_measured", "measured", job_id)
+
+    # one JSON document per job (the tables above: job_id, the document, when it was written)
+    def _put_document(self, table: str, job_id: str, document: dict) -> None:
+        with self._write() as c:
+            c.execute(f"INSERT OR REPLACE INTO {table} VALUES (?, ?, ?)", (job_id, json.dumps(document), time.time()))
+
+    def _document(self, table: str, column: str, job_id: str) -> dict | None:
+        row = self.conn().execute(f"SELECT {column} FROM {table} WHERE job_id = ?", (job_id,)).fetchone()
         return json.loads(row[0]) if row else None
 
     def upsert_alert(self, job_id: str, alert_id: str, severity: str, message: str, evidence: str, fix: str) -> None:
