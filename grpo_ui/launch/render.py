@@ -27,7 +27,7 @@ from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.names import check_name
 from grpo_ui.spec.resolve import SLURM_MASTER_PORT, Resolved, resolve
 from grpo_ui.spec.slurm import sbatch_option
-from grpo_ui.spec.swift_cli import TRAIN_FLAGS, coerce, rollout_command, stands_alone, train_command
+from grpo_ui.spec.swift_cli import TRAIN_FLAGS, Command, coerce, rollout_command, stands_alone, train_command
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 EXECUTABLE = (".sh", ".sbatch")
@@ -88,15 +88,16 @@ def _node_context(spec: JobSpec, node: Node, job_id: str) -> dict:
             "cuda_visible_devices": ",".join(map(str, node.gpus))}
 
 
-def swift_line(argv: list[str], raw: tuple[int, int, str] | None = None) -> str:
-    """``swift`` and its arguments, one flag with its values per line (continued with backslashes, as ms-swift's
-    own examples are written); ``raw`` (start, end, text): argv[start:end] replaced by shell text, unquoted."""
+def swift_line(argv: list[str], raw: tuple[int, int, str] | None = None, program: str = "swift") -> str:
+    """``swift`` (or ``program``: megatron) and its arguments, one flag with its values per line (continued with
+    backslashes, as ms-swift's own examples are written); ``raw`` (start, end, text): argv[start:end] replaced by
+    shell text, unquoted."""
     words = [shell.quote(a) for a in argv]
     if raw:
         start, end, text = raw
         words[start:end] = [text]
         argv = [*argv[:start], text, *argv[end:]]
-    lines = [["swift"]]
+    lines = [[program]]
     for arg, word in zip(argv, words, strict=True):
         if arg.startswith("--") and len(lines[-1]) > 1:
             lines.append([])
@@ -130,21 +131,22 @@ def sbatch_request(job: JobSpec | Resolved) -> str:
         rollout_sbatch=_sbatch_options(eff.spec, rollouts, "rollout") if rollouts else [])
 
 
-def _sbatch_context(spec: JobSpec, trainers: list[Node], rollouts: list[Node], train_argv: list[str],
+def _sbatch_context(spec: JobSpec, trainers: list[Node], rollouts: list[Node], train: Command,
                     rollout_argv: list[str] | None) -> dict:
     """job.sbatch: the trainers as the job's first component and, in server mode, the rollout nodes as a second
     (heterogeneous) one. A heterogeneous job rather than a separate rollout job: Slurm allocates both at once (no
     trainer waiting in the queue while its servers already run, or the reverse), one scancel ends both, and the
     trainers learn the servers' addresses from the allocation itself."""
+    train_argv = train.argv
     ctx = {"trainer_sbatch": _sbatch_options(spec, trainers, "trainer"), "rollout_sbatch": [],
-           "command": swift_line(train_argv), "allocated_servers_port": None}
+           "command": swift_line(train_argv, program=train.program), "allocated_servers_port": None}
     if rollout_argv is not None:
         ctx["rollout_sbatch"] = _sbatch_options(spec, rollouts, "rollout")
         ctx["rollout_command"] = swift_line(rollout_argv)
         # The trainers talk to the cluster's rollout nodes: in the job, those are the rollout component's nodes.
         if "--vllm_server_host" in train_argv and not spec.rollout.vllm_server_host:
             start, end = train_argv.index("--vllm_server_host") + 1, train_argv.index("--vllm_server_port")
-            ctx["command"] = swift_line(train_argv, (start, end, ROLLOUT_HOSTS))
+            ctx["command"] = swift_line(train_argv, (start, end, ROLLOUT_HOSTS), train.program)
             ctx["servers"], ctx["allocated_servers_port"] = [], spec.server.port
     return ctx
 
@@ -187,7 +189,8 @@ def render(job: Assessment | JobSpec | Resolved, job_id: str) -> Bundle:
     yaml_ok = eff.version >= (4, 1, 0)
     for rank, (i, node) in enumerate(trainers):
         name = NodeFiles("trainer", rank).script
-        ctx = {**common, **_node_context(spec, node, job_id), "rank": rank, "command": swift_line(train.argv),
+        ctx = {**common, **_node_context(spec, node, job_id), "rank": rank,
+               "command": swift_line(train.argv, program=train.program),
                "secrets_file": NodeFiles("trainer", "${NODE_RANK}").secrets}  # node scripts differ in NODE_RANK only
         files[name] = _env.get_template("node.sh.j2").render(ctx)
         bundle.node_files[i] = name
@@ -211,12 +214,12 @@ def render(job: Assessment | JobSpec | Resolved, job_id: str) -> Bundle:
         files[SBATCH] = _env.get_template("job.sbatch.j2").render(
             {**common, "master_port": spec.cluster.master_port or SLURM_MASTER_PORT,
              **_node_context(spec, trainers[0][1], job_id), "secrets_file": secrets_file(SBATCH),
-             **_sbatch_context(spec, [n for _, n in trainers], [n for _, n in rollouts], train.argv,
+             **_sbatch_context(spec, [n for _, n in trainers], [n for _, n in rollouts], train,
                                servers.argv if servers else None)})
     files["secrets.env.example"] = secrets_example(spec)
     outside = [f"{h}:{p}" for h, p in eff.server_endpoints] if eff.server and not rollouts else []
     files["README.txt"] = _env.get_template("README.txt.j2").render(
-        job_id=job_id, swift_version=spec.swift_version, files=sorted([*files, "README.txt"]),
+        job_id=job_id, swift_version=spec.swift_version, program=train.program, files=sorted([*files, "README.txt"]),
         run_dir_text=run_dir(spec, job_id), workdir=spec.cluster.workdir,
         job_files=[(f.field, f.value) for f in job_files(spec)], outside_servers=outside,
         server_timeout=int(spec.rollout.vllm_server_timeout),

@@ -16,7 +16,7 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from grpo_ui.core.findings import Finding, finding
-from grpo_ui.spec.fields import ArgDecl, parse_version
+from grpo_ui.spec.fields import COMMANDS, ArgDecl, parse_version
 from grpo_ui.spec.model import ARGS, JobSpec
 from grpo_ui.spec.resolve import Resolved, resolve
 
@@ -58,13 +58,19 @@ def format_value(value: Any) -> list[str]:
 
 @dataclass
 class Command:
-    """argv after ``swift`` (e.g. ['rlhf', '--rlhf_type', 'grpo', ...]), env for every node, findings, and the flags
-    grpo-ui added on its own: [(flag tokens, why)]."""
+    """argv after the launcher (``swift``, or ``megatron``: e.g. ['rlhf', '--rlhf_type', 'grpo', ...]), env for every
+    node, findings, and the flags grpo-ui added on its own: [(flag tokens, why)]."""
 
     argv: list[str]
     env: dict[str, str]
     findings: list[Finding] = field(default_factory=list)
     added: list[tuple[str, str]] = field(default_factory=list)
+    program: str = "swift"  # the launcher: swift, or megatron for megatron rlhf
+
+    @property
+    def words(self) -> list[str]:
+        """The whole command line: the launcher, then argv."""
+        return [self.program, *self.argv]
 
 
 def _emit(spec: JobSpec, section: str, version: str, skip: frozenset[str] = frozenset()):
@@ -74,6 +80,10 @@ def _emit(spec: JobSpec, section: str, version: str, skip: frozenset[str] = froz
     obj = getattr(spec, section)
     for d in (d for d in ARGS if d.section == section and d.name in obj.model_fields_set and d.name not in skip):
         value = getattr(obj, d.name)
+        if spec.engine not in d.engines:  # set to its default, it says nothing: it has no argv form either way
+            findings += [] if value == d.default else [engine_finding(d, spec.engine, value)]
+            continue
+        d = d.on(spec.engine)
         if value is None or value == [] or (not d.accepted_in(version) and value == d.default):
             continue  # no argv form, or the default a version without the flag behaves as
         if not d.accepted_in(version):
@@ -87,6 +97,16 @@ def _emit(spec: JobSpec, section: str, version: str, skip: frozenset[str] = froz
             continue
         out += [f"--{d.flag_for(version)}", *format_value(value)]
     return out, findings
+
+
+def engine_finding(d: ArgDecl, engine: str, value: Any) -> Finding:
+    """A set argument the job's engine does not take: ms-swift's parser stops at it (remaining_argv), or — for the
+    few it parses without using — it would silently do nothing."""
+    other = next(e for e in d.engines if e != engine)
+    return finding("ENGINE-FLAG", "error", d.path,
+                   f"--{d.flag} is set to {value!r}, but it is a {COMMANDS[other]} argument: {COMMANDS[engine]} "
+                   "does not take it.",
+                   f"Clear {d.path}" + (f"; on {COMMANDS[engine]} use {d.instead}." if d.instead else "."))
 
 
 def _too_many_servers(count: int, version: str, cmd: Command) -> bool:
@@ -125,7 +145,10 @@ def train_command(job: JobSpec | Resolved, version: str | None = None) -> Comman
     eff = _for_version(job, version)
     spec, version, dialect = eff.spec, eff.spec.swift_version, eff.dialect
     cmd = Command(["rlhf", "--rlhf_type", "grpo"], dict(spec.env),
-                  added=[("--rlhf_type grpo", "swift rlhf runs DPO unless told otherwise")])
+                  added=[("--rlhf_type grpo", f"{COMMANDS[spec.engine]} runs DPO unless told otherwise")],
+                  program=COMMANDS[spec.engine].split()[0])
+    if spec.engine == "megatron":
+        return _megatron_command(eff, cmd)
     # 3.2–3.4 had no vllm_mode: colocate is num_infer_workers (below), server is vllm_server_host
     skip = frozenset({"vllm_mode"}) if dialect == "3.2-3.4" else frozenset()
     for section in ("train", "rollout"):
@@ -142,6 +165,20 @@ def train_command(job: JobSpec | Resolved, version: str | None = None) -> Comman
         cmd.argv += ["--num_infer_workers", workers]
         cmd.added.append((f"--num_infer_workers {workers}", f"ms-swift {version} colocates vLLM on every training "
                           "GPU only when num_infer_workers equals the GPUs per node (its default is 1)"))
+    cmd.argv += spec.extra_args
+    return cmd
+
+
+def _megatron_command(eff: Resolved, cmd: Command) -> Command:
+    """``megatron rlhf`` argv: the set train and rollout fields in their Megatron form, the servers as for swift rlhf
+    (server mode without vllm_server_host: the cluster's rollout nodes), extra_args."""
+    spec, version = eff.spec, eff.spec.swift_version
+    for section in ("train", "rollout"):
+        flags, findings = _emit(spec, section, version)
+        cmd.argv += flags
+        cmd.findings += findings
+    if eff.server and "vllm_server_host" not in spec.rollout.model_fields_set:
+        _rollout_nodes_as_servers(eff, version, cmd)
     cmd.argv += spec.extra_args
     return cmd
 
