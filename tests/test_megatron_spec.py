@@ -17,6 +17,7 @@ from grpo_ui.spec.resolve import resolve
 from grpo_ui.spec.swift_cli import train_command
 from grpo_ui.spec.yaml_io import load_spec, spec_to_yaml
 
+
 def megatron(gpus_per_node: int = 8, nodes: int = 1, rollout_nodes: int = 0, **changes) -> JobSpec:
     cluster = [{"host": f"10.0.0.{i + 1}", "gpus": list(range(gpus_per_node))} for i in range(nodes)]
     cluster += [{"host": f"10.0.1.{i + 1}", "gpus": list(range(gpus_per_node)), "role": "rollout"}

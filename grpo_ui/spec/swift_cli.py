@@ -73,9 +73,10 @@ class Command:
         return [self.program, *self.argv]
 
 
-def _emit(spec: JobSpec, section: str, version: str, skip: frozenset[str] = frozenset()):
-    """(flag tokens, findings) for one section's set fields. None and [] have no argv form: they mean the default."""
-    out: list[str] = []
+def set_arguments(spec: JobSpec, section: str, version: str, skip: frozenset[str] = frozenset()):
+    """([(flag name in that version, value)], findings) for one section's set fields that reach ms-swift. None and []
+    have no argv form (they mean the default); an argument the job's engine or version lacks is a finding."""
+    out: list[tuple[str, Any]] = []
     findings: list[Finding] = []
     obj = getattr(spec, section)
     for d in (d for d in ARGS if d.section == section and d.name in obj.model_fields_set and d.name not in skip):
@@ -95,8 +96,14 @@ def _emit(spec: JobSpec, section: str, version: str, skip: frozenset[str] = froz
                 f"Clear {d.path} (ms-swift's default applies) or target an ms-swift version that has it.",
                 {d.path: d.default}))
             continue
-        out += [f"--{d.flag_for(version)}", *format_value(value)]
+        out.append((d.flag_for(version), value))
     return out, findings
+
+
+def _emit(spec: JobSpec, section: str, version: str, skip: frozenset[str] = frozenset()):
+    """(flag tokens, findings) for one section's set fields (set_arguments)."""
+    fields, findings = set_arguments(spec, section, version, skip)
+    return [t for flag, value in fields for t in (f"--{flag}", *format_value(value))], findings
 
 
 def engine_finding(d: ArgDecl, engine: str, value: Any) -> Finding:
@@ -181,6 +188,57 @@ def _megatron_command(eff: Resolved, cmd: Command) -> Command:
         _rollout_nodes_as_servers(eff, version, cmd)
     cmd.argv += spec.extra_args
     return cmd
+
+
+# Ray mode (megatron rlhf --use_ray true --config job.yaml): the config's layout, ms-swift 4.6
+# swift/ray/megatron/driver_utils.py parse_ray_yaml: top-level keys are shared by every role ({**shared, **group}),
+# the Ray-only keys colocate_groups / sleep_level / nnodes are read there only, each role group has its gpus.
+RAY_ENTRYPOINT = ["rlhf", "--use_ray", "true", "--config"]  # after ``megatron``; the config's path follows
+RAY_RENDERED_BY_PLACEMENT = frozenset({"use_ray", "vllm_mode", "sleep_level"})  # what the config says otherwise
+
+
+@dataclass
+class RayConfig:
+    """ms-swift's Ray config of a job (``data``, written as YAML), its findings and what grpo-ui added on its own."""
+
+    data: dict
+    findings: list[Finding] = field(default_factory=list)
+    added: list[tuple[str, str]] = field(default_factory=list)
+
+
+def ray_config(job: JobSpec | Resolved, version: str | None = None) -> RayConfig:
+    """The Ray config: rlhf_type and the model (both roles read them), the trainer-side rollout arguments at the top
+    (the vLLM replicas read them from there, and the driver reads offload_model there), the placement's keys, the
+    ``train`` group with its GPUs and the training arguments, the ``rollout`` group with its GPUs and — separate
+    placement — the server section's vLLM arguments."""
+    eff = _for_version(job, version)
+    spec, version, ray = eff.spec, eff.spec.swift_version, eff.ray
+    cfg = RayConfig({"rlhf_type": "grpo"}, added=[("rlhf_type: grpo", "megatron rlhf runs DPO unless told otherwise")])
+    train, found = set_arguments(spec, "train", version)
+    rollout, more = set_arguments(spec, "rollout", version, RAY_RENDERED_BY_PLACEMENT)
+    cfg.findings += found + more
+    train = dict(train)
+    cfg.data.update({k: train.pop(k) for k in ("model",) if k in train})
+    train.pop("use_ray", None)
+    cfg.data.update(rollout)
+    if ray.colocate:
+        cfg.data["colocate_groups"] = [["train", "rollout"]]
+    cfg.data["sleep_level"] = ray.sleep_level
+    if "sleep_level" not in spec.rollout.model_fields_set:
+        cfg.added.append((f"sleep_level: {ray.sleep_level}", "a Ray config's default (1 when colocated); separate "
+                          "placement runs at 0 whatever it says"))
+    if ray.nnodes > 1:
+        cfg.data["nnodes"] = ray.nnodes
+        cfg.added.append((f"nnodes: {ray.nnodes}", "each role's GPUs are split evenly over the trainer nodes"))
+    if "global_batch_size" not in train:
+        train["global_batch_size"] = eff.megatron.global_batch
+        cfg.added.append((f"global_batch_size: {eff.megatron.global_batch}", "the Ray driver reads it from the train "
+                          "group and stops without it (pipeline.py:174)"))
+    cfg.data["train"] = {"gpus": ray.train_gpus, **train}
+    server, found = set_arguments(spec, "server", version, frozenset({"port"})) if not ray.colocate else ([], [])
+    cfg.findings += found
+    cfg.data["rollout"] = {"gpus": ray.rollout_gpus, **dict(server)}
+    return cfg
 
 
 def rollout_command(job: JobSpec | Resolved, version: str | None = None, index: int = 0) -> Command:
