@@ -106,9 +106,6 @@ def _memory(eff: Resolved) -> tuple[MemoryReport | None, str | None, list[Findin
     error."""
     if not eff.spec.train.model:
         return None, "no model chosen", []
-    if eff.megatron:
-        return None, MEGATRON_NOT_ESTIMATED.format(
-            what="memory", terms="TP/PP/EP sharding, distributed optimizer, recomputation and offload"), []
     try:
         report = estimate_spec(eff)
     except (UnknownModel, UnknownGpu, EngineConfigError) as e:
