@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from grpo_ui.checks.assess import assess
 from grpo_ui.spec.model import ARGS, ARGS_BY_PATH, JobSpec
 from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.resolve import resolve
@@ -136,9 +135,3 @@ def test_a_megatron_job_runs_megatron_rlhf():
     cmd = train_command(megatron(**{"train.tensor_model_parallel_size": 2, "train.finetune": True}))
     assert cmd.words[:4] == ["megatron", "rlhf", "--rlhf_type", "grpo"] and not cmd.findings
     assert cmd.argv[cmd.argv.index("--tensor_model_parallel_size") + 1] == "2"
-
-
-def test_a_megatron_job_has_a_memory_estimate_but_no_step_time_yet():
-    a = assess(megatron(**{"cluster.nodes[0].gpu_model": "NVIDIA H100 80GB HBM3"}))
-    assert a.memory is not None and a.memory_error is None
-    assert a.time is None and a.time_error.startswith("not estimated") and "megatron rlhf" in a.time_error

@@ -83,18 +83,8 @@ def assess(job: JobSpec | Resolved, arch: ModelArch | None = None) -> Assessment
                       faster(eff, time) if time else [])
 
 
-# Why a Megatron job has no memory estimate or step time yet: the models cover swift rlhf's sharding only.
-MEGATRON_NOT_ESTIMATED = ("not estimated: grpo-ui's {what} model covers swift rlhf (DDP, DeepSpeed ZeRO, FSDP) only; "
-                          "a megatron rlhf job's {terms} are not modelled yet, and a DeepSpeed figure would be wrong for "
-                          "it.")
-
-
 def _time(eff: Resolved) -> tuple[TimeReport | None, str | None]:
-    """The step-time prediction, or why there is none (no GPU speed facts, an unknown model or GPU, a Megatron
-    job)."""
-    if eff.megatron:
-        return None, MEGATRON_NOT_ESTIMATED.format(
-            what="step-time", terms="tensor/pipeline/expert/context-parallel communication and pipeline bubble")
+    """The step-time prediction, or why there is none (no GPU speed facts, an unknown model or GPU)."""
     try:
         return predict_spec(eff), None
     except ValueError as e:

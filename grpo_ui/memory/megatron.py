@@ -147,16 +147,19 @@ def _norm_bytes(h: int, share: float) -> float:
 
 def _lora_bytes(i: Inputs) -> float:
     """What LoRA adds per token and layer: lora_A's input after lora_dropout (a 16-bit copy and its 1-byte mask per
-    adapted linear; Megatron-SWIFT's lora_dropout is 0.05) and lora_B's r-wide input, ÷ TP (the adapted linears'
-    inputs are split by heads or, with sequence parallelism, by tokens); a routed expert's once per routed copy."""
+    adapted linear; Megatron-SWIFT's lora_dropout is 0.05) and lora_B's r-wide input, ÷ TP (the inputs are split by
+    heads or, with sequence parallelism, by tokens). Megatron-Core fuses a layer's linears into linear_qkv (input h),
+    linear_proj (q), linear_fc1 (gate and up: h) and linear_fc2 (I), each adapted once when any HF linear it holds is
+    a target; a routed expert's fc1 and fc2 once per routed copy."""
     if i.full:
         return 0.0
     a = i.arch
-    kept = 0.0
-    for name, fan_in, _, count in a.linears():
-        if name in i.lora_targets:
-            uses = a.num_experts_per_tok if (a.num_experts and name in EXPERT_LINEARS) else count / a.num_hidden_layers
-            kept += uses * ((ACT_BYTES + (1 if i.lora_dropout > 0 else 0)) * fan_in + ACT_BYTES * i.lora_rank)
+    inter, copies = (a.moe_intermediate_size, a.num_experts_per_tok) if a.num_experts else (a.intermediate_size, 1)
+    fused = ((("q_proj", "k_proj", "v_proj"), a.hidden_size, 1), (("o_proj",), a.num_attention_heads * a.hd, 1),
+             (("gate_proj", "up_proj"), a.hidden_size, copies), (("down_proj",), inter, copies))
+    per_input = ACT_BYTES + (1 if i.lora_dropout > 0 else 0)
+    kept = sum(uses * (per_input * fan_in + ACT_BYTES * i.lora_rank) for names, fan_in, uses in fused
+               if set(names) & set(i.lora_targets))
     return kept / _layout(i).tp
 
 
