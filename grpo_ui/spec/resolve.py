@@ -137,6 +137,19 @@ class Resolved:
         return self.megatron.world if self.megatron else self.nnodes * self.nproc_per_node
 
     @property
+    def logging_rank(self) -> int:
+        """The global rank that prints the metrics and writes logging.jsonl and completions.jsonl: rank 0 for swift
+        rlhf; the last for megatron rlhf (swift/utils/env.py is_last_rank, used by swift/megatron/callbacks/print.py
+        and the completions writer: in a pipeline only the last stage has the loss)."""
+        return self.world_size - 1 if self.megatron else 0
+
+    @property
+    def logging_node(self) -> int:
+        """The node rank of the trainer node running logging_rank (megatron rlhf: the last node, ms-swift's Megatron
+        quick start: 'logs are printed on the last rank')."""
+        return self.logging_rank // max(self.nproc_per_node, 1) if self.nproc_per_node else 0
+
+    @property
     def dialect(self) -> str:
         return dialect_of(self.spec.swift_version)
 
