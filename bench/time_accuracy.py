@@ -10,6 +10,10 @@ come from; the rows whose source gives the mean completion length apart from tho
 prediction carries (timing.report.RANGE_GIVEN / RANGE_ASSUMED) and how many rows fall within them; each row.
 Targets: median ≤ 25 %, p90 ≤ 60 %, and better than the baseline.
 
+The Megatron-Core rows (NeMo RL's tables, ms-swift's and verl's Megatron runs) are predicted as megatron rlhf jobs
+and also reported on their own lines, with the training-step time of tests/data/megatron_measurements.jsonl's s/it
+figures (bench/megatron_calibration.py).
+
 ``--fit`` first refits the constants on the fit rows (bench/time_calibration.fit) and prints them.
 """
 
@@ -18,6 +22,7 @@ from __future__ import annotations
 import sys
 from collections import defaultdict
 
+from bench import megatron_calibration
 from bench.time_calibration import (
     baseline_rate,
     error,
@@ -90,6 +95,11 @@ def main(argv: list[str]) -> None:
         part = by_framework[name]
         split_counts = "/".join(str(sum(r.split == s for r in part)) for s in SPLITS)
         print(line(f"{name} (fit/held/fresh {split_counts})", part, rate))
+    megatron = [r for r in results if megatron_calibration.time_row_layout(r.row)]
+    print("\nMegatron-Core runs, predicted as megatron rlhf jobs of their layout (bench/megatron_calibration.as_megatron):")
+    for split in by_split:
+        print(line(f"Megatron, {SPLITS[split]}", [r for r in megatron if r.split == split], rate))
+    print("\n".join(megatron_calibration.time_report()))
     fit_rows = [r for r in rows if r["split"] == "fit"]
     given, assumed = ranges(fit_rows)
     print(f"\nrange (measured ÷ predicted, fit rows' 10th-90th percentile): length given {given[0]:.2f}-{given[1]:.2f} "

@@ -275,3 +275,16 @@ def test_the_rank_overhead_is_what_the_fit_rows_give():
     results = [megatron_calibration.evaluate(r) for r in ROWS]
     assert megatron.RANK_OVERHEAD_GIB == pytest.approx(megatron_calibration.rank_overhead(results), abs=0.05)
 
+
+
+def test_nemo_rls_megatron_rows_are_predicted_as_megatron_jobs():
+    """Time rows measured with Megatron-Core (NeMo RL's tables, ms-swift's own Megatron GRPO run) are predicted as
+    megatron rlhf jobs with their TP/PP/CP/EP, on-policy."""
+    from bench.time_calibration import load, spec_of
+    rows = [r for r in load() if megatron_calibration.time_row_layout(r)]
+    assert any(r["framework"] == "nemo-rl" for r in rows) and any(r["framework"] == "ms-swift" for r in rows)
+    for row in rows:
+        eff = resolve(spec_of(row))
+        layout = megatron_calibration.time_row_layout(row)
+        assert eff.megatron is not None and (eff.megatron.tp, eff.megatron.pp) == (layout["tp"], layout["pp"])
+        assert eff.megatron.dp >= 1 and eff.megatron.num_microbatches >= 1 and not eff.spec.rollout.async_generate
