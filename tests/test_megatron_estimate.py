@@ -288,3 +288,30 @@ def test_nemo_rls_megatron_rows_are_predicted_as_megatron_jobs():
         layout = megatron_calibration.time_row_layout(row)
         assert eff.megatron is not None and (eff.megatron.tp, eff.megatron.pp) == (layout["tp"], layout["pp"])
         assert eff.megatron.dp >= 1 and eff.megatron.num_microbatches >= 1 and not eff.spec.rollout.async_generate
+
+
+# Make it fit, make it faster
+
+def test_make_it_fit_offers_megatrons_levers_and_only_those_the_rules_pass():
+    """An OOM Megatron job is offered Megatron's levers (parallelism, recomputation, the optimizer, the micro-batch),
+    never swift rlhf's (DeepSpeed, per_device_train_batch_size); a TP the KV heads do not divide (Qwen2.5-VL-3B has
+    2: MEGATRON-TP-HEADS) is never offered, and each offer fits or is tight."""
+    from grpo_ui.checks.fit import suggest
+    spec = load_spec(JOBS / "dense_colocate.yaml")
+    at_two = resolve(with_changes(spec, {"train.tensor_model_parallel_size": 2, "train.sequence_parallel": True}))
+    for eff in (resolve(spec), at_two):
+        offers = suggest(eff, limit=10)
+        assert offers and all(s.verdict in ("fits", "tight") for s in offers)
+        keys = {k for s in offers for k in s.changes}
+        assert not keys & {"train.deepspeed", "train.per_device_train_batch_size", "train.gradient_checkpointing"}
+        assert all(s.changes.get("train.tensor_model_parallel_size", 1) <= 2 for s in offers)
+
+
+def test_make_it_faster_offers_megatrons_levers_and_no_async_generate():
+    from grpo_ui.checks.faster import _candidates
+    full = resolve(load_spec(JOBS / "moe_colocate_full.yaml"))
+    levers = {k for changes, _ in _candidates(full) for k in changes}
+    assert {"train.pipeline_model_parallel_size", "train.tensor_model_parallel_size", "train.tuner_type"} <= levers
+    server = resolve(load_spec(JOBS / "dense_server.yaml"))
+    assert not any("rollout.async_generate" in changes for changes, _ in _candidates(server))
+    assert any(f.changes for f in assess(full.spec).faster)
