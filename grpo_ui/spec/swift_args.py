@@ -110,8 +110,8 @@ class TrainArgs(_Section):
     advantage_estimator: Literal["grpo", "rloo", "reinforce_plus_plus"] = arg(
         "grpo", "Advantage estimator.", group="rl", since="3.10")
     scale_rewards: Literal["group", "batch", "none", "gdpo"] | None = arg(
-        None, "Reward normalisation (default follows the estimator).", group="rl", since="3.10", megatron={"default": "group"})
-    kl_in_reward: bool | None = arg(None, "Put the KL penalty in the reward instead of the loss.", group="rl", megatron={"default": False})
+        None, "Reward normalisation (default follows the estimator).", group="rl", since="3.10")
+    kl_in_reward: bool | None = arg(None, "Put the KL penalty in the reward instead of the loss.", group="rl")
     dynamic_sample: bool = arg(False, "DAPO dynamic sampling: resample groups with zero reward spread.", group="rl")
     max_resample_times: int = arg(3, "Resampling rounds for dynamic_sample.", group="rl", ge=0)
     overlong_filter: bool = arg(False, "Drop truncated completions from the loss.", group="rl")
