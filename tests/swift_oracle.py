@@ -37,7 +37,7 @@ PASS_THROUGH = '#!/bin/bash\nexec "$@"\n'
 
 def make_stubs(directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
-    for name in ("swift", "torchrun", "python", "python3", "deepspeed"):
+    for name in ("swift", "megatron", "torchrun", "python", "python3", "deepspeed"):
         (directory / name).write_text(RECORDER.format(python=sys.executable))
     for name in ("nohup", "setsid"):
         (directory / name).write_text(PASS_THROUGH)
@@ -60,12 +60,14 @@ def _session_alive(sid: int) -> bool:
 
 @dataclass
 class Run:
-    """One swift rlhf/rollout a script ran: kind, argv after the sub-command (or rlhf.py), env, cwd."""
+    """One swift rlhf/rollout (or megatron rlhf) a script ran: kind, argv after the sub-command (or rlhf.py), env,
+    cwd, launcher."""
 
     kind: str
     argv: list[str]
     env: dict[str, str]
     cwd: str
+    program: str = "swift"  # or megatron
 
 
 TORCHRUN = {"nproc_per_node": "NPROC_PER_NODE", "nnodes": "NNODES", "node_rank": "NODE_RANK",
@@ -75,8 +77,9 @@ TORCHRUN = {"nproc_per_node": "NPROC_PER_NODE", "nnodes": "NNODES", "node_rank":
 def _as_run(record: dict) -> Run | None:
     """A recording as swift would run it; torchrun's rendezvous options become the env swift derives them from."""
     argv, env = record["argv"], {k: v for k, v in record["env"].items() if k not in BASELINE_ENV}
-    if record["tool"] == "swift":
-        return Run(argv[0], argv[1:], env, record["cwd"]) if argv and argv[0] in ("rlhf", "rollout") else None
+    if record["tool"] in ("swift", "megatron"):
+        return Run(argv[0], argv[1:], env, record["cwd"], record["tool"]) if argv and argv[0] in ("rlhf", "rollout") \
+            else None
     for i, token in enumerate(argv):
         if token.endswith(("swift/cli/rlhf.py", "swift/cli/rollout.py")):
             launcher = argv[:i]
