@@ -89,6 +89,11 @@ def set_arguments(spec: JobSpec, section: str, version: str, skip: frozenset[str
         d = d.on(spec.engine)
         if value is None or value == [] or (not d.accepted_in(version) and value == d.default):
             continue  # no argv form, or the default a version without the flag behaves as
+        if why := d.refuses(value):
+            findings.append(finding("ENGINE-VALUE", "error", d.path, f"--{d.flag} {value!r}: {COMMANDS[spec.engine]} "
+                                    f"does not take that value ({why}).", f"Set a value it takes, or clear "
+                                    f"{d.path}."))
+            continue
         if not d.accepted_in(version):
             when = f"added in {d.since}" if d.since and parse_version(version) < parse_version(d.since) \
                 else f"removed in {d.until}"
