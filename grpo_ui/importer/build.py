@@ -119,14 +119,12 @@ def flags_of(config: dict, line: int, ray: bool = False) -> list[Flag]:
 def read_config(path: Word, sources: Sources, call_source: str, findings: list[Finding]) -> dict | None:
     """A YAML/JSON config a script names, as a mapping; a finding and None when it was not given or is not one. A
     path only the script's shell knows (``"$SCRIPT_DIR/x.yaml"``) is read from the uploaded file of that name."""
-    name = path.text
-    if path.unresolved:
-        name = Path(path.unresolved.strip("'\"")).name
-        if name in sources.files:
-            findings.append(finding("IMPORT-CONFIG-BY-NAME", "info", "spec", f"{call_source} line {path.line} reads "
-                                    f"{path.unresolved}; the imported {name} was taken for it.",
-                                    "Nothing to do if that is the file the script reads."))
+    name = Path(path.unresolved.strip("'\"")).name if path.unresolved else path.text
     data = sources.read(name)
+    if path.unresolved and data is not None:
+        findings.append(finding("IMPORT-CONFIG-BY-NAME", "info", "spec", f"{call_source} line {path.line} reads "
+                                f"{path.unresolved}; the imported {name} (beside the script) was taken for it.",
+                                "Nothing to do if that is the file the script reads."))
     if data is None:
         findings.append(finding("IMPORT-CONFIG-MISSING", "error", "spec", f"{call_source} line {path.line} reads the "
                                 f"config file {path.unresolved or path.text}, which was not among the imported files.",
