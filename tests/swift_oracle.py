@@ -109,6 +109,14 @@ def run_script(script: Path, workdir: Path, stubs: Path, env: dict[str, str] | N
     return [r for r in runs if r]
 
 
+def run_rendered(script: Path, workdir: Path, stubs: Path) -> list[Run]:
+    """run_script on a rendered node script without its wait for the rollout servers' /health/ (it needs real
+    servers; the oracle runs without them)."""
+    script.write_text("".join(line for line in script.read_text().splitlines(keepends=True)
+                              if not line.startswith("wait_for_health ")))
+    return run_script(script, workdir, stubs)
+
+
 # ms-swift's own reading of a command line: the config-file expansion its CLI does first (4.1+: a positional
 # YAML/JSON with an ENV block; 3.10-4.0: --config), then HfArgumentParser over the argument class. The namespace is
 # what argparse gives, before __post_init__ (which would load models and datasets).
@@ -270,13 +278,8 @@ def evaluate(workdir: Path) -> list[CaseResult]:
         bundle = render(spec, "corpus")
         out = home / "rendered"
         write_bundle(bundle, out)
-        rendered = []
-        for name in sorted(bundle.files):
-            if name.endswith(".sh"):  # the health wait needs real rollout servers; the oracle runs without it
-                script = out / name
-                script.write_text("".join(line for line in script.read_text().splitlines(keepends=True)
-                                          if not line.startswith("wait_for_health ")))
-                rendered += run_script(script, home, stubs)
+        rendered = [r for name in sorted(bundle.files) if name.endswith(".sh")
+                    for r in run_rendered(out / name, home, stubs)]
         (st, sr), (rt, rr) = _pair(recorded), _pair(rendered)
         problems = [] if (len(st), len(sr)) == (len(rt), len(rr)) else [
             f"{len(st)} trainer / {len(sr)} rollout runs recorded, {len(rt)} / {len(rr)} rendered"]
