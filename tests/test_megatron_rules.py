@@ -26,6 +26,7 @@ MOE = {"train.model": "Qwen/Qwen3-30B-A3B-Instruct-2507"}
 MEGATRON_CASES = {
     "ENGINE-FLAG": ({"train.per_device_train_batch_size": 4}, {"train.micro_batch_size": 4,
                                                                "train.global_batch_size": 64}),
+    "ENGINE-VALUE": ({"train.tuner_type": "longlora"}, {"train.tuner_type": "lora"}),
     "ENGINE-VERSION": ({"swift_version": "3.12"}, {"swift_version": "4.0"}),
     "MEGATRON-WORLD": ({"train.tensor_model_parallel_size": 16}, {"train.tensor_model_parallel_size": 8}),
     "MEGATRON-TP-HEADS": ({**MOE, "train.tensor_model_parallel_size": 8, "train.global_batch_size": 8},

@@ -39,9 +39,9 @@ def test_a_job_without_an_engine_is_the_swift_rlhf_job_it_always_was():
 def test_declared_megatron_defaults_differ_where_ms_swift_says():
     spec = JobSpec(engine="megatron")
     value = {path: spec.value(ARGS_BY_PATH[path]) for path in (
-        "train.tuner_type", "train.padding_free", "train.scale_rewards", "train.num_train_epochs",
+        "train.tuner_type", "train.padding_free", "train.num_train_epochs",
         "train.dataloader_num_workers", "rollout.use_vllm", "train.global_batch_size", "train.finetune")}
-    assert value == {"train.tuner_type": "full", "train.padding_free": True, "train.scale_rewards": "group",
+    assert value == {"train.tuner_type": "full", "train.padding_free": True,
                      "train.num_train_epochs": None, "train.dataloader_num_workers": 4, "rollout.use_vllm": True,
                      "train.global_batch_size": 16, "train.finetune": True}
     swift = JobSpec()

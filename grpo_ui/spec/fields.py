@@ -61,7 +61,8 @@ def arg(default: Any, help: str, *, group: str, flag: str | None = None, since: 
     value exactly as written.
     engines: the training engines whose argument classes take it (ENGINES: both).
     megatron: what differs in ``megatron rlhf``'s argument classes: any of default, since, until, old_name,
-    renamed_in, old_default (ArgDecl.on).
+    renamed_in, old_default (ArgDecl.on), values (the choices it takes, fewer than the annotation's) and integer
+    (whole numbers only).
     instead: for an argument one engine lacks, what the other engine's job says instead (the fix the finding gives).
     """
     unknown = set(megatron or {}) - set(_ENGINE_KEYS)
@@ -74,7 +75,7 @@ def arg(default: Any, help: str, *, group: str, flag: str | None = None, since: 
     return Field(description=help, json_schema_extra={"swift": extra}, **_default(default), **bounds)
 
 
-_ENGINE_KEYS = ("default", "since", "until", "old_name", "renamed_in", "old_default")
+_ENGINE_KEYS = ("default", "since", "until", "old_name", "renamed_in", "old_default", "values", "integer")
 
 
 def _default(default: Any) -> dict:
@@ -139,12 +140,25 @@ class ArgDecl(Decl):
     engines: tuple[str, ...] = ENGINES  # the engines whose argument classes take it
     megatron: tuple = ()  # (key, value) pairs: what megatron rlhf's argument classes have instead (arg(megatron=…))
     instead: str | None = None  # on the engine that lacks it: what to set instead
+    values: tuple | None = None  # the choices this engine takes when fewer than the annotation's (ArgDecl.on)
+    integer: bool = False  # this engine takes whole numbers only (ArgDecl.on)
+
+    def refuses(self, value) -> str | None:
+        """Why this engine's parser refuses a value the annotation allows (its fewer choices, whole numbers), or
+        None."""
+        if self.values is not None and value not in self.values:
+            return f"it takes {', '.join(map(str, self.values))}"
+        if self.integer and isinstance(value, float) and not value.is_integer():
+            return "it takes a whole number"
+        return None
 
     def on(self, engine: str) -> ArgDecl:
         """This argument as the engine's argument classes have it (its default, first version and old name)."""
         if engine != "megatron" or not self.megatron:
             return self
         changes = dict(self.megatron)
+        if "values" in changes:
+            changes["values"] = tuple(changes["values"])
         if "old_default" in changes:
             changes["old_default"] = tuple(changes["old_default"]) if changes["old_default"] else None
         return replace(self, **changes)

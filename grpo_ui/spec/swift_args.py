@@ -54,7 +54,7 @@ class TrainArgs(_Section):
     template: str | None = arg(None, "Chat template; auto-detected when empty.", group="model")
     system: str | None = arg(None, "System prompt, or a path to a .txt file with it.", group="model", widget="text")
     tuner_type: Literal[TUNER_TYPES] = arg("lora", "lora trains adapters on a frozen base; full trains every weight.",
-                                           group="model", old_name="train_type", renamed_in="4.0", megatron={"default": "full"})
+                                           group="model", old_name="train_type", renamed_in="4.0", megatron={"default": "full", "values": ("lora", "full", "lora_llm")})
     lora_rank: int = arg(8, "LoRA rank r.", group="model", ge=1, le=1024)
     lora_alpha: int = arg(32, "LoRA alpha (scale = alpha / r).", group="model", ge=1)
     lora_dropout: float = arg(0.05, "LoRA dropout.", group="model", ge=0, lt=1)
@@ -110,8 +110,8 @@ class TrainArgs(_Section):
     advantage_estimator: Literal["grpo", "rloo", "reinforce_plus_plus"] = arg(
         "grpo", "Advantage estimator.", group="rl", since="3.10")
     scale_rewards: Literal["group", "batch", "none", "gdpo"] | None = arg(
-        None, "Reward normalisation (default follows the estimator).", group="rl", since="3.10", megatron={"default": "group"})
-    kl_in_reward: bool | None = arg(None, "Put the KL penalty in the reward instead of the loss.", group="rl", megatron={"default": False})
+        None, "Reward normalisation (default follows the estimator).", group="rl", since="3.10")
+    kl_in_reward: bool | None = arg(None, "Put the KL penalty in the reward instead of the loss.", group="rl")
     dynamic_sample: bool = arg(False, "DAPO dynamic sampling: resample groups with zero reward spread.", group="rl")
     max_resample_times: int = arg(3, "Resampling rounds for dynamic_sample.", group="rl", ge=0)
     overlong_filter: bool = arg(False, "Drop truncated completions from the loss.", group="rl")
@@ -147,7 +147,7 @@ class TrainArgs(_Section):
     dataloader_num_workers: int | None = arg(None, "Dataloader worker processes per rank.", group="data", ge=0, megatron={"default": 4})
 
     # training
-    num_train_epochs: float | None = arg(3, "Epochs over the dataset (Megatron: whole epochs; they decide train_iters when set).", group="training", gt=0, megatron={"default": None})
+    num_train_epochs: float | None = arg(3, "Epochs over the dataset (Megatron: whole epochs; they decide train_iters when set).", group="training", gt=0, megatron={"default": None, "integer": True})
     max_steps: int = arg(-1, "Stop after this many optimizer steps (-1 = epochs decide).", group="training", engines=SWIFT, instead='train_iters')
     learning_rate: float | None = arg(None, "Learning rate (default 1e-5 full / 1e-4 LoRA).", group="training",
                                       gt=0, engines=SWIFT, instead='lr')
@@ -160,7 +160,7 @@ class TrainArgs(_Section):
     padding_free: bool = arg(False, "Pack sequences without padding (needs flash_attn).", group="training", megatron={"default": True})
     sequence_parallel_size: int = arg(1, "Ulysses sequence-parallel degree.", group="training", ge=1, engines=SWIFT, instead="context_parallel_size (Megatron sets ms-swift's sequence_parallel_size to it)")
     ddp_backend: Literal["nccl", "gloo", "hccl", "mpi"] | None = arg(None, "torch.distributed backend.",
-                                                                     group="training", megatron={"default": "nccl"})
+                                                                     group="training", megatron={"default": "nccl", "values": ("nccl", "gloo")})
     ddp_timeout: int = arg(18000000, "Collective timeout in seconds.", group="training", ge=1)
     seed: int = arg(42, "Random seed.", group="training")
     resume_from_checkpoint: str | None = arg(None, "Checkpoint directory to resume from.", group="training", engines=SWIFT, instead='mcore_model (the checkpoint) with finetune false')

@@ -53,6 +53,8 @@ def format_value(value: Any) -> list[str]:
         return [t for v in value for t in format_value(v)]
     if isinstance(value, dict):
         return [json.dumps(value)]
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return [str(int(value))]  # a whole number: also what an int field takes (megatron's num_train_epochs)
     return [str(value)]
 
 
@@ -87,6 +89,11 @@ def set_arguments(spec: JobSpec, section: str, version: str, skip: frozenset[str
         d = d.on(spec.engine)
         if value is None or value == [] or (not d.accepted_in(version) and value == d.default):
             continue  # no argv form, or the default a version without the flag behaves as
+        if why := d.refuses(value):
+            findings.append(finding("ENGINE-VALUE", "error", d.path, f"--{d.flag} {value!r}: {COMMANDS[spec.engine]} "
+                                    f"does not take that value ({why}).", f"Set a value it takes, or clear "
+                                    f"{d.path}."))
+            continue
         if not d.accepted_in(version):
             when = f"added in {d.since}" if d.since and parse_version(version) < parse_version(d.since) \
                 else f"removed in {d.until}"
@@ -208,9 +215,9 @@ class RayConfig:
 
 def ray_config(job: JobSpec | Resolved, version: str | None = None) -> RayConfig:
     """The Ray config: rlhf_type and the model (both roles read them), the trainer-side rollout arguments at the top
-    (the vLLM replicas read them from there, and the driver reads offload_model there), the placement's keys, the
-    ``train`` group with its GPUs and the training arguments, the ``rollout`` group with its GPUs and — separate
-    placement — the server section's vLLM arguments."""
+    (the driver reads offload_model there), the placement's keys, the ``train`` group with its GPUs, the training
+    arguments and extra_args (each ``--flag values`` a key), the ``rollout`` group with its GPUs and the vLLM
+    replicas' arguments: the rollout section's vllm_* when colocated, the server section's when separate."""
     eff = _for_version(job, version)
     spec, version, ray = eff.spec, eff.spec.swift_version, eff.ray
     cfg = RayConfig({"rlhf_type": "grpo"}, added=[("rlhf_type: grpo", "megatron rlhf runs DPO unless told otherwise")])
@@ -220,7 +227,9 @@ def ray_config(job: JobSpec | Resolved, version: str | None = None) -> RayConfig
     train = dict(train)
     cfg.data.update({k: train.pop(k) for k in ("model",) if k in train})
     train.pop("use_ray", None)
-    cfg.data.update(rollout)
+    replica = {k: v for k, v in rollout if k.startswith("vllm_")}
+    cfg.data.update((k, v) for k, v in rollout if k not in replica)
+    train.update(_extra_keys(spec.extra_args))
     if ray.colocate:
         cfg.data["colocate_groups"] = [["train", "rollout"]]
     cfg.data["sleep_level"] = ray.sleep_level
@@ -237,8 +246,21 @@ def ray_config(job: JobSpec | Resolved, version: str | None = None) -> RayConfig
     cfg.data["train"] = {"gpus": ray.train_gpus, **train}
     server, found = set_arguments(spec, "server", version, frozenset({"port"})) if not ray.colocate else ([], [])
     cfg.findings += found
-    cfg.data["rollout"] = {"gpus": ray.rollout_gpus, **dict(server)}
+    cfg.data["rollout"] = {"gpus": ray.rollout_gpus, **(replica if ray.colocate else dict(server))}
     return cfg
+
+
+def _extra_keys(tokens: list[str]) -> dict:
+    """extra_args as config keys: ``--flag v`` → flag: v, several values a list, a bare flag true."""
+    out: dict = {}
+    key = None
+    for token in tokens:
+        if token.startswith("--"):
+            key = token[2:]
+            out[key] = []
+        elif key is not None:
+            out[key].append(token)
+    return {k: (v[0] if len(v) == 1 else v) if v else True for k, v in out.items()}
 
 
 def rollout_command(job: JobSpec | Resolved, version: str | None = None, index: int = 0) -> Command:

@@ -77,6 +77,8 @@ RULES: dict[str, tuple[str, str]] = {
     "SEED-REF-MODEL": ("beta > 0 with full tuning loads a second full model", "Qwen2_5_32B_full.sh"),
     "ENGINE-FLAG": ("an argument the job's engine does not take (swift rlhf's on megatron rlhf, or the reverse; "
                     "reported by swift_cli)", "swift/pipelines/base.py:35-40 remaining_argv"),
+    "ENGINE-VALUE": ("a value the job's engine does not take (megatron rlhf's fewer tuner types and DDP backends, whole "
+                     "epochs; reported by swift_cli)", "megatron_args.py:449, :489, :586"),
     "ENGINE-VERSION": ("megatron rlhf for ms-swift ≥ 4.0 (Megatron GRPO from 3.11, with 3.x names before 4.0)",
                        "swift/megatron/trainers/grpo_trainer.py (v3.11.0)"),
     "MEGATRON-WORLD": ("TP·PP·CP (and EP·ETP·PP) divide the training GPUs", "megatron_args.py:945-948"),
