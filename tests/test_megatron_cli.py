@@ -1,12 +1,13 @@
 """The command line on Megatron jobs (issue 29): import, validate, args, render and estimate, each as a user runs it
 (`python -m grpo_ui …` in a subprocess): the right exit code, the output a user reads, never a traceback. estimate
-says a Megatron job is not estimated yet, and why."""
+gives a Megatron job, Ray mode's too, its memory and step time."""
 
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from grpo_ui.spec.yaml_io import spec_from_yaml
@@ -50,13 +51,15 @@ def test_validate_names_a_megatron_rule_and_exits_1(tmp_path):
     assert "MEGATRON-GLOBAL-BATCH" in {f["id"] for f in json.loads(out.stdout)}
 
 
-def test_estimate_says_a_megatron_job_is_not_estimated(tmp_path):
-    job = imported(tmp_path, DATA / "moe_lora.sh")
+@pytest.mark.parametrize("script", ["moe_lora.sh", "ray_separate/run_separate.sh"])
+def test_estimate_gives_a_megatron_job_memory_and_time(tmp_path, script):
+    job = imported(tmp_path, DATA / script)
     out = cli("estimate", job, "--gpu", "H100 80GB", "--json")
-    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.returncode == 0 and "Traceback" not in out.stderr
     report = json.loads(out.stdout)
-    assert report["error"].startswith("not estimated") and report["time"]["error"].startswith("not estimated")
-    assert "megatron rlhf" in out.stderr
+    assert "Megatron-Core" in " ".join(report["assumptions"]) and report["time"]["step_s"] > 0
+    roles = [r["role"] for r in report["roles"]]
+    assert roles == (["trainer", "rollout"] if "separate" in script else ["trainer"])
 
 
 def test_a_ray_job_on_the_command_line(tmp_path):
