@@ -71,7 +71,8 @@ def _rollout_candidates(eff: Resolved) -> list[tuple[dict, str]]:
 
 def _candidates(eff: Resolved) -> list[tuple[dict, str]]:
     if eff.megatron:  # megatron rlhf: its own levers (checks/megatron_levers.py)
-        return _rollout_candidates(eff) + megatron_levers.faster_candidates(eff)
+        return (_rollout_candidates(eff) + megatron_levers.faster_candidates(eff)
+                + _less_work(eff, eff.megatron.full_tuning))
     t = eff.spec.train
     out = _rollout_candidates(eff)
     if t.gradient_checkpointing:
@@ -81,12 +82,18 @@ def _candidates(eff: Resolved) -> list[tuple[dict, str]]:
     if not t.padding_free and (t.attn_impl or "flash_attn") == "flash_attn" and t.per_device_train_batch_size > 1:
         out.append(({"train.padding_free": True, "train.attn_impl": "flash_attn"},
                     "padding_free: no padding to the micro-batch's longest completion"))
-    if t.tuner_type == "full":
+    return out + _less_work(eff, t.tuner_type == "full")
+
+
+def _less_work(eff: Resolved, full: bool) -> list[tuple[dict, str]]:
+    """Training less (both engines): LoRA instead of full tuning, a lower completion cap."""
+    out: list[tuple[dict, str]] = []
+    if full:
         out.append(({"train.tuner_type": "lora"}, "LoRA instead of full tuning (trains adapters only)"))
-    if t.max_completion_length >= 1024:
-        cap = t.max_completion_length // 2
-        out.append(({"train.max_completion_length": cap},
-                    f"completions capped at {cap} tokens (longer ones are cut: changes what is learned)"))
+    cap = eff.spec.train.max_completion_length
+    if cap >= 1024:
+        out.append(({"train.max_completion_length": cap // 2},
+                    f"completions capped at {cap // 2} tokens (longer ones are cut: changes what is learned)"))
     return out
 
 

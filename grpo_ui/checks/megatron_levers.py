@@ -52,8 +52,8 @@ def fit_knobs(eff: Resolved) -> list[tuple[dict, str, float]]:
 
 
 def faster_candidates(eff: Resolved) -> list[tuple[dict, str]]:
-    """Megatron's speed levers for ``eff`` (the rollout's are faster.py's own)."""
-    mv, t = eff.megatron, eff.spec.train
+    """Megatron's speed levers for ``eff`` (the rollout's, LoRA and the completion cap are faster.py's own)."""
+    mv = eff.megatron
     out: list[tuple[dict, str]] = []
     if mv.recompute == "full":
         out.append(({"train.recompute_granularity": "selective", "train.recompute_method": None,
@@ -69,10 +69,4 @@ def faster_candidates(eff: Resolved) -> list[tuple[dict, str]]:
     if mv.micro_batch * 2 * mv.dp <= mv.global_batch:
         out.append(({"train.micro_batch_size": mv.micro_batch * 2},
                     f"micro-batch {mv.micro_batch * 2}: half the micro-batches, each fuller"))
-    if mv.full_tuning:
-        out.append(({"train.tuner_type": "lora"}, "LoRA instead of full tuning (trains adapters only)"))
-    if t.max_completion_length >= 1024:
-        cap = t.max_completion_length // 2
-        out.append(({"train.max_completion_length": cap},
-                    f"completions capped at {cap} tokens (longer ones are cut: changes what is learned)"))
     return out
