@@ -5,6 +5,7 @@ says a Megatron job is not estimated yet, and why."""
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -15,9 +16,11 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "megatron"
 
 
-def cli(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "grpo_ui", *map(str, args)], capture_output=True, text=True, cwd=cwd,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(cwd)}, timeout=120)
+def cli(*args, home: Path | None = None):
+    """``python -m grpo_ui ARGS`` from the repository root, with a home of its own (grpo-ui's data directory)."""
+    home = home or Path(tempfile.mkdtemp(prefix="grpo-ui-home-"))
+    return subprocess.run([sys.executable, "-m", "grpo_ui", *map(str, args)], capture_output=True, text=True, cwd=ROOT,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(home)}, timeout=120)
 
 
 def imported(tmp_path, *scripts) -> Path:
