@@ -286,6 +286,15 @@ def test_the_fresh_rows_are_as_frozen():
     assert len(lines) == 16 and digest in (ROOT / "tests/data/time_measurements.README.md").read_text()
 
 
+def test_the_second_fresh_rows_are_as_frozen():
+    """Round 2's fresh rows (split 'fresh2') were committed before the model's round 2; they stay byte-for-byte as the
+    data README's 'Fresh rows, round 2' section says."""
+    lines = [line for line in (ROOT / "tests/data/time_measurements.jsonl").read_text().splitlines()
+             if line.strip() and json.loads(line)["split"] == "fresh2"]
+    digest = hashlib.sha256(("\n".join(lines) + "\n").encode()).hexdigest()
+    assert len(lines) == 12 and digest in (ROOT / "tests/data/time_measurements.README.md").read_text()
+
+
 def test_a_row_file_that_cannot_be_read_names_the_file_and_the_line(tmp_path):
     bad = tmp_path / "mine.jsonl"
     bad.write_text(json.dumps(CALIBRATION[0]) + "\n\n{not json\n")
