@@ -3,7 +3,7 @@
 Seconds per optimizer step, predicted for each row as the same shape run on ms-swift (bench/time_calibration.py), on
 each split: the fit rows (the constants are fitted on them), the held-out rows (frozen before the model existed, but
 looked at while it was built, so no longer unseen) and the fresh rows (collected and frozen after the model existed,
-never tuned on: the out-of-sample figure). Median and p90 absolute % error of ours, next to the naive baseline (one
+never tuned on: the out-of-sample figure; ``fresh2``, a second such round frozen before the model's round 2). Median and p90 absolute % error of ours, next to the naive baseline (one
 tokens-per-second-per-GPU figure fitted on the fit rows, measured in the same run); the same per framework the rows
 come from; the rows whose source gives the mean completion length apart from those where the model assumes it
 (timing.lengths' prior), since the length is the input the prediction depends on most; the measured ranges the
@@ -31,7 +31,7 @@ from bench.time_calibration import (
 from grpo_ui.timing import lengths
 from grpo_ui.timing.report import RANGE_ASSUMED, RANGE_GIVEN
 
-SPLITS = {"fit": "fit", "held_out": "held out (seen)", "fresh": "fresh"}
+SPLITS = {"fit": "fit", "held_out": "held out (seen)", "fresh": "fresh", "fresh2": "fresh, round 2"}
 TARGET = (25, 60)  # median and p90 absolute % error
 
 
@@ -79,7 +79,7 @@ def main(argv: list[str]) -> None:
     for split, part in by_split.items():
         print(line(f"{SPLITS[split]}, mean length published", [r for r in part if r.inputs.completion_given], rate))
         print(line(f"{SPLITS[split]}, mean length assumed", [r for r in part if not r.inputs.completion_given], rate))
-    for split in ("held_out", "fresh"):
+    for split in ("held_out", "fresh", "fresh2"):
         print(f"{SPLITS[split]} target (median ≤ {TARGET[0]} %, p90 ≤ {TARGET[1]} %, better than the baseline): "
               f"{'met' if met(by_split[split], rate) else 'NOT met'}")
     by_framework = defaultdict(list)
@@ -89,7 +89,7 @@ def main(argv: list[str]) -> None:
     for name in sorted(by_framework):
         part = by_framework[name]
         split_counts = "/".join(str(sum(r.split == s for r in part)) for s in SPLITS)
-        print(line(f"{name} (fit/held/fresh {split_counts})", part, rate))
+        print(line(f"{name} (fit/held/fresh/fresh2 {split_counts})", part, rate))
     fit_rows = [r for r in rows if r["split"] == "fit"]
     given, assumed = ranges(fit_rows)
     print(f"\nrange (measured ÷ predicted, fit rows' 10th-90th percentile): length given {given[0]:.2f}-{given[1]:.2f} "
@@ -105,6 +105,8 @@ def main(argv: list[str]) -> None:
     print("\nper row (measured → ours | baseline, seconds per optimizer step, signed error of ours):")
     for r in sorted(results, key=lambda r: (list(SPLITS).index(r.split), r.ours / r.measured)):
         length = "" if r.inputs.completion_given else "  (length assumed)"
+        if "reason" in r.row:
+            length += f"  [{r.row['reason']}]"
         print(f"  {r.split[:5]:<5} {r.row['framework']:<14} {r.row['id']:<52} {r.measured:8.1f} → {r.ours:8.1f} | "
               f"{r.baseline(rate):8.1f}  {(r.ours / r.measured - 1) * 100:+6.0f} %{length}")
 

@@ -307,7 +307,8 @@ def fit(rows: list[dict], extra: list[dict] | None = None, rounds: int = 3) -> d
 def split_errors(rows: list[dict], extra: list[dict]) -> dict[str, tuple[int, float, float]]:
     """Split → (rows predicted, median, p90 absolute % error) under the constants as they are now."""
     parts = {"fit": [r for r in rows if r["split"] == "fit"], "held out (seen)": [
-        r for r in rows if r["split"] == "held_out"], "fresh": [r for r in rows if r["split"] == "fresh"]}
+        r for r in rows if r["split"] == "held_out"], "fresh": [r for r in rows if r["split"] == "fresh"],
+        "fresh, round 2": [r for r in rows if r["split"] == "fresh2"]}
     if extra:
         parts["your rows"] = extra
     out = {}
