@@ -12,6 +12,8 @@ The rows whose "added" starts with "fresh" were collected after the estimator wa
 tuning it: their line is the out-of-sample check (they also take their place in the split like any later row).
 """
 
+import argparse
+import sys
 from collections import defaultdict
 
 from bench.calibration import MARGIN_COVERAGE, covered, evaluate, held_out, load, margin, source_key, summary
@@ -54,7 +56,12 @@ def line(label: str, results) -> str:
             f"   {cell(summary(results, lambda r: r.deepspeed), False)}")
 
 
-def main() -> None:
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bench/memory_accuracy.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", nargs="+", default=[], metavar="FILE",
+                        help="your own rows (`python -m grpo_ui calibration export --only memory`, bench/gpu/kit.py "
+                             "run's memory_rows.jsonl), reported as their own line, never part of the split")
+    files = parser.parse_args(argv).rows
     rows = load(DATA)
     results = [evaluate(r) for r in rows]
     fit = [r for r in results if not held_out(r.row)]
@@ -90,11 +97,19 @@ def main() -> None:
     print(f"\npublished GRPO runs (workload grpo or vllm) underestimated by more than 10 %: {len(low)} of {len(grpo)}")
     for r in low:
         print(f"  {r.row['id']:<44} {r.signed(r.ours):+6.1f} %  {UNDER_REASONS.get(r.row['id'], 'UNEXPLAINED')}")
+    yours = [evaluate(row) for path in files for row in load(path)]
+    if files:
+        print()
+        print(line("your rows", yours))
+        for r in yours:
+            print(f"  {r.row['id']:<44} {r.row['compare']:<9} {r.row['measured_gib']:7.2f} → {r.ours:7.2f} GiB  "
+                  f"{r.signed(r.ours):+6.1f} %")
     print("\nper row (measured → ours, signed error):")
     for r in sorted(results, key=lambda r: r.signed(r.ours)):
         mark = (" (held out)" if held_out(r.row) else "") + (" (fresh)" if r.row["added"].startswith(FRESH) else "")
         print(f"  {r.row['id']:<44} {r.row['measured_gib']:7.1f} → {r.ours:7.1f} GiB  {r.signed(r.ours):+6.1f} %{mark}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(sys.argv[1:]))
