@@ -9,7 +9,8 @@ optimizer step (ms-swift's global_step); a row measured per generation round is 
 round feeds.
 
 The split is the rows' own (``split``): ``fit`` and ``held_out`` frozen before any model existed (the README's rule),
-``fresh`` collected and frozen after it. Efficiency constants (grpo_ui/timing/efficiency.py) and the completion-length
+``fresh`` collected and frozen after it, ``fresh2`` frozen before the model's round 2; rows of your own GPU
+(bench/gpu/, ``own_gpu``) come in with ``--rows``. Efficiency constants (grpo_ui/timing/efficiency.py) and the completion-length
 prior (grpo_ui/timing/lengths.py) are fitted on the fit rows only (``fit``), plus a user's own rows when given
 (``python bench/time_calibration.py --fit --rows mine.jsonl``: rows ``python -m grpo_ui calibration export --only time``
 writes, every one of them used for fitting whatever its split); held-out and fresh rows never enter a fit.

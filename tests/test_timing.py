@@ -443,3 +443,18 @@ def test_prefix_caching_shares_a_prompt_among_its_completions():
     shared, unshared = predict_spec(job(**long)), predict_spec(job(**long, rollout__vllm_enable_prefix_caching=False))
     assert unshared.details["waves"] > shared.details["waves"]
     assert per_round(unshared)["rollout"] > per_round(shared)["rollout"]
+
+
+def test_generate_pays_per_kernel_and_for_dequantised_weights():
+    """transformers' generate() launches every kernel of its eager layers per token: a LoRA model's adapters add
+    theirs (5 per adapted linear), and a bitsandbytes 4-bit model also writes and reads a 16-bit copy of each weight
+    it uses, which a slow-memory GPU feels most."""
+    off = dict(rollout__use_vllm=False, rollout__vllm_mode=None, rollout__sleep_level=0, train__deepspeed=None)
+    full = predict_spec(job(**off)).details["decode_step_ms"]
+    lora = predict_spec(job(**off, train__tuner_type="lora")).details["decode_step_ms"]
+    assert lora - full == pytest.approx(28 * 7 * 5 * eff.GENERATE_KERNEL_S * 1e3, rel=1e-6)
+    t4 = [{"host": "a", "gpus": [0], "gpu_model": "Tesla T4"}]
+    bf16 = predict_spec(job(**off, train__tuner_type="lora", train__torch_dtype="float16", cluster__nodes=t4))
+    nf4 = predict_spec(job(**off, train__tuner_type="lora", train__torch_dtype="float16", train__quant_bits=4,
+                           cluster__nodes=t4))
+    assert nf4.details["decode_step_ms"] > bf16.details["decode_step_ms"]  # 4.5 bytes moved per weight, not 2
