@@ -135,12 +135,14 @@ LAYOUT_IN_NOTES = {"verl-osop-7b-dapo-colocate-megatron-16xh20": "TP2 PP2"}
 
 def time_row_layout(row: dict) -> dict | None:
     """The Megatron-Core layout a time row was measured with — TP, PP, CP, EP, sequence parallelism — from NeMo RL's
-    table column (``training_parallelism_tp_cp_ep_pp``, e.g. 'TP2 CP2 EP16 PP4, sequence parallel'), the row's own
-    fields (``tp``/``train_tp`` …) or LAYOUT_IN_NOTES; None for a row that is not a Megatron run."""
+    table column (``training_parallelism_tp_cp_ep_pp``, e.g. 'TP2 CP2 EP16 PP4, sequence parallel', or the blog's
+    ``training_parallelism``, e.g. 'TP4 PP2', 'context parallel 4'), the row's own fields (``tp``/``train_tp`` …) or
+    LAYOUT_IN_NOTES; a size none of them gives is 1; None for a row that is not a Megatron run."""
     extra = row["config"].get("extra", {})
     if extra.get("training_backend") not in ("megatron", "megatron-core"):
         return None
-    text = extra.get("training_parallelism_tp_cp_ep_pp") or LAYOUT_IN_NOTES.get(row["id"], "")
+    text = (extra.get("training_parallelism_tp_cp_ep_pp") or extra.get("training_parallelism")
+            or LAYOUT_IN_NOTES.get(row["id"], "")).replace("context parallel ", "CP")
     sizes = {k: int(m[1]) if (m := re.search(rf"\b{k.upper()}(\d+)", text)) else None for k in ("tp", "pp", "cp", "ep")}
     for k in sizes:
         sizes[k] = sizes[k] or extra.get(k) or extra.get(f"train_{k}") or 1

@@ -53,8 +53,6 @@ def format_value(value: Any) -> list[str]:
         return [t for v in value for t in format_value(v)]
     if isinstance(value, dict):
         return [json.dumps(value)]
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
-        return [str(int(value))]  # a whole number: also what an int field takes (megatron's num_train_epochs)
     return [str(value)]
 
 
@@ -103,7 +101,7 @@ def set_arguments(spec: JobSpec, section: str, version: str, skip: frozenset[str
                 f"Clear {d.path} (ms-swift's default applies) or target an ms-swift version that has it.",
                 {d.path: d.default}))
             continue
-        out.append((d.flag_for(version), value))
+        out.append((d.flag_for(version), int(value) if d.integer else value))  # megatron's whole epochs: 1, not 1.0
     return out, findings
 
 
