@@ -49,8 +49,6 @@ REASONS = {
                                    "within 1 %; the model has no host-CPU input",
     "unsloth-phi4-14b-grpo-t4": "vLLM on a Colab T4 host: vLLM's fixed cost per step was measured on an H100 "
                                 "server's CPU; Colab's 2-vCPU hosts are slower",
-    "swift-megatron-grpo-qwen3-30b-a3b-lora-8xa100": "Megatron-SWIFT (Megatron-Core layout), scored as ZeRO-3 until "
-                                                     "the Megatron path's time model",
     "unsloth-mistral-7b-grpo-rtx4090": "vLLM's fixed per-step cost (its serving figure, 8 ms) overstates an in-process "
                                        "vLLM 0.7 engine decoding a handful of sequences",
     "unsloth-llama32-3b-grpo-advanced31-a100-40gb": "vLLM's fixed per-step cost (its serving figure, 8 ms) overstates "
@@ -71,8 +69,11 @@ REASONS = {
                                             "ms-swift equivalent",
     "maxrl-grpo-qwen3-4b-base-32xh200": "length assumed, and the figure is a round '~3 days for 1000 steps' with "
                                         "validation and checkpoints",
-    "nemo-v06-gb200-qwen3-30b-a3b-1off-16": "Megatron-Core layout (EP) and one-step-off asynchrony, scored as ZeRO-3 "
-                                            "until the Megatron path's time model",
+    **dict.fromkeys(("nemo-v05-h100-llama31-8b-1off", "nemo-v05-h100-qwen3-32b-1off", "nemo-v06-h100-qwen3-235b-1off-256",
+                     "nemo-v06-gb200-qwen3-235b-1off-128", "nemo-v06-gb200-qwen3-30b-a3b-1off-16"),
+                    "NeMo RL's one-step-off asynchrony (the next round generated while this one trains) has no megatron "
+                    "rlhf equivalent (Megatron GRPO refuses async_generate): predicted as ms-swift would run the job, "
+                    "on-policy"),
     "unsloth-qwen3-8b-fp8-grpo-l4": "FP8 weights: vLLM and training read 1 byte per weight, the model reads 2",
 }
 
