@@ -21,13 +21,11 @@ from grpo_ui.doctor.metrics import (
 from grpo_ui.doctor.pace import pace
 from grpo_ui.jobs.follow import Watcher
 from grpo_ui.jobs.memory_loop import gpu_roles
-from grpo_ui.jobs.service import Jobs
-from grpo_ui.jobs.store import Store
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.resolve import resolve
 from grpo_ui.spec.yaml_io import validate_spec
-from tests.hosts import stop_active_jobs
+from tests.hosts import launched
 
 DATA = Path(__file__).parent / "data" / "megatron_metrics"
 RUN = "/tmp/megatron_run"  # the run directory the files were written with
@@ -110,11 +108,8 @@ def megatron_job(ssh_env, tmp_path):
         "rollout": {"vllm_mode": "colocate"},
         "cluster": {"nodes": [{"host": h.name, "address": h.addr, "gpus": [0], "python_env": str(env)} for h in hosts],
                     "run_root": str(tmp_path / "runs")}})
-    jobs = Jobs(Store(tmp_path / "db.sqlite"))
-    job = jobs.launch(jobs.plan(spec, "watch-1"))
-    yield jobs, job, tmp_path / "runs" / job
-    jobs.close()
-    stop_active_jobs(tmp_path / "db.sqlite")
+    with launched(spec, tmp_path) as job:
+        yield job
 
 
 def test_the_watcher_reads_the_last_nodes_metrics(megatron_job):

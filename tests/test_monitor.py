@@ -27,10 +27,9 @@ from grpo_ui.doctor.metrics import (
     parse_stdout_line,
 )
 from grpo_ui.jobs.follow import Watcher
-from grpo_ui.jobs.service import Jobs
 from grpo_ui.jobs.store import Store
 from grpo_ui.spec.yaml_io import validate_spec
-from tests.hosts import stop_active_jobs
+from tests.hosts import launched
 
 DATA = Path(__file__).parent / "data"
 STDOUT = (DATA / "captured/swift46_tiny_grpo_stdout.log").read_text()
@@ -432,11 +431,8 @@ def sleeper_job(ssh_env, tmp_path, request):
         "rollout": {"use_vllm": False, "vllm_mode": None},
         "cluster": {"nodes": [{"host": h.name, "address": h.addr, "gpus": [0], "python_env": str(env)}],
                     "run_root": str(tmp_path / "runs")}})
-    jobs = Jobs(Store(tmp_path / "db.sqlite"))
-    job = jobs.launch(jobs.plan(spec, "watch-1"))
-    yield jobs, job, tmp_path / "runs" / job
-    jobs.close()
-    stop_active_jobs(tmp_path / "db.sqlite")
+    with launched(spec, tmp_path) as job:
+        yield job
 
 
 STDOUT_LINES = STDOUT.rstrip("\n").split("\n")  # as written: tqdm's \r stays inside its line
