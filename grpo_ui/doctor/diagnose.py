@@ -156,6 +156,23 @@ def kl_blowup(s):
 NAN_WATCHED = re.compile(r"(?:^|/)(?:\w*loss|grad_norm|kl(?:_loss)?|rewards?|reward_std|score|logps|entropy)(?:/|$)|"
                          r"^rewards/")
 NAN_TEXT = re.compile(r"\b(?:nan|NaN|inf|Infinity)\b")
+# metrics that are a term of the loss (GRPO's loss adds beta × KL in TRL, ms-swift and verl's kl_loss): NaN in one
+# at a step whose loss is finite cannot have entered the loss. At every step shown (more than one: a single NaN may
+# be that step's own) it says the trainer does not compute it under the run's settings (TRL and ms-swift log kl only
+# when beta ≠ 0 — TRL's default beta is 0 since 0.19 — and a notebook's table shows the missing value as nan)
+LOSS_TERMS = ("kl",)
+
+
+def _not_computed(s: Snapshot, key: str) -> bool:
+    """Whether a metric is one the trainer does not compute under the run's settings: a loss term the settings
+    switch off (beta 0), or one that is NaN/inf beside a finite loss at every step shown (two or more)."""
+    if key not in LOSS_TERMS:
+        return False
+    if s.beta == 0:
+        return True
+    loss, series = dict(s.metrics.get("loss", [])), s.metrics.get(key, [])
+    return len(series) > 1 and all(not math.isfinite(v) and math.isfinite(loss.get(step, math.nan))
+                                   for step, v in series)
 
 
 def _not_finite_since(series: list[tuple[int, float]]) -> list[tuple[int, float]]:
@@ -170,22 +187,44 @@ def _not_finite_since(series: list[tuple[int, float]]) -> list[tuple[int, float]
     return [series[k] for k in dict.fromkeys([onset, *bad])]
 
 
+def _nan_lines(s: Snapshot) -> list:
+    """The lines that tell of NaN/inf in some process (a crash on NaN probabilities, autograd's anomaly report),
+    first first: by the time they carry, else in log order."""
+    order = {node: k for k, node in enumerate(s.events)}
+    found = [e for events in s.events.values() for e in events if e.sig.id == "NAN-METRICS"]
+    return sorted(found, key=lambda e: (e.line.stamp is None, e.line.stamp or (), order[e.log], e.index))
+
+
+def _first_seen(found: list) -> str:
+    """Where NaN/inf showed first, and where after it."""
+    places = list(dict.fromkeys(e.where for e in found))
+    if not places:
+        return ""
+    return f" First seen on {places[0]}" + (f"; then on {', '.join(places[1:6])}." if places[1:] else ".")
+
+
 @rule
 def nan_metrics(s):
     """NaN or inf in a training metric, or a crash on non-finite model outputs (sampling from NaN probabilities);
-    the evidence starts where the values stopped being finite."""
+    the evidence starts where the values stopped being finite, and the process (rank) that showed it first is
+    named. A metric the run's settings do not compute is not a failure (_not_computed)."""
     bad = sorted(((k, step, v) for k, series in s.metrics.items() if NAN_WATCHED.search(k)
-                  for step, v in _not_finite_since(series)), key=lambda b: b[1])
-    crash = next((e for events in s.events.values() for e in events if e.sig.id == "NAN-METRICS"), None)
-    if not bad and not crash:
+                  if not _not_computed(s, k) for step, v in _not_finite_since(series)),
+                 key=lambda b: b[1])
+    found = _nan_lines(s)
+    if not bad and not found:
         return
+    first = found[0] if found else None
     numbers = ", ".join(f"{k} {v} at step {step}" for k, step, v in bad[:8])
-    evidence = quoted(s, sorted({step for _, step, _ in bad}), numbers, NAN_TEXT) if bad else crash.evidence()
-    yield Alert("NAN-METRICS", "error", "NaN/inf in training", "Loss, gradients or rewards are no longer finite "
-                "numbers: once they are, every later update is garbage (and sampling from the model fails).",
+    evidence = (quoted(s, sorted({step for _, step, _ in bad}), numbers, NAN_TEXT) if bad else first.evidence())
+    if bad and first:
+        evidence += "\n… the first process to show it:\n" + first.line.text.strip()
+    yield Alert("NAN-METRICS", "error", "NaN/inf in training" + (f", first on {first.where}" if first else ""),
+                "Loss, gradients or rewards are no longer finite numbers: once they are, every later update is "
+                f"garbage (and sampling from the model fails).{_first_seen(found)}",
                 evidence, "Resume from the last finite checkpoint with a lower learning_rate (warmup_ratio helps), "
                 "keep max_grad_norm on, use bf16 rather than fp16, and check that reward functions never return NaN "
-                "or inf.", crash.where if crash and not bad else "")
+                "or inf.", first.where if first else "")
 
 
 def _falling(values: list[float], ratio: float) -> bool:
