@@ -33,7 +33,7 @@ CORPUS = Path(__file__).resolve().parent.parent / "tests/data/doctor_corpus"
 # The findings that diagnose each kind of the corpus (the corpus's vocabulary → the doctor's finding ids).
 KIND_FINDINGS = {
     "training-oom": {"OOM"},
-    "vllm-memory": {"OOM", "KV-CACHE-TOO-SMALL"},
+    "vllm-memory": {"OOM", "KV-CACHE-TOO-SMALL", "VLLM-MEMORY-PROFILE"},
     "nan": {"NAN-METRICS"},
     "metrics-nan": {"NAN-METRICS"},
     "metrics-kl-zero": {"KL-STUCK-ZERO", "GRAD-NORM-ZERO"},
@@ -56,7 +56,7 @@ KIND_FINDINGS = {
     "rollout-unreachable": {"ROLLOUT-UNREACHABLE"},
     "padding-side": {"RIGHT-PADDING"},
     "host-oom": {"HOST-OOM"},
-    "worker-died": {"PROCESS-DIED"},
+    "worker-died": {"NODE-FAILED"},  # a process's death is reported as the node (process) that failed first
 }
 RANK_NAMED = re.compile(r"\brank (\d+)\b")
 

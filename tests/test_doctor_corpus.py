@@ -42,12 +42,12 @@ def test_every_excerpt_belongs_to_the_corpus_or_a_fresh_round():
 def test_at_least_90_percent_of_the_failing_excerpts_fixed_against_are_diagnosed(results):
     hit, failing, _, _ = score(fitted(results))
     misses = [r.entry["file"] for r in fitted(results) if not r.ok and not r.healthy]
-    assert failing >= 78 and hit >= 0.9 * failing, misses
+    assert failing >= 77 and hit >= 0.9 * failing, misses  # 78 until 065 was relabelled healthy (issue 32)
 
 
 def test_no_error_or_warning_on_a_healthy_log(results):
     _, _, alarms, healthy = score(fitted(results))
-    assert healthy >= 10 and alarms == 0, [(r.entry["file"], [a.id for a in r.alerts]) for r in fitted(results)
+    assert healthy >= 11 and alarms == 0, [(r.entry["file"], [a.id for a in r.alerts]) for r in fitted(results)
                                           if r.healthy and not r.ok]
 
 
