@@ -100,6 +100,7 @@ def test_trls_client_waiting_for_a_server_that_never_answers():
     waiting = [RETRY.format(2 * k) for k in range(3)]
     found = alerts("\n".join(waiting))["ROLLOUT-UNREACHABLE"]
     assert found.evidence.splitlines()[0] == waiting[0] and "3 time(s)" in found.explanation
+    assert found.severity == "warning"  # waiting: TRL has not given up yet
     assert "ROLLOUT-UNREACHABLE" not in alerts("\n".join(waiting[:2]))  # two retries: a server still starting
     assert "ROLLOUT-UNREACHABLE" not in alerts("\n".join([*waiting, "2025-05-02 11:00:06 - INFO - "
                                                           "trl.extras.vllm_client - Server is up!"]))

@@ -177,7 +177,8 @@ def _retrying(lines: list[str]) -> tuple[int, float, int] | None:
 def rollout_server_not_up(s):
     """The trainer waits for a rollout server that never answers: TRL's vLLM client retrying its health check
     (printed at INFO level, so no error line tells) until the log ends — an excerpt that ends in a few retries, or
-    a followed run that has waited RETRY_PATIENCE_S. Left to log_signatures once the client gave up with an error."""
+    a followed run that has waited RETRY_PATIENCE_S: a warning, as TRL has not given up yet. Left to log_signatures
+    once the client gave up with an error."""
     if any(e.sig.id == "ROLLOUT-UNREACHABLE" for e in all_events(s)):
         return
     for node, lines in s.logs.items():
@@ -187,7 +188,7 @@ def rollout_server_not_up(s):
         count, waited, first = found
         if count < RETRIES_SHOWN or (not s.excerpt and waited < RETRY_PATIENCE_S):
             continue
-        yield Alert("ROLLOUT-UNREACHABLE", "error", "The trainer waits for a vLLM server that does not answer",
+        yield Alert("ROLLOUT-UNREACHABLE", "warning", "The trainer waits for a vLLM server that does not answer",
                     f"TRL's vLLM client asked the rollout server's /health/ {count} time(s), about {waited:.0f} s "
                     "in all, and got no answer: no `trl vllm-serve` is running at vllm_server_host / "
                     "vllm_server_port, it is still loading the model, or a proxy or firewall is in the way. The "
