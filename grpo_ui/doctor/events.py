@@ -467,7 +467,7 @@ def scan(log: str, lines: list[str], group_ports: set[int] = frozenset()) -> lis
                           before=_before(parsed, i))
         elif TB_START in body and (event := _frames_event(log, parsed, i, i + 1, group_ports)):
             if heads and _heads_this(parsed, heads.index, i):
-                heads.traceback = event.traceback or _block(parsed, i, None)
+                heads.traceback = event.traceback or _block(parsed, i, _frame_run(parsed, i + 1, ln.rank)[1])
                 continue  # the traceback the line before it announced
         else:
             continue
@@ -555,7 +555,7 @@ def _profiled(parsed: list[Line], events: list[Event]) -> list[Event]:
             continue
         at = problem[1]
         shown = sorted(set(found.lines.values()) - {at})
-        block = e.traceback or _block(parsed, e.index, None)
+        block = e.traceback or _block(parsed, e.index, _frame_run(parsed, e.index + 1, parsed[e.index].rank)[1])
         out.append(Event(e.log, at, parsed[at], sig.VLLM_PROFILE, False, e.frames, e.context | {"profile"},
                          [parsed[k].text for k in shown], block))
     return out
