@@ -83,8 +83,18 @@ def assess(job: JobSpec | Resolved, arch: ModelArch | None = None) -> Assessment
                       faster(eff, time) if time else [])
 
 
+# Why a Megatron job has no memory estimate or step time yet: the models cover swift rlhf's sharding only.
+MEGATRON_NOT_ESTIMATED = ("not estimated: grpo-ui's {what} model covers swift rlhf (DDP, DeepSpeed ZeRO, FSDP) only; "
+                          "a megatron rlhf job's {terms} are not modelled yet, and a DeepSpeed figure would be wrong for "
+                          "it.")
+
+
 def _time(eff: Resolved) -> tuple[TimeReport | None, str | None]:
-    """The step-time prediction, or why there is none (no GPU speed facts, an unknown model or GPU)."""
+    """The step-time prediction, or why there is none (no GPU speed facts, an unknown model or GPU, a Megatron
+    job)."""
+    if eff.megatron:
+        return None, MEGATRON_NOT_ESTIMATED.format(
+            what="step-time", terms="tensor/pipeline/expert/context-parallel communication and pipeline bubble")
     try:
         return predict_spec(eff), None
     except ValueError as e:
@@ -96,6 +106,9 @@ def _memory(eff: Resolved) -> tuple[MemoryReport | None, str | None, list[Findin
     error."""
     if not eff.spec.train.model:
         return None, "no model chosen", []
+    if eff.megatron:
+        return None, MEGATRON_NOT_ESTIMATED.format(
+            what="memory", terms="TP/PP/EP sharding, distributed optimizer, recomputation and offload"), []
     try:
         report = estimate_spec(eff)
     except (UnknownModel, UnknownGpu, EngineConfigError) as e:

@@ -63,7 +63,9 @@ def run(args) -> int:
         print(f"cannot estimate: {e}", file=sys.stderr)
         return 2
     a = assess(spec, arch)
-    if a.memory is None:  # unknown model or GPU, unreadable DeepSpeed/FSDP config
+    if a.memory is None:  # unknown model or GPU, unreadable DeepSpeed/FSDP config, a Megatron job
+        if args.json:
+            print(json.dumps({"error": a.memory_error, "time": {"error": a.time_error}}, indent=2))
         print(f"cannot estimate: {a.memory_error}", file=sys.stderr)
         return 2
     timing = replace(a.time, steps=args.steps) if a.time and args.steps else a.time
