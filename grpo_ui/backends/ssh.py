@@ -91,11 +91,16 @@ def run_token(handle: SshHandle, node: SshNode) -> str:
     return f"{RUN_TOKEN}={handle.job}/{who}@{handle.tag}"
 
 
-def _payload(plan: LaunchPlan, n: PlannedNode, secrets: dict[str, str]) -> bytes:
-    """A tar archive of what the node needs: its script (0755) and, if any, its secrets file (0600)."""
+def node_files(plan: LaunchPlan, n: PlannedNode, secrets: dict[str, str]) -> dict[str, tuple[str, int]]:
+    """What a node needs in its run directory: its script (0755) and, if any, its secrets file (0600)."""
     files = {n.script: (plan.bundle.files[n.script], 0o755)}
     if secrets:
         files[n.secrets] = ("".join(f"{k}={shell.quote(v)}\n" for k, v in secrets.items()), 0o600)
+    return files
+
+
+def tar_payload(files: dict[str, tuple[str, int]]) -> bytes:
+    """A tar archive of the files (name → (text, mode)), unpacked on the node with ``tar -x``."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for name, (text, mode) in files.items():
@@ -104,6 +109,28 @@ def _payload(plan: LaunchPlan, n: PlannedNode, secrets: dict[str, str]) -> bytes
             info.size, info.mode, info.mtime = len(data), mode, int(time.time())
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
+
+
+def stop_marked(runner: Runner, token: str, grace: float, remove: str = "",
+                group: tuple[int, str] | None = None) -> str:
+    """SIGTERM the processes that carry the environment entry ``token`` on the runner's machine, SIGKILL after the
+    grace period, verify nothing is left; 'gone', 'stopped', 'killed' or 'left PID…'. ``remove``: a file to delete
+    first (a secrets file a start never got to read). ``group``: (process group, its leader's start time): its
+    members are signalled too while its leader is still that process (same pid and start time, so a recycled pid is
+    never signalled): a child that cleared its environment (`env -i`) is still in the group. Once verified, the group
+    number stays ours as long as it has members, so the wait loop may keep using it."""
+    members = (f"g={int(group[0])}; s=$(cat /proc/$g/stat 2>/dev/null) && set -- ${{s##*) }} && "
+               f"[ \"${{20}}\" = {shell.quote(group[1])} ] && grp=1; " if group else "")
+    cmd = ((f"rm -f -- {remove}; " if remove else "")
+           + FIND + f"t={shell.quote(token)}; grp=; {members}"
+           'members() { find_job "$t"; [ -n "$grp" ] && ps -eo pid=,pgid=,stat= | '
+           'awk -v g="$g" \'$2 == g && $3 !~ /^Z/ {print $1}\'; }; '
+           'pids=$(members); [ -z "$pids" ] && echo gone && exit 0; '
+           f"kill -TERM $pids 2>/dev/null; for _ in $(seq {int(grace * 5)}); do sleep 0.2; "
+           '[ -z "$(members)" ] && echo stopped && exit 0; done; '
+           'kill -KILL $(members) 2>/dev/null; sleep 0.5; left=$(members); '
+           '[ -z "$left" ] && echo killed || echo "left" $left')
+    return runner.run(cmd, timeout=grace + 30).out.strip()
 
 
 class SshBackend(Backend):
@@ -192,7 +219,7 @@ class SshBackend(Backend):
                f"read -r stat 2> /dev/null < /proc/$pid/stat && set -- ${{stat##*) }} && [ $1 != Z ] && "
                f'[ -z "$unread" ] && echo "started $pid $3 ${{20}}" || '
                f'{{ echo "exited $pid ${{unread:+secrets-unread}}"; tail -n 20 {log}; }}')
-        res = runner.run(cmd, timeout=SECRETS_READ + 30, stdin=_payload(plan, n, secrets))
+        res = runner.run(cmd, timeout=SECRETS_READ + 30, stdin=tar_payload(node_files(plan, n, secrets)))
         words = res.out.split(maxsplit=4)
         if res.rc or len(words) < 4 or words[0] != "started":
             detail = res.err.strip() or ("it did not read its secrets file within "
@@ -296,22 +323,8 @@ class SshBackend(Backend):
         return outcome
 
     def _kill(self, handle: SshHandle, n: SshNode, grace: float) -> str:
-        """SIGTERM the node's processes, SIGKILL after the grace period, verify nothing is left.
-
-        The node's processes are those carrying its env token, plus its process group when the group's leader is
-        still the recorded process (same pid and start time, so a recycled pid is never signalled): a child that
-        cleared its environment (`env -i`) is still in the group. Once verified, the group number stays ours as
-        long as it has members, so the wait loop may keep using it.
-        """
-        group = (f"g={int(n.pgid)}; s=$(cat /proc/$g/stat 2>/dev/null) && set -- ${{s##*) }} && "
-                 f"[ \"${{20}}\" = {shell.quote(n.start)} ] && grp=1; " if n.pgid else "")
-        cmd = (f"rm -f -- {shell.path(handle.run_dir)}/{shell.quote(n.files.secrets)}; "  # a start that never got to it
-               + FIND + f"t={shell.quote(run_token(handle, n))}; grp=; {group}"
-               'members() { find_job "$t"; [ -n "$grp" ] && ps -eo pid=,pgid=,stat= | '
-               'awk -v g="$g" \'$2 == g && $3 !~ /^Z/ {print $1}\'; }; '
-               'pids=$(members); [ -z "$pids" ] && echo gone && exit 0; '
-               f"kill -TERM $pids 2>/dev/null; for _ in $(seq {int(grace * 5)}); do sleep 0.2; "
-               '[ -z "$(members)" ] && echo stopped && exit 0; done; '
-               'kill -KILL $(members) 2>/dev/null; sleep 0.5; left=$(members); '
-               '[ -z "$left" ] && echo killed || echo "left" $left')
-        return self.runner(n.index).run(cmd, timeout=grace + 30).out.strip()
+        """SIGTERM the node's processes (its token, and its process group while the recorded process leads it),
+        SIGKILL after the grace period, verify nothing is left (stop_marked)."""
+        return stop_marked(self.runner(n.index), run_token(handle, n), grace,
+                           f"{shell.path(handle.run_dir)}/{shell.quote(n.files.secrets)}",
+                           (n.pgid, n.start) if n.pgid else None)
