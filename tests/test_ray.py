@@ -193,10 +193,10 @@ def test_existing_cluster_waiting_for_resources_then_stop_leaves_nothing(cluster
     assert wait_for(lambda: watcher.poll(first)["new_steps"] or jobs.store.metrics(first), 300), \
         jobs.store.job(first)
     second = jobs.launch(jobs.plan(spec, "ray-second"), {"HF_TOKEN": SECRET})
-    assert wait_for(lambda: jobs.refresh(second) == "starting" and "waiting for resources" in (
+    assert wait_for(lambda: jobs.refresh(second) == "starting" and "needs GPU" in (
         jobs.store.meta(second, "backend_status") or ""), 60)
     waiting = json.loads(jobs.store.meta(second, "backend_status"))
-    assert "node 0 (" in waiting["reason"] and "needs GPU 1" in waiting["reason"]
+    assert waiting["reason"].startswith(f"waiting for resources: node 0 ({hosts[0].addr}) needs GPU 1")
     assert (tmp_path / "runs/ray-second/node_1.secrets.env").exists()  # sent, not read yet: the job never started
     for job_id in (second, first):
         outcome = jobs.stop(job_id)
