@@ -225,6 +225,16 @@ def _chained_on(parsed: list[Line], i: int) -> bool:
     return k is not None and parsed[k].body.strip().startswith(TB_CHAIN)
 
 
+def _remote_follows(parsed: list[Line], i: int, exc: re.Match) -> bool:
+    """Whether ``parsed[i]`` is Ray's ``RayTaskError(X): ray::task() (pid=…, ip=…)``, the header of the remote task's
+    own traceback printed after it, which ends in X's line: that line tells the failure (ray/exceptions.py)."""
+    if not exc["inner"] or not exc["type"].endswith("RayTaskError"):
+        return False
+    inner = exc["inner"].rsplit(".", 1)[-1]
+    return any((m := EXCEPTION.match(ln.body)) and m["type"].rsplit(".", 1)[-1] == inner
+               for ln in parsed[i + 1:i + MAX_TRACEBACK])
+
+
 def _cut_traceback(parsed: list[Line], i: int) -> list[tuple[str, str, str]] | None:
     """The frames of a traceback that starts at ``parsed[i]`` and never reaches its exception line (the excerpt
     ends, or other output follows); None when it does reach one."""
@@ -364,8 +374,8 @@ def scan(log: str, lines: list[str], group_ports: set[int] = frozenset()) -> lis
             continue  # the code line of a frame (it may quote an error message)
         warning = ln.level == "warning"
         exc = EXCEPTION.match(body) if not warning else None
-        if exc and _chained_on(parsed, i):
-            continue  # told with the exception chained after it
+        if exc and (_chained_on(parsed, i) or _remote_follows(parsed, i, exc)):
+            continue  # told with the exception chained after it, or the remote task's own after Ray's wrapper
         found = _message_sign(body) if not IPY_HEADER.match(body) else None  # the type again at the end
         if warning and (found is None or found.role not in (CAUSE, CONSEQUENCE)):
             continue
