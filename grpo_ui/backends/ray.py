@@ -31,13 +31,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from grpo_ui.backends.base import Backend, BackendError, Handle, JobStatus, NodeStatus, Progress
+from grpo_ui.backends.base import BackendError, Handle, JobStatus, NodeStatus, Progress
 from grpo_ui.backends.preflight import HostFacts, preflight
 from grpo_ui.backends.preflight.ports import taken
 from grpo_ui.backends.ray_jobs import ENDED, STATES, JobsApi, JobsApiError
-from grpo_ui.backends.remote.runner import Runner, Wrapped, parallel, runner_for
+from grpo_ui.backends.remote.runner import Runner, parallel
 from grpo_ui.backends.remote.ssh import SshError
-from grpo_ui.backends.ssh import node_files, run_token, stop_marked, tar_payload
+from grpo_ui.backends.ssh import OnSpecHosts, node_files, run_token, stop_marked, tar_payload
 from grpo_ui.core import shell
 from grpo_ui.core.errors import describe
 from grpo_ui.core.findings import Finding, finding
@@ -127,7 +127,7 @@ def driver_lines(log: str) -> dict:
     return out
 
 
-class RayBackend(Backend):
+class RayBackend(OnSpecHosts):
     """One job spec run as one Ray job; see the module docstring."""
 
     name = "ray"
@@ -135,19 +135,6 @@ class RayBackend(Backend):
     @property
     def mode(self) -> str:
         return "existing" if self.spec.cluster.ray_address else "start"
-
-    def runner(self, node: int) -> Runner:
-        return runner_for(self.spec.cluster.nodes[node], self.pool)
-
-    def node_shell(self, handle: RayHandle, node: int, host: str) -> Runner:
-        gpus = ",".join(map(str, self.spec.cluster.nodes[node].gpus))
-        return Wrapped(self.runner(node), lambda command: f"export CUDA_VISIBLE_DEVICES={shell.quote(gpus)}; {command}")
-
-    def process_marker(self, handle: RayHandle, node: int) -> str:
-        return run_token(handle, handle.node(node))
-
-    def launched_file(self, handle: RayHandle, node: int) -> str:
-        return f"{handle.run_dir}/{handle.node(node).script}"
 
     def _dashboard(self) -> str:
         c = self.spec.cluster
@@ -240,13 +227,6 @@ class RayBackend(Backend):
         connected = parallel(connect, plan.nodes)
         self._fail([(n, r) for n, r in connected if isinstance(r, Exception)])
         return {n.index: r for n, r in connected}
-
-    @staticmethod
-    def _fail(results: list[tuple[PlannedNode, object]]) -> None:
-        failed = [(n, e) for n, e in results if isinstance(e, Exception)]
-        if failed:
-            raise BackendError("; ".join(str(e) if isinstance(e, SshError) else f"{n.host}: {describe(e)}"
-                                         for n, e in failed), tuple(n.index for n, _ in failed))
 
     def _send(self, plan: LaunchPlan, handle: RayHandle, n: PlannedNode, runner: Runner, secrets: dict[str, str],
               progress: Progress) -> None:

@@ -85,8 +85,8 @@ class SshHandle(Handle):
         return cls(data["job"], data["run_dir"], data["tag"], [SshNode(**n) for n in data["nodes"]])
 
 
-def run_token(handle: SshHandle, node: SshNode) -> str:
-    """The environment entry every process of the node inherits."""
+def run_token(handle, node) -> str:
+    """The environment entry every process of the node inherits (an SshHandle or RayHandle and one of its nodes)."""
     who = f"{node.role}{node.rank if node.role == 'trainer' else node.index}"
     return f"{RUN_TOKEN}={handle.job}/{who}@{handle.tag}"
 
@@ -133,23 +133,37 @@ def stop_marked(runner: Runner, token: str, grace: float, remove: str = "",
     return runner.run(cmd, timeout=grace + 30).out.strip()
 
 
-class SshBackend(Backend):
-    """One job spec run on its nodes over SSH (or on the dashboard's own machine); see the module docstring."""
-
-    name = "ssh"
+class OnSpecHosts(Backend):
+    """A backend whose nodes run on the hosts the spec names, reached over SSH (SSH, Ray): each node's files in its
+    run directory there, its processes marked with its run token. Its handle has ``node(index)`` (with ``script``),
+    ``job``, ``tag`` and ``run_dir``."""
 
     def runner(self, node: int) -> Runner:
         return runner_for(self.spec.cluster.nodes[node], self.pool)
 
-    def node_shell(self, handle: SshHandle, node: int, host: str) -> Runner:
+    def node_shell(self, handle, node: int, host: str) -> Runner:
         gpus = ",".join(map(str, self.spec.cluster.nodes[node].gpus))
         return Wrapped(self.runner(node), lambda command: f"export CUDA_VISIBLE_DEVICES={shell.quote(gpus)}; {command}")
 
-    def process_marker(self, handle: SshHandle, node: int) -> str:
+    def process_marker(self, handle, node: int) -> str:
         return run_token(handle, handle.node(node))
 
-    def launched_file(self, handle: SshHandle, node: int) -> str:
+    def launched_file(self, handle, node: int) -> str:
         return f"{handle.run_dir}/{handle.node(node).script}"
+
+    @staticmethod
+    def _fail(results: list[tuple[PlannedNode, object]]) -> None:
+        """Raise BackendError naming every node whose result is an exception."""
+        failed = [(n, e) for n, e in results if isinstance(e, Exception)]
+        if failed:
+            raise BackendError("; ".join(str(e) if isinstance(e, SshError) else f"{n.host}: {describe(e)}"
+                                         for n, e in failed), tuple(n.index for n, _ in failed))
+
+
+class SshBackend(OnSpecHosts):
+    """One job spec run on its nodes over SSH (or on the dashboard's own machine); see the module docstring."""
+
+    name = "ssh"
 
     def prepare(self, eff: Resolved, progress: Progress) -> tuple[list[HostFacts], list[Finding]]:
         """Every node in parallel (remote.preflight): versions, GPUs, ports, paths, disk, clock."""
@@ -186,12 +200,6 @@ class SshBackend(Backend):
                 save(handle)
                 self._fail(self._wait_healthy(plan, handle, group, runners, trainer0, progress))
         return handle, JobStatus("running", nodes=[self._status(handle, n, "running") for n in handle.nodes])
-
-    @staticmethod
-    def _fail(failed: list[tuple[PlannedNode, Exception]]) -> None:
-        if failed:
-            raise BackendError("; ".join(str(e) if isinstance(e, SshError) else f"{n.host}: {describe(e)}"
-                                         for n, e in failed), tuple(n.index for n, _ in failed))
 
     def _start(self, plan: LaunchPlan, handle: SshHandle, n: PlannedNode, runner: Runner, secrets: dict[str, str],
                progress) -> tuple[int, int, str]:
