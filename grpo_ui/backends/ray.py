@@ -344,8 +344,7 @@ class RayBackend(OnSpecHosts):
         if status.state == "failed" and not any(n.why for n in nodes):
             tail = "\n".join(api.logs(handle.submission).splitlines()[-40:]) if info else ""
             status.error = "\n".join(x for x in (detail, said["error"], (info or {}).get("message"), tail) if x)
-        if status.state in ("succeeded", "failed", "stopped") and handle.ray_started and not handle.keep \
-                and info is not None:
+        if status.state in ("succeeded", "failed", "stopped") and handle.ray_started and not handle.keep:
             status.remains = f"the Ray cluster grpo-ui started on {self._hosts(handle.ray_started)}"
         return status
 
