@@ -49,6 +49,8 @@ from grpo_ui.spec.resolve import Resolved
 DRIVER_SOURCE = Path(__file__).with_name("ray_driver.py")
 API_WAIT = 60.0   # seconds the Jobs API of a cluster just started may take to answer
 STOP_WAIT = 30.0  # seconds, on top of the grace, Ray may take to end a stopped job
+RAY_GRACE = 2.0   # seconds Ray's own processes get after SIGTERM once the job is over (they keep nothing it needs;
+#                   its GCS and raylets often outlive a SIGTERM for many seconds)
 _LINE = re.compile(r"^grpo-ui: (?:node (\d+) (started \(pid (\d+)\)|lost at ([\d.]+): (.*)|ended at [\d.]+: .*)|"
                    r"(waiting for resources: .*)|error: (.*))$", re.MULTILINE)
 
@@ -407,7 +409,7 @@ class RayBackend(OnSpecHosts):
             outcome[self.spec.cluster.nodes[n.index].host + ("" if n.role == "trainer" else " (rollout)")] = (
                 res if isinstance(res, str) else describe(res))
         if handle.ray_started and not handle.keep:
-            for i, res in parallel(lambda i: self._end_ray(handle, i, grace), handle.ray_started):
+            for i, res in parallel(lambda i: self._end_ray(handle, i), handle.ray_started):
                 outcome[f"{self.spec.cluster.nodes[i].host} (Ray)"] = res if isinstance(res, str) else describe(res)
         left = [f"{where} ({what})" for where, what in outcome.items()
                 if not what.startswith(("gone", "stopped", "killed", "ended"))]
@@ -431,10 +433,10 @@ class RayBackend(OnSpecHosts):
             # a cluster grpo-ui started is ended below, whatever Ray says; a running one must answer
             return "ended (its cluster is being ended)" if handle.ray_started and not handle.keep else str(e)
 
-    def _end_ray(self, handle: RayHandle, index: int, grace: float) -> str:
+    def _end_ray(self, handle: RayHandle, index: int) -> str:
         """End the Ray processes grpo-ui started on the node (by their marker), then remove Ray's directory there."""
         runner = self.runner(index)
-        said = stop_marked(runner, ray_token(handle, index), grace)
+        said = stop_marked(runner, ray_token(handle, index), RAY_GRACE)
         if said.startswith(("gone", "stopped", "killed")):
             runner.run(f"rm -rf -- {shell.quote(ray_dir(handle, index))}", timeout=30)
         return said
