@@ -23,6 +23,7 @@ stop, then every process of every node found by its marker and stopped, as the S
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -47,7 +48,7 @@ from grpo_ui.spec.names import RUN_TOKEN
 from grpo_ui.spec.resolve import Resolved
 
 DRIVER_SOURCE = Path(__file__).with_name("ray_driver.py")
-API_WAIT = 60.0   # seconds the Jobs API of a cluster just started may take to answer
+API_WAIT = 180.0  # seconds the Jobs API of a cluster just started may take to answer (its dashboard starts last)
 STOP_WAIT = 30.0  # seconds, on top of the grace, Ray may take to end a stopped job
 RAY_GRACE = 2.0   # seconds Ray's own processes get after SIGTERM once the job is over (they keep nothing it needs;
 #                   its GCS and raylets often outlive a SIGTERM for many seconds)
@@ -114,6 +115,14 @@ def ray_dir(handle: RayHandle, index: int) -> str:
     return f"/tmp/grpo-ui-ray-{handle.tag}-{index}"
 
 
+def _is_ip(address: str) -> bool:
+    try:
+        ipaddress.ip_address(address)
+        return True
+    except ValueError:
+        return False
+
+
 def driver_lines(log: str) -> dict:
     """What the driver said (its ``grpo-ui:`` lines): {"started": {node: pid}, "lost": {node: (time, why)},
     "waiting": the last waiting line or None, "error": its error or None}."""
@@ -152,7 +161,11 @@ class RayBackend(OnSpecHosts):
         cluster to start needs its ports free on node 0; a running one must answer, run the nodes' Ray version and
         have each node of the job with its GPUs as Ray resources."""
         facts, findings = preflight(eff, self.pool, progress)
-        if any(f.id == "PREFLIGHT-UNREACHABLE" for f in findings):
+        findings += [finding("RAY-ADDRESS", "error", f"cluster.nodes[{i}].address",
+                             f"Node {i} ({n.host}) is at {n.routable}, not an IP address: Ray knows its nodes by IP.",
+                             "Set the node's address to the IP address the other nodes reach it at.")
+                     for i, n in enumerate(self.spec.cluster.nodes) if not _is_ip(n.routable)]
+        if any(f.id in ("PREFLIGHT-UNREACHABLE", "RAY-ADDRESS") for f in findings):
             return facts, findings
         if self.mode == "start":
             return facts, findings + self._ports_free()
@@ -221,14 +234,6 @@ class RayBackend(OnSpecHosts):
         self._submit(plan, handle, progress)
         return handle, JobStatus("queued", f"Ray job {handle.submission}: submitted ({handle.link})",
                                  [self._status(handle, n, "pending") for n in handle.nodes])
-
-    def _connect(self, plan: LaunchPlan, progress: Progress) -> dict[int, Runner]:
-        def connect(n: PlannedNode) -> Runner:
-            progress(n.host, "connecting")
-            return self.runner(n.index)
-        connected = parallel(connect, plan.nodes)
-        self._fail([(n, r) for n, r in connected if isinstance(r, Exception)])
-        return {n.index: r for n, r in connected}
 
     def _send(self, plan: LaunchPlan, handle: RayHandle, n: PlannedNode, runner: Runner, secrets: dict[str, str],
               progress: Progress) -> None:

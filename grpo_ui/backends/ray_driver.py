@@ -29,7 +29,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 STARTED_WITHIN = 5.0  # seconds before a node that has not started is reported as waiting for resources
-JOIN_WAIT = 60.0      # seconds a node of the job may take to join the cluster
+JOIN_WAIT = 120.0     # seconds a node of the job may take to join the cluster
 
 
 def say(line: str) -> None:

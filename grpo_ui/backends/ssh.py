@@ -114,7 +114,7 @@ def tar_payload(files: dict[str, tuple[str, int]]) -> bytes:
 def stop_marked(runner: Runner, token: str, grace: float, remove: str = "",
                 group: tuple[int, str] | None = None) -> str:
     """SIGTERM the processes that carry the environment entry ``token`` on the runner's machine, SIGKILL after the
-    grace period, verify nothing is left; 'gone', 'stopped', 'killed' or 'left PID…'. ``remove``: a file to delete
+    grace period (again while any is left, up to five times), verify nothing is left; 'gone', 'stopped', 'killed' or 'left PID…'. ``remove``: a file to delete
     first (a secrets file a start never got to read). ``group``: (process group, its leader's start time): its
     members are signalled too while its leader is still that process (same pid and start time, so a recycled pid is
     never signalled): a child that cleared its environment (`env -i`) is still in the group. Once verified, the group
@@ -128,8 +128,9 @@ def stop_marked(runner: Runner, token: str, grace: float, remove: str = "",
            'pids=$(members); [ -z "$pids" ] && echo gone && exit 0; '
            f"kill -TERM $pids 2>/dev/null; for _ in $(seq {int(grace * 5)}); do sleep 0.2; "
            '[ -z "$(members)" ] && echo stopped && exit 0; done; '
-           'kill -KILL $(members) 2>/dev/null; sleep 0.5; left=$(members); '
-           '[ -z "$left" ] && echo killed || echo "left" $left')
+           # SIGKILL again while members are left: a process may start one more (Ray's raylet starts workers)
+           'for _ in 1 2 3 4 5; do left=$(members); [ -z "$left" ] && break; kill -KILL $left 2>/dev/null; '
+           'sleep 0.5; done; left=$(members); [ -z "$left" ] && echo killed || echo "left" $left')
     return runner.run(cmd, timeout=grace + 30).out.strip()
 
 
@@ -150,6 +151,15 @@ class OnSpecHosts(Backend):
 
     def launched_file(self, handle, node: int) -> str:
         return f"{handle.run_dir}/{handle.node(node).script}"
+
+    def _connect(self, plan: LaunchPlan, progress: Progress) -> dict[int, Runner]:
+        """A runner for every node of the plan, connected in parallel; BackendError names the nodes that failed."""
+        def connect(n: PlannedNode) -> Runner:
+            progress(n.host, "connecting")
+            return self.runner(n.index)
+        connected = parallel(connect, plan.nodes)
+        self._fail(connected)
+        return {n.index: r for n, r in connected}
 
     @staticmethod
     def _fail(results: list[tuple[PlannedNode, object]]) -> None:
@@ -176,13 +186,7 @@ class SshBackend(OnSpecHosts):
         handle = SshHandle(plan.job_id, plan.run_dir, os.urandom(6).hex(),
                            [SshNode(n.index, n.role, n.rank, n.script) for n in plan.nodes])
 
-        def connect(n: PlannedNode) -> Runner:
-            progress(n.host, "connecting")
-            return self.runner(n.index)
-
-        connected = parallel(connect, plan.nodes)
-        self._fail([(n, e) for n, e in connected if isinstance(e, Exception)])
-        runners = {n.index: runner for n, runner in connected}
+        runners = self._connect(plan, progress)
         trainer0 = plan.role("trainer")[0]
         for group in (plan.role("rollout"), plan.role("trainer")):
             for n in group:
