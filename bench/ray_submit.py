@@ -80,8 +80,8 @@ def main() -> None:
                     os.kill(int(d.name), 9)
             except OSError:
                 continue
-        subprocess.run(["rm", "-rf", f"/tmp/bench-ray-{os.getpid()}"], check=False)
         net.teardown()
+        subprocess.run(["rm", "-rf", f"/tmp/bench-ray-{os.getpid()}", str(root)], check=False)
 
 
 if __name__ == "__main__":
