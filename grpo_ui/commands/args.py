@@ -1,6 +1,6 @@
 """`args job.yaml [--swift VERSION] [--rollout]`: the exact swift (or megatron) command line for the target ms-swift
-version, after the flags grpo-ui adds on its own (as comments saying why); for a Ray-mode job the Ray config and the
-command that reads it."""
+version, after the flags grpo-ui adds on its own (as comments saying why); for a Ray-mode job the Ray config, what the
+Ray backend submits (as comments) and the command that reads the config."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import sys
 
 import yaml
 
+from grpo_ui.backends.ray import submission_text
 from grpo_ui.core.findings import format_findings, has_errors
 from grpo_ui.core.shell import join
-from grpo_ui.launch.render import RAY_CONFIG
+from grpo_ui.launch.render import RAY_CONFIG, RAY_JOB, run_dir
 from grpo_ui.spec.resolve import resolve
 from grpo_ui.spec.swift_cli import RAY_ENTRYPOINT, ray_config, rollout_command, train_command
 from grpo_ui.spec.yaml_io import load_spec
@@ -26,10 +27,13 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     spec = load_spec(args.spec)
-    if resolve(spec).ray and not args.rollout:  # ms-swift's Ray mode: its config, and the one command that reads it
+    eff = resolve(spec)
+    if eff.ray and not args.rollout:  # ms-swift's Ray mode: its config, what is submitted, the command it runs
         cfg = ray_config(spec, args.swift)
         added, findings = cfg.added, cfg.findings
         print(f"# {RAY_CONFIG}\n" + yaml.safe_dump(cfg.data, sort_keys=False, allow_unicode=True, width=120))
+        print("\n".join(f"# {line}" for line in submission_text(eff, RAY_JOB,
+                                                                  run_dir(spec, "<job-id>")).splitlines()))
         words = ["megatron", *RAY_ENTRYPOINT, RAY_CONFIG]
     else:
         cmd = (rollout_command if args.rollout else train_command)(spec, args.swift)
