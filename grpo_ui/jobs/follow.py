@@ -104,8 +104,8 @@ class Watcher:
         for n in nodes:
             try:
                 runner = self.jobs.runner(spec, n["node_index"])
-                lines = self._tail(job_id, n["node_index"], runner.read, f"{n['run_dir']}/"
-                                   f"{NodeFiles.of_script(n['script']).log}")
+                lines = [] if eff.ray else self._tail(job_id, n["node_index"], runner.read, f"{n['run_dir']}/"
+                                                      f"{NodeFiles.of_script(n['script']).log}")  # Ray mode: no script
                 new_lines += len(lines)
                 if n["node_rank"] == eff.logging_node:  # swift rlhf's rank 0, megatron rlhf's last rank
                     new_steps += self._metrics(job_id, eff, n, runner, driver if eff.ray else lines, nodes)
