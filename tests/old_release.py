@@ -6,7 +6,7 @@ a draft saved, exactly as a user of that release would have left them.
     PYTHONPATH=OLD_TREE python tests/old_release.py CONFIG.json
 
 CONFIG: {"db": path, "draft": {"name", "yaml"}, "jobs": [{"id", "spec": a job spec as a dict, "until":
-"running" (followed until its metrics, alerts, GPU samples, memory peaks and pace are stored; it keeps running) or
+"running" (followed until its metrics, alerts, GPU samples and processes, memory peaks and pace are stored; it keeps running) or
 "ended" (followed until its last lines are fetched)}]}. Prints nothing on success; exits 1 naming what never came.
 """
 
@@ -61,6 +61,7 @@ def write(config: dict) -> list[str]:
                 "running": lambda j=job_id: {
                     "running": store.job(j)["state"] == "running", "3 logged steps": len(store.step_times(j)) >= 3,
                     "an alert": bool(store.alerts(j)), "GPU samples": bool(store.gpu_samples(j)),
+                    "its GPU processes": bool(store.gpu_processes(j)),
                     "memory peaks": bool(store.memory_peaks(j)), "a measured pace": store.time_measured(j) is not None},
                 "ended": lambda j=job_id: {"ended": store.job(j)["state"] in ("succeeded", "failed"),
                                            "its last lines": store.meta(j, "drained") == "1"},

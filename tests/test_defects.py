@@ -67,7 +67,7 @@ def test_two_tabs_do_not_overwrite_each_others_draft(home):
     field(a, "train.num_generations").set_value("16").run()
     field(b, "train.max_completion_length").set_value("999").run()
     saved = Store().drafts()
-    assert len(saved) == 1 and "num_generations: 16" in saved[0]["spec_yaml"] and "999" not in saved[0]["spec_yaml"] \
+    assert len(saved) == 1 and "num_generations: 16" in saved[0].spec_yaml and "999" not in saved[0].spec_yaml \
         and "changed in another tab" in texts(b)
 
 
@@ -227,7 +227,7 @@ def test_an_override_is_kept_with_the_job_and_shown_on_monitor_and_history(home,
     st.cache_resource.clear()
     pages = [AppTest.from_file(str(ROOT / f"views/{p}.py"), default_timeout=60).run() for p in ("monitor", "history")]
     note = "Launched despite GRPO-BATCH-DIV, with the reason: a test of the override"
-    assert [j["id"] for j in jobs.store.jobs()] == ["with-reason"] and all(note in texts(p) for p in pages)
+    assert [j.id for j in jobs.store.jobs()] == ["with-reason"] and all(note in texts(p) for p in pages)
 
 
 def test_a_model_picked_from_the_catalogue_is_a_hub_id_ms_swift_can_download(home):
@@ -252,7 +252,7 @@ def test_a_pasted_config_json_survives_a_reload_and_reaches_the_launch_plan(home
     launch = AppTest.from_file(str(ROOT / "views/launch.py"), default_timeout=60)
     launch.query_params["draft"] = draft_of(at)
     shown = texts(launch.run())
-    assert "Verdict" in [m.label for m in reloaded.metric] and "hidden_size: 3584" in Store().drafts()[0]["spec_yaml"] \
+    assert "Verdict" in [m.label for m in reloaded.metric] and "hidden_size: 3584" in Store().drafts()[0].spec_yaml \
         and "Memory estimate kept with the job" in shown and "No memory estimate" not in shown
 
 

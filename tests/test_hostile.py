@@ -224,7 +224,7 @@ def test_hostile_values_reach_every_remote_command_as_data(tmp_path_factory, val
             ("USER_VALUE", "NODE_VALUE", "API_TOKEN"), value)
         assert (run_root / job / "exit_code.0").read_text().strip() == "0"
         assert not list((run_root / job).glob("*secrets*"))
-        assert Watcher(jobs).poll(job)["errors"] == []
+        assert Watcher(jobs).poll(job).errors == []
         facts, _ = preflight(spec, jobs.pool)
         assert facts[0].error is None and {k: facts[0].paths.get(k) for k in ("./" + value, "workdir")} == {
             "./" + value: True, "workdir": True}

@@ -2,6 +2,7 @@
 locked or shared database (browser and CLI), one name validator for job ids, duplicate ids, and offsets that
 advance by compare-and-set."""
 
+import json
 import os
 import sqlite3
 import stat
@@ -13,7 +14,7 @@ import pytest
 
 from grpo_ui.core.private import PrivateFileError, home
 from grpo_ui.jobs.service import Jobs, LaunchError
-from grpo_ui.jobs.store import DuplicateJob, Store, StoreError, schema
+from grpo_ui.jobs.store import DuplicateJob, MemoryAtLaunch, Store, StoreError, Unavailable, schema
 from grpo_ui.launch.render import render
 from grpo_ui.spec.errors import SpecError
 from grpo_ui.spec.yaml_io import validate_spec
@@ -197,3 +198,24 @@ def test_migrations_run_in_order_once_after_a_copy(tmp_path, monkeypatch):
     assert store.conn().execute("SELECT note FROM jobs").fetchone()[0] == "from pending"
     (copy,) = tmp_path.glob("*.bak")
     assert copy.name == f"db.sqlite.v{schema.LATEST - 2}.bak" and user_version(copy) == schema.LATEST - 2
+
+
+def test_version_2_keeps_why_a_prediction_is_missing_apart_from_the_predictions(tmp_path):
+    """A version-1 file (predictions and their absence both JSON documents, {"error": why} for the latter) reads
+    back as MemoryAtLaunch / TimeAtLaunch, or Unavailable(why)."""
+    db = tmp_path / "db.sqlite"
+    c = sqlite3.connect(db, isolation_level=None)
+    schema.baseline(c)
+    c.execute("PRAGMA user_version = 1")
+    estimate = {"model": "m", "roles": [{"role": "trainer", "peak_gib": 17.0, "expected_gib": 20.0, "verdict": "fits"}]}
+    c.executemany("INSERT INTO memory_estimates VALUES (?, ?, 1.0)",
+                  [("a", json.dumps(estimate)), ("b", json.dumps({"error": "unknown model m"}))])
+    c.executemany("INSERT INTO time_estimates VALUES (?, ?, 1.0)",
+                  [("a", json.dumps({"step_s": 3.2, "range": [2.4, 4.3], "total_h": 1.5})),
+                   ("b", json.dumps({"error": "no GPU speed facts"}))])
+    c.close()
+    store = Store(db)
+    assert store.memory_estimate("a") == MemoryAtLaunch(estimate) and store.memory_estimate("a").role("trainer").peak_gib == 17
+    assert store.memory_estimate("b") == Unavailable("unknown model m") and store.memory_estimate("c") is None
+    assert (store.time_estimate("a").step_s, store.time_estimate("a").range) == (3.2, (2.4, 4.3))
+    assert store.time_estimate("b") == Unavailable("no GPU speed facts")

@@ -56,9 +56,9 @@ else:
     if not jobs:
         st.info("No jobs yet: the jobs launched from the Launch page are listed here.")
     else:
-        job_id = st.selectbox("Job", [j["id"] for j in jobs], key="diagnose_job",
-                              format_func=lambda i: next(f"{i} — {j['name']} ({j['state']})" for j in jobs
-                                                         if j["id"] == i))
+        job_id = st.selectbox("Job", [j.id for j in jobs], key="diagnose_job",
+                              format_func=lambda i: next(f"{i} — {j.name} ({j.state})" for j in jobs
+                                                         if j.id == i))
 
 if st.button("Diagnose", type="primary", disabled=not texts and job_id is None, key="diagnose_run"):
     st.session_state["diagnose_report"] = job_report(store(), job_id) if source == JOB else report(from_texts(texts))

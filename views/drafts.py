@@ -52,7 +52,7 @@ def create(name: str, spec: JobSpec) -> None:
 def draft_picker(draft: Draft, spec: JobSpec) -> None:
     """Switch, rename, copy or delete this tab's draft; start a new one from a preset (import: below)."""
     st.subheader("Draft")
-    listed = {d["id"]: d["name"] for d in store().drafts()}
+    listed = {d.id: d.name for d in store().drafts()}
     st.session_state["draft_pick"] = draft.id
     st.selectbox("Draft", list(listed), key="draft_pick", format_func=lambda i: f"{listed[i]} (#{i})",
                  on_change=lambda: switch_to(st.session_state["draft_pick"]),

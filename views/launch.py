@@ -115,7 +115,7 @@ if st.button("Launch", type="primary", disabled=held):
                                      preflight=check_first, override=override)
             for line in steps:
                 box.write(line)
-            state = jobs().store.job(launched)["state"]
+            state = jobs().store.job(launched).state
             box.update(label=f"{launched} is {'queued' if state == 'starting' else state}", state="complete")
             st.session_state["monitor_job"] = launched
         except LaunchError as e:

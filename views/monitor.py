@@ -21,6 +21,7 @@ from grpo_ui.jobs.follow import STACKS, STACKS_AT, Watcher
 from grpo_ui.jobs.memory_loop import comparison, record_peaks
 from grpo_ui.jobs.service import HANDLE, STATUS, override_note
 from grpo_ui.jobs.specs import job_spec
+from grpo_ui.jobs.store import Unavailable
 from grpo_ui.jobs.time_loop import summary
 from views import readable, runs
 from views.service import jobs
@@ -37,9 +38,9 @@ MEMORY_WINDOW_S = 7200  # memory per rank over the steps of the last two hours
 
 def process_rows(job_id: str) -> list[dict]:
     """Which process of which node holds how much memory on each GPU (the latest listing per host)."""
-    label = {n["host"]: f"node {n['node_index']} · {n['host']}" for n in service.store.nodes(job_id)}
-    return [{"node": label.get(r["host"], r["host"]), "GPU": r["gpu_index"], "pid": r["pid"],
-             "GPU memory (MiB)": r["used_mib"], "listed": time.strftime("%H:%M:%S", time.localtime(r["ts"]))}
+    label = {n.host: f"node {n.node_index} · {n.host}" for n in service.store.nodes(job_id)}
+    return [{"node": label.get(r.host, r.host), "GPU": r.gpu_index, "pid": r.pid,
+             "GPU memory (MiB)": r.used_mib, "listed": time.strftime("%H:%M:%S", time.localtime(r.ts))}
             for r in service.store.gpu_processes(job_id)]
 
 
@@ -89,23 +90,23 @@ def step_time_panel(pace: dict) -> None:
     with the rollout share and completion length vs the cap (grpo_ui.jobs.time_loop)."""
     st.subheader("Step time")
     c1, c2, c3, c4 = st.columns(4)
-    c1.metric("measured s/step (median)", pace["median"])
-    c2.metric("recent s/step", pace["recent"])
-    c3.metric("predicted s/step", pace["predicted"])
-    c4.metric("measured / predicted", pace["ratio"])
-    for line in pace["lines"]:
+    c1.metric("measured s/step (median)", pace.median)
+    c2.metric("recent s/step", pace.recent)
+    c3.metric("predicted s/step", pace.predicted)
+    c4.metric("measured / predicted", pace.ratio)
+    for line in pace.lines:
         st.caption(line)
 
 
 def memory_table(job: dict) -> None:
     """The estimate the job was launched with next to each GPU's measured peak."""
     eff = job_spec(job)  # parsed and resolved once per job, not on every refresh
-    record_peaks(service.store, job["id"], eff)
+    record_peaks(service.store, job.id, eff)
     st.caption("Memory per GPU: the estimate at launch vs the measured peak")
-    error = (service.store.memory_estimate(job["id"]) or {}).get("error")
-    if error:
-        st.caption(f"No estimate at launch: {error}")
-    st.table(readable.memory_table(comparison(service.store, job["id"], eff)))
+    estimate = service.store.memory_estimate(job.id)
+    if isinstance(estimate, Unavailable):
+        st.caption(f"No estimate at launch: {estimate.why}")
+    st.table(readable.memory_table(comparison(service.store, job.id, eff)))
 
 
 st.title("Monitor")
@@ -114,11 +115,11 @@ listed = service.store.jobs()
 if not listed:
     st.info("No jobs yet: launch one from the Launch page (or `python -m grpo_ui launch job.yaml`).")
     runs.end_page()
-ids = [j["id"] for j in listed]
+ids = [j.id for j in listed]
 default = ids.index(st.session_state["monitor_job"]) if st.session_state.get("monitor_job") in ids else 0
-job_id = st.selectbox("Job", ids, index=default, format_func=lambda i: f"{i} — {service.store.job(i)['state']}")
+job_id = st.selectbox("Job", ids, index=default, format_func=lambda i: f"{i} — {service.store.job(i).state}")
 st.session_state["monitor_job"] = job_id
-shown_state = service.store.job(job_id)["state"]  # as the picker's label says it
+shown_state = service.store.job(job_id).state  # as the picker's label says it
 
 
 @runs.live_fragment(run_every=3)
@@ -126,14 +127,14 @@ def live():
     job, watcher = service.store.job(job_id), Watcher(service)
     result = watcher.poll(job_id) if watcher.needs_poll(job) else None  # an ended job: once, for its last lines
     job = service.store.job(job_id)
-    if job["state"] != shown_state:
+    if job.state != shown_state:
         st.rerun()  # the whole page, so the job picker's label shows the new state too
     stop_button(job)
     metrics = service.store.metrics(job_id)
     c1, c2, c3, c4 = st.columns(4)
-    c1.metric("State", job["state"])
+    c1.metric("State", job.state)
     backend = json.loads(service.store.meta(job_id, STATUS) or "null")
-    if backend and job["state"] in ("starting", "running"):
+    if backend and job.state.launched:
         position = backend["queue_position"]
         st.caption(backend["detail"] + (f" — queue position {position}" if position else ""))
     steps = metrics.get("max_steps", [])
@@ -142,16 +143,16 @@ def live():
         step, total = steps[-1][0], steps[-1][1]
         c2.metric("Step", f"{step} / {total:.0f}")
         st.progress(min(step / total, 1.0) if total else 0.0)
-        c3.metric("ETA", pace["eta"] or "—", help="the steps left × the recent measured pace")
+        c3.metric("ETA", pace.eta or "—", help="the steps left × the recent measured pace")
     if "reward" in metrics:
         c4.metric("reward", f"{metrics['reward'][-1][1]:.4g}")
-    if result and result["errors"]:
-        st.warning("Unreachable now: " + "; ".join(result["errors"]))
-    if job["error"]:
-        st.error(error_list(job["error"]))
+    if result and result.errors:
+        st.warning("Unreachable now: " + "; ".join(result.errors))
+    if job.error:
+        st.error(error_list(job.error))
     if note := override_note(service.store, job_id):
         st.warning(note)
-    if job["state"] == "failed" and not service.store.meta(job_id, HANDLE):
+    if job.state == "failed" and not service.store.meta(job_id, HANDLE):
         st.info("This job never started: the launch stopped before anything ran on the nodes (they were never "
                 "reached, or preflight refused them), so there are no metrics, GPU samples or logs. Fix what is "
                 "listed above and launch again from the Launch page.")
@@ -159,11 +160,11 @@ def live():
     alerts = service.store.alerts(job_id)
     st.subheader(f"Alerts ({len(alerts)})")
     for a in alerts:
-        with st.expander(f"{SEVERITY_ICON.get(a['severity'], '')} {a['alert_id']} — {a['message'].split(':')[0]}",
-                         expanded=a["severity"] == "error"):
-            st.write(a["message"])
-            st.code(a["evidence"] or "")
-            st.caption(f"Fix: {a['fix']}")
+        with st.expander(f"{SEVERITY_ICON.get(a.severity, '')} {a.alert_id} — {a.message.split(':')[0]}",
+                         expanded=a.severity == "error"):
+            st.write(a.message)
+            st.code(a.evidence or "")
+            st.caption(f"Fix: {a.fix}")
     step_time_panel(pace)
     st.subheader("Training metrics")
     step_marks = service.store.step_times(job_id)
@@ -197,7 +198,7 @@ def live():
 def stop_button(job: dict) -> None:
     """Stop the job on every node; the outcome stays shown (the page reruns once the job's state changes). Drawn in
     the live part, which a click reruns at once."""
-    if job["state"] in ("starting", "running") and st.button("Stop this job on every node", type="primary"):
+    if job.state.launched and st.button("Stop this job on every node", type="primary"):
         try:
             outcome = service.stop(job_id)
             st.session_state["stopped"] = (job_id, "Stopped: " + ", ".join(f"{h}: {o}" for h, o in outcome.items()))
@@ -211,7 +212,7 @@ def stop_button(job: dict) -> None:
 def stacks_panel(job: dict) -> None:
     """Where each rank is (py-spy): dumped by the watcher on a suspected hang, or now on request."""
     with st.expander("Where each rank is (py-spy stacks)"):
-        if job["state"] in ("starting", "running") and st.button("Dump every rank's stack now", key="dump_stacks"):
+        if job.state.launched and st.button("Dump every rank's stack now", key="dump_stacks"):
             try:
                 w = Watcher(service)
                 service.store.set_meta(job_id, STACKS, w.dump_stacks(job_id, job_spec(job).spec,
@@ -237,14 +238,13 @@ def logs():
     nodes = service.store.nodes(job_id)
     if not nodes:
         return
-    labels = [f"node {n['node_index']} · {n['host']} · {n['role']}" + (f" rank {n['node_rank']}"
-                                                                          if n["role"] == "trainer" else "")
+    labels = [f"node {n.node_index} · {n.host} · {n.role}" + (f" rank {n.node_rank}" if n.role == "trainer" else "")
               for n in nodes]
     c1, c2 = st.columns([2, 3])
     pick = c1.selectbox("Node", range(len(nodes)), format_func=lambda k: labels[k], key="log_node")
     query = c2.text_input("Search this node's log window", key="log_query")
     node = nodes[pick]
-    window = service.store.log_lines(job_id, node["node_index"], 5000)
+    window = service.store.log_lines(job_id, node.node_index, 5000)
     at = first_error_index([r[1] for r in window])  # never a line of ms-swift's argument dump
     first_error = window[at] if at is not None else None
     if first_error:

@@ -30,7 +30,7 @@ def run(args) -> int:
               "rows in time_measurements.jsonl", file=sys.stderr)
         return 2
     store = Store()
-    ids = args.jobs or [j["id"] for j in store.jobs()]
+    ids = args.jobs or [j.id for j in store.jobs()]
     unknown = [j for j in ids if store.job(j) is None]
     if unknown:
         print(f"no such job: {', '.join(unknown)}", file=sys.stderr)

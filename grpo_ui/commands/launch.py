@@ -9,7 +9,7 @@ import time
 from grpo_ui.commands import job_id
 from grpo_ui.core.findings import format_findings
 from grpo_ui.jobs.service import Jobs, LaunchError
-from grpo_ui.jobs.store import Store
+from grpo_ui.jobs.store import JobState, Store
 from grpo_ui.launch.plan import LaunchPlan
 from grpo_ui.spec.yaml_io import load_spec
 
@@ -63,11 +63,11 @@ def run(args) -> int:
 def follow(jobs: Jobs, job: str) -> int:
     """Watch the job until it ends (its GPUs sampled meanwhile); 0 when it succeeded."""
     from grpo_ui.jobs.follow import Watcher
-    watcher, state = Watcher(jobs), jobs.store.job(job)["state"]
-    while state in ("starting", "running"):
+    watcher, state = Watcher(jobs), jobs.store.job(job).state
+    while state.launched:
         time.sleep(3)
         result = watcher.poll(job)
-        state = result["state"]
-        print(f"{job}: {state}, +{result['new_lines']} log lines, +{result['new_steps']} steps, "
-              f"alerts: {', '.join(a['id'] for a in result['alerts']) or 'none'}")
-    return 0 if state == "succeeded" else 1
+        state = result.state
+        print(f"{job}: {state}, +{result.new_lines} log lines, +{result.new_steps} steps, "
+              f"alerts: {', '.join(a.id for a in result.alerts) or 'none'}")
+    return 0 if state == JobState.SUCCEEDED else 1

@@ -23,8 +23,8 @@ def run(args) -> int:
     if not args.job:
         errors = watcher.reattach()  # each job alone may fail: its lines say why
         for j in store.jobs():
-            print(f"{j['id']:<40} {j['state']:<10} {j['name']}")
-            for e in errors.get(j["id"], []):
+            print(f"{j.id:<40} {j.state:<10} {j.name}")
+            for e in errors.get(j.id, []):
                 print(f"  unreachable or unreadable: {e}")
         return 0
     job = store.job(args.job)
@@ -33,29 +33,29 @@ def run(args) -> int:
         return 1
     result = watcher.poll(args.job)
     job = store.job(args.job)
-    print(f"{job['id']}: {result['state']}")
+    print(f"{job.id}: {result.state}")
     backend = json.loads(store.meta(args.job, STATUS) or "null")
     if backend:
         position = backend["queue_position"]
         print(f"  {backend['detail']}" + (f", queue position {position}" if position else ""))
     for n in store.nodes(args.job):
-        print(f"  node {n['node_index']} {n['host']:<20} {n['role']:<8} rank {n['node_rank']} pid {n['pid']} "
-              f"{n['state']} exit {n['exit_code']}")
+        print(f"  node {n.node_index} {n.host:<20} {n.role:<8} rank {n.node_rank} pid {n.pid} "
+              f"{n.state} exit {n.exit_code}")
     metrics = store.metrics(args.job)
     if metrics:
         step = max(s for series in metrics.values() for s, _ in series)
         latest = {k: v[-1][1] for k, v in metrics.items() if v[-1][0] == step}
         print(f"  step {step}: " + ", ".join(f"{k}={latest[k]:.4g}" for k in ("reward", "reward_std", "kl", "loss")
                                              if k in latest))
-        pace = summary(store, args.job, spec_from_yaml(job["spec_yaml"]))
-        print(f"  step time: {pace['median']} per step measured (median; recent {pace['recent']}), "
-              f"{pace['predicted']} predicted" + (f", ETA {pace['eta']}" if pace["eta"] else ""))
-        for line in pace["lines"]:
+        pace = summary(store, args.job, spec_from_yaml(job.spec_yaml))
+        print(f"  step time: {pace.median} per step measured (median; recent {pace.recent}), "
+              f"{pace.predicted} predicted" + (f", ETA {pace.eta}" if pace.eta else ""))
+        for line in pace.lines:
             print(f"    {line}")
-    for a in result["alerts"]:
-        print(f"  [{a['severity']}] {a['id']}: {a['title']}")
-    if job["error"]:
-        print("  error: " + job["error"])
-    for e in result["errors"]:
+    for a in result.alerts:
+        print(f"  [{a.severity}] {a.id}: {a.title}")
+    if job.error:
+        print("  error: " + job.error)
+    for e in result.errors:
         print("  unreachable: " + e)
     return 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlite3
 
 from grpo_ui.jobs.store.database import Database, reads, writes
+from grpo_ui.jobs.store.records import GpuProcess
 
 SAMPLE_KEYS = ("host", "gpu_index", "ts", "util", "mem_used", "mem_total", "power", "power_limit", "temp", "sm_clock")
 
@@ -41,7 +42,7 @@ class GpuRecords(Database):
                         snapshot["ts"]) for p in snapshot["processes"]])
 
     @reads
-    def gpu_processes(self, c: sqlite3.Connection, job_id: str) -> list[dict]:
-        return [dict(r) for r in c.execute(
+    def gpu_processes(self, c: sqlite3.Connection, job_id: str) -> list[GpuProcess]:
+        return [GpuProcess.of(r) for r in c.execute(
             "SELECT host, gpu_index, gpu_uuid, pid, used_mib, ts FROM gpu_processes WHERE job_id = ? "
             "ORDER BY host, gpu_index, used_mib DESC", (job_id,))]

@@ -8,9 +8,8 @@ import time
 
 from grpo_ui.jobs.store.database import Database, reads, writes
 from grpo_ui.jobs.store.errors import DuplicateJob
+from grpo_ui.jobs.store.records import ACTIVE, Job, JobState, Node, StoredDraft
 from grpo_ui.spec.names import check_name
-
-ACTIVE = ("pending", "preflight", "starting", "running")
 
 
 class JobRecords(Database):
@@ -21,14 +20,14 @@ class JobRecords(Database):
                          (name, spec_yaml, time.time())).lastrowid
 
     @reads
-    def draft(self, c: sqlite3.Connection, draft_id: int) -> dict | None:
+    def draft(self, c: sqlite3.Connection, draft_id: int) -> StoredDraft | None:
         row = c.execute("SELECT * FROM drafts WHERE id = ?", (draft_id,)).fetchone()
-        return dict(row) if row else None
+        return StoredDraft.of(row) if row else None
 
     @reads
-    def drafts(self, c: sqlite3.Connection) -> list[dict]:
+    def drafts(self, c: sqlite3.Connection) -> list[StoredDraft]:
         """Every draft, the latest saved first."""
-        return [dict(r) for r in c.execute("SELECT * FROM drafts ORDER BY updated DESC, id DESC")]
+        return [StoredDraft.of(r) for r in c.execute("SELECT * FROM drafts ORDER BY updated DESC, id DESC")]
 
     @writes
     def save_draft(self, c: sqlite3.Connection, draft_id: int, spec_yaml: str, version: int) -> int | None:
@@ -48,7 +47,8 @@ class JobRecords(Database):
 
     # jobs
     @writes
-    def create_job(self, c: sqlite3.Connection, job_id: str, name: str, spec_yaml: str, state: str = "pending") -> None:
+    def create_job(self, c: sqlite3.Connection, job_id: str, name: str, spec_yaml: str,
+                   state: JobState = JobState.PENDING) -> None:
         """A new job; DuplicateJob when the id is taken (ids name run directories on the nodes)."""
         check_name(job_id)
         if not c.execute("INSERT INTO jobs (id, name, spec_yaml, state, created) VALUES (?, ?, ?, ?, ?) "
@@ -62,14 +62,16 @@ class JobRecords(Database):
         c.execute(f"UPDATE jobs SET {cols} WHERE id = ?", (*fields.values(), job_id))
 
     @reads
-    def job(self, c: sqlite3.Connection, job_id: str) -> dict | None:
+    def job(self, c: sqlite3.Connection, job_id: str) -> Job | None:
         row = c.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        return dict(row) if row else None
+        return Job.of(row) if row else None
 
     @reads
-    def jobs(self, c: sqlite3.Connection, active_only: bool = False) -> list[dict]:
-        sql = "SELECT * FROM jobs" + (f" WHERE state IN {ACTIVE}" if active_only else "") + " ORDER BY created DESC"
-        return [dict(r) for r in c.execute(sql)]
+    def jobs(self, c: sqlite3.Connection, active_only: bool = False) -> list[Job]:
+        """Every job (or the active ones), the latest created first."""
+        where = f" WHERE state IN ({', '.join('?' * len(ACTIVE))})" if active_only else ""
+        return [Job.of(r) for r in c.execute(f"SELECT * FROM jobs{where} ORDER BY created DESC",
+                                             ACTIVE if active_only else ())]
 
     # nodes
     @writes
@@ -84,8 +86,8 @@ class JobRecords(Database):
         c.execute(f"UPDATE nodes SET {cols} WHERE job_id = ? AND node_index = ?", (*fields.values(), job_id, node_index))
 
     @reads
-    def nodes(self, c: sqlite3.Connection, job_id: str) -> list[dict]:
-        return [dict(r) for r in c.execute("SELECT * FROM nodes WHERE job_id = ? ORDER BY node_index", (job_id,))]
+    def nodes(self, c: sqlite3.Connection, job_id: str) -> list[Node]:
+        return [Node.of(r) for r in c.execute("SELECT * FROM nodes WHERE job_id = ? ORDER BY node_index", (job_id,))]
 
     # facts learnt about a job while watching it
     @reads

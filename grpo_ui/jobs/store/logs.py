@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from grpo_ui.jobs.store.database import Database, reads, writes
+from grpo_ui.jobs.store.records import LogLine, StoredAlert
 
 
 class LogRecords(Database):
@@ -47,15 +48,15 @@ class LogRecords(Database):
 
     @reads
     def log_lines(self, c: sqlite3.Connection, job_id: str, node_index: int, last: int = 200,
-                  contains: str | None = None) -> list[tuple]:
-        """(seq, text, ts) of the last ``last`` lines of the window, optionally only those containing a string."""
+                  contains: str | None = None) -> list[LogLine]:
+        """The last ``last`` lines of the window, optionally only those containing a string."""
         sql = "SELECT seq, text, ts FROM log_lines WHERE job_id = ? AND node_index = ?"
         args: list = [job_id, node_index]
         if contains:
             sql += " AND instr(text, ?) > 0"
             args.append(contains)
         rows = c.execute(sql + " ORDER BY seq DESC LIMIT ?", (*args, last)).fetchall()
-        return [tuple(r) for r in reversed(rows)]
+        return [LogLine(*r) for r in reversed(rows)]
 
     @writes
     def add_metrics(self, c: sqlite3.Connection, job_id: str, step: int, values: dict[str, float],
@@ -113,5 +114,6 @@ class LogRecords(Database):
                   (job_id, alert_id, severity, message, evidence, fix, now, now))
 
     @reads
-    def alerts(self, c: sqlite3.Connection, job_id: str) -> list[dict]:
-        return [dict(r) for r in c.execute("SELECT * FROM alerts WHERE job_id = ? ORDER BY first_seen", (job_id,))]
+    def alerts(self, c: sqlite3.Connection, job_id: str) -> list[StoredAlert]:
+        return [StoredAlert.of(r) for r in c.execute("SELECT * FROM alerts WHERE job_id = ? ORDER BY first_seen",
+                                                     (job_id,))]

@@ -8,6 +8,7 @@ user, and the jobs running while they upgrade, carry over. A file written by a n
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from collections.abc import Callable
@@ -60,7 +61,22 @@ def baseline(c: sqlite3.Connection) -> None:
         c.execute(statement)  # one by one: executescript would commit the migration's transaction half-way
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [baseline]  # migration k brings a file to version k + 1
+def unavailable_apart(c: sqlite3.Connection) -> None:
+    """Version 2: a job launched without a prediction keeps why in a column of its own (``unavailable``) instead of
+    an ``{"error": why}`` document in the prediction's place; exactly one of the two is set."""
+    for table in ("memory_estimates", "time_estimates"):
+        rows = c.execute(f"SELECT job_id, estimate, created FROM {table}").fetchall()
+        c.execute(f"DROP TABLE {table}")
+        c.execute(f"CREATE TABLE {table} (job_id TEXT PRIMARY KEY, estimate TEXT, unavailable TEXT, "
+                  "created REAL NOT NULL, CHECK ((estimate IS NULL) != (unavailable IS NULL)))")
+        for job_id, text, created in rows:
+            document = json.loads(text)
+            why = document["error"] if "error" in document else None
+            c.execute(f"INSERT INTO {table} VALUES (?, ?, ?, ?)",
+                      (job_id, None if why is not None else text, why, created))
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [baseline, unavailable_apart]  # migration k brings a file to version k + 1
 LATEST = len(MIGRATIONS)
 
 
