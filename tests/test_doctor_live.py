@@ -23,8 +23,9 @@ from grpo_ui.jobs.store import Store
 from grpo_ui.knowledge.compat import conflicts, row_for, satisfies
 from grpo_ui.spec.yaml_io import validate_spec
 from tests.hosts import stop_active_jobs
-from tests.test_launcher import job_pids, launch, wait_for
+from tests.test_launcher import job_pids, launch
 from tests.tiny_job import SWIFT_VENV
+from tests.wait import wait_for
 
 ROOT = Path(__file__).parent.parent
 PY_SPY = Path(sys.executable).parent / "py-spy"  # from requirements-test.txt (PyPI)

@@ -90,8 +90,8 @@ def test_two_tabs_on_one_draft_never_overwrite_each_other(browser, url, tmp_path
 def test_drafts_are_created_switched_renamed_and_deleted_from_the_sidebar(tmp_path, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
+    from tests.pages import draft_of
     from tests.test_app import APP, field
-    from tests.test_defects import draft_of
     monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
     at = AppTest.from_file(APP, default_timeout=60).run()
     first = at.selectbox(key="draft_pick").value

@@ -21,9 +21,10 @@ from grpo_ui.jobs.store import Store
 from grpo_ui.jobs.time_loop import no_prediction
 from grpo_ui.spec.yaml_io import spec_to_yaml, validate_spec
 from tests.hosts import stop_active_jobs
-from tests.test_launcher import job_pids, wait_for
+from tests.test_launcher import job_pids
 from tests.test_monitor import collect
 from tests.tiny_job import ASSETS, tiny_spec_data
+from tests.wait import wait_for
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).parent.parent

@@ -21,7 +21,8 @@ from grpo_ui.jobs.service import Jobs, LaunchError
 from grpo_ui.jobs.store import Store
 from grpo_ui.spec.yaml_io import spec_to_yaml, validate_spec
 from tests.hosts import stop_active_jobs
-from tests.test_launcher import env_dir, job_pids, jobs, launch, wait_for, workload_spec  # noqa: F401 - fixtures
+from tests.test_launcher import env_dir, job_pids, jobs, launch, workload_spec  # noqa: F401 - fixtures
+from tests.wait import wait_for
 
 ROOT = Path(__file__).parent.parent
 CHATTY = """#!/bin/bash

@@ -9,7 +9,6 @@ SSH would carry); the sshd test hosts run them in test_launcher and test_faults.
 import os
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from grpo_ui.jobs.store import Store
 from grpo_ui.spec.errors import SpecError
 from grpo_ui.spec.swift_cli import train_command
 from grpo_ui.spec.yaml_io import spec_from_yaml, spec_to_yaml, validate_spec
+from tests.wait import wait_for
 
 ROOT = Path(__file__).parent.parent
 
@@ -181,13 +181,6 @@ printf '%s\\0' "$@" > "$REC/argv"
 env -0 > "$REC/env"
 sleep 1
 """
-
-
-def wait_for(fn, timeout=30.0):
-    end = time.time() + timeout
-    while time.time() < end and not fn():
-        time.sleep(0.2)
-    return fn()
 
 
 @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))

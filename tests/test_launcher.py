@@ -20,6 +20,7 @@ from grpo_ui.jobs.store import MemoryAtLaunch, Store
 from grpo_ui.spec.yaml_io import validate_spec
 from tests.hosts import stop_active_jobs
 from tests.tiny_job import SWIFT_VENV
+from tests.wait import wait_for
 
 WORKLOAD = """#!/bin/bash
 exec python3 -c 'import os, sys, time
@@ -57,16 +58,6 @@ def job_pids(job_id: str, store: Store) -> list[int]:
             if any(e.startswith(prefix) and e.endswith(suffix) for e in entries):
                 found.append(int(d.name))
     return found
-
-
-def wait_for(fn, timeout=30.0):
-    end = time.time() + timeout
-    while time.time() < end:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.3)
-    return fn()
 
 
 @pytest.fixture

@@ -31,6 +31,7 @@ from grpo_ui.jobs.service import Jobs
 from grpo_ui.jobs.store import Store
 from grpo_ui.spec.yaml_io import validate_spec
 from tests.hosts import stop_active_jobs
+from tests.wait import wait_for
 
 DATA = Path(__file__).parent / "data"
 STDOUT = (DATA / "captured/swift46_tiny_grpo_stdout.log").read_text()
@@ -330,9 +331,7 @@ def test_parse_documented_smi_csv():
 def collect(channel, items: list, n: int, timeout: float):
     """Run ``channel`` until ``items`` holds ``n`` entries or ``timeout`` seconds pass; returns the stopped channel."""
     channel.start()
-    deadline = time.time() + timeout
-    while len(items) < n and time.time() < deadline:
-        time.sleep(0.2)
+    wait_for(lambda: len(items) >= n, timeout)
     channel.stop()
     return channel
 

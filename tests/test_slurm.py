@@ -25,9 +25,10 @@ from grpo_ui.spec.errors import SpecError
 from grpo_ui.spec.yaml_io import spec_to_yaml, validate_spec
 from tests.hosts import stop_active_jobs
 from tests.slurm import describe
-from tests.test_launcher import SERVER_WORKLOAD, wait_for
+from tests.test_launcher import SERVER_WORKLOAD
 from tests.test_telemetry import nvidia_smi_standin
 from tests.tiny_job import ASSETS, SWIFT_VENV, tiny_spec_data
+from tests.wait import wait_for
 
 ROOT = Path(__file__).parent.parent
 CAPTURED_JSONL = ROOT / "tests/data/captured/swift46_tiny_grpo_logging.jsonl"  # a real ms-swift 4.6 run's

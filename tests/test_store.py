@@ -219,3 +219,15 @@ def test_version_2_keeps_why_a_prediction_is_missing_apart_from_the_predictions(
     assert store.memory_estimate("b") == Unavailable("unknown model m") and store.memory_estimate("c") is None
     assert (store.time_estimate("a").step_s, store.time_estimate("a").range) == (3.2, (2.4, 4.3))
     assert store.time_estimate("b") == Unavailable("no GPU speed facts")
+
+
+def test_an_unwritable_data_directory_is_a_clear_error_not_a_traceback(tmp_path):
+    """The command line opens errors.log in the data directory before anything else: where it cannot (here a file
+    stands where the directory's parent should be, which stops root as well), it says so and what to do."""
+    (tmp_path / "a-file").write_text("")
+    env = {**os.environ, "GRPO_UI_HOME": str(tmp_path / "a-file" / "home"), "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "grpo_ui", "status"], capture_output=True, text=True, env=env,
+                         timeout=120, cwd=ROOT)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.strip() == (f"grpo-ui's data directory {tmp_path / 'a-file' / 'home'} cannot be written (Not a "
+                                  "directory): make it writable, or point GRPO_UI_HOME at a directory of your own")

@@ -17,7 +17,8 @@ from grpo_ui.doctor.snapshot import Snapshot
 from grpo_ui.jobs.service import Jobs
 from grpo_ui.jobs.store import Store
 from grpo_ui.spec.yaml_io import validate_spec
-from tests.test_launcher import launch, wait_for
+from tests.test_launcher import launch
+from tests.wait import wait_for
 
 DATA = Path(__file__).parent / "data" / "nvidia-smi"
 UUIDS, APPS = ((DATA / f).read_text().splitlines() for f in ("gpu_uuid.csv", "compute_apps.csv"))

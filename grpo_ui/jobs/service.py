@@ -10,7 +10,7 @@ an exit code fails the job. What lives here, once for every backend:
 - a launch belongs to the process that runs it: when that process is gone (the app or CLI was killed mid-launch),
   the next refresh stops what the launch had started and fails the job; a job left pending or in preflight by a
   process elsewhere counts as abandoned after a while;
-- stop, reattach after a restart, and the GPU telemetry of running jobs (monitor.telemetry) when asked for.
+- stop, reattach after a restart, and the GPU telemetry of running jobs (grpo_ui.jobs.telemetry) when asked for.
 The backend's Handle is kept in the job's meta (``backend_handle``, as Handle.to_json writes it), its last status
 words in ``backend_status``.
 """
