@@ -57,7 +57,7 @@ def metric_figure(metrics: dict) -> go.Figure:
 
 
 def curves_figure(charts: dict[str, dict]) -> go.Figure:
-    """Rollout throughput, time per step by phase, memory per rank over steps (computed in monitor.curves)."""
+    """Rollout throughput, time per step by phase, memory per rank over steps (computed in grpo_ui.doctor.curves)."""
     fig = make_subplots(rows=1, cols=len(charts), subplot_titles=list(charts))
     for k, series in enumerate(charts.values()):
         for name, points in series.items():
