@@ -12,6 +12,8 @@ The rows whose "added" starts with "fresh" were collected after the estimator wa
 tuning it: their line is the out-of-sample check (they also take their place in the split like any later row).
 """
 
+import argparse
+import sys
 from collections import defaultdict
 
 from bench.calibration import MARGIN_COVERAGE, covered, evaluate, held_out, load, margin, source_key, summary
@@ -19,6 +21,23 @@ from grpo_ui.memory.report import ESTIMATE_MARGIN
 
 DATA = "tests/data/memory_measurements.jsonl"
 FRESH = "fresh"  # "added" prefix of the rows collected after tuning stopped
+# Why each published GRPO run (workload grpo or vllm) the estimate runs more than 10 % low is low, as far as the row
+# tells; printed under the table.
+UNDER_REASONS = {
+    "swift-grpo-transformers-lora-qwen25-7b": "a 3.1 development snapshot's header (like the 3.0 headers the estimator's "
+                                              "docstring lists): generate()'s KV cache and its allocator reserve are "
+                                              "modelled, the rest of the 80 GiB is not explained by any term",
+    "swift-grpo-qwen25vl-3b-full-spare": "vision tokens: no MAX_PIXELS is set, so each image's tokens follow the "
+                                         "dataset's image sizes, which the row does not give (the estimate takes "
+                                         "the catalogue's default)",
+    "swift-grpo-qwen25-omni-7b": "an omni model: its audio tower and talker count as weights only (no activations), a "
+                                 "known gap of the estimator",
+    "swift-issue3848-qwen25-3b-grpo-lora-fwdbwd": "an approximate '12GB' from an issue comment, method not stated "
+                                                  "(read as nvidia-smi's whole-GPU figure)",
+    "swift-grpo-colocate-lora-qwen25vl-72b-zero3": "vision tokens of multimodal-open-r1's images not given, and "
+                                                   "move_model_batches 40 gathers two layers at a time for the sync "
+                                                   "beside ZeRO-3's modelled buffers",
+}
 HEAD = (f"{'':<24} {'n':>3}   {'ours: median  p90  under>10%  signed':<38}   {'weights only':<16}   "
         f"{'DeepSpeed':<16}")
 
@@ -37,7 +56,12 @@ def line(label: str, results) -> str:
             f"   {cell(summary(results, lambda r: r.deepspeed), False)}")
 
 
-def main() -> None:
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bench/memory_accuracy.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", nargs="+", default=[], metavar="FILE",
+                        help="your own rows (`python -m grpo_ui calibration export --only memory`, bench/gpu/kit.py "
+                             "run's memory_rows.jsonl), reported as their own line, never part of the split")
+    files = parser.parse_args(argv).rows
     rows = load(DATA)
     results = [evaluate(r) for r in rows]
     fit = [r for r in results if not held_out(r.row)]
@@ -68,11 +92,24 @@ def main() -> None:
     print()
     for kind in sorted(by_kind):
         print(line(kind, by_kind[kind]))
+    grpo = [r for r in results if r.row["workload"] in ("grpo", "vllm")]
+    low = sorted((r for r in grpo if r.signed(r.ours) < -10), key=lambda r: r.signed(r.ours))
+    print(f"\npublished GRPO runs (workload grpo or vllm) underestimated by more than 10 %: {len(low)} of {len(grpo)}")
+    for r in low:
+        print(f"  {r.row['id']:<44} {r.signed(r.ours):+6.1f} %  {UNDER_REASONS.get(r.row['id'], 'UNEXPLAINED')}")
+    yours = [evaluate(row) for path in files for row in load(path)]
+    if files:
+        print()
+        print(line("your rows", yours))
+        for r in yours:
+            print(f"  {r.row['id']:<44} {r.row['compare']:<9} {r.row['measured_gib']:7.2f} → {r.ours:7.2f} GiB  "
+                  f"{r.signed(r.ours):+6.1f} %")
     print("\nper row (measured → ours, signed error):")
     for r in sorted(results, key=lambda r: r.signed(r.ours)):
         mark = (" (held out)" if held_out(r.row) else "") + (" (fresh)" if r.row["added"].startswith(FRESH) else "")
         print(f"  {r.row['id']:<44} {r.row['measured_gib']:7.1f} → {r.ours:7.1f} GiB  {r.signed(r.ours):+6.1f} %{mark}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(sys.argv[1:]))

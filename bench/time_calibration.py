@@ -9,7 +9,8 @@ optimizer step (ms-swift's global_step); a row measured per generation round is 
 round feeds.
 
 The split is the rows' own (``split``): ``fit`` and ``held_out`` frozen before any model existed (the README's rule),
-``fresh`` collected and frozen after it. Efficiency constants (grpo_ui/timing/efficiency.py) and the completion-length
+``fresh`` collected and frozen after it, ``fresh2`` frozen before the model's round 2; rows of your own GPU
+(bench/gpu/, ``own_gpu``) come in with ``--rows``. Efficiency constants (grpo_ui/timing/efficiency.py) and the completion-length
 prior (grpo_ui/timing/lengths.py) are fitted on the fit rows only (``fit``), plus a user's own rows when given
 (``python bench/time_calibration.py --fit --rows mine.jsonl``: rows ``python -m grpo_ui calibration export --only time``
 writes, every one of them used for fitting whatever its split); held-out and fresh rows never enter a fit.
@@ -271,11 +272,10 @@ def ranges(fit_rows: list[dict]) -> tuple[tuple[float, float], tuple[float, floa
     return measured_range(given), measured_range(evaluate_all(fit_rows, assume_length=True)[0])
 
 
-FITTED = ("MFU", "BANDWIDTH_EFFICIENCY", "DECODE_STEP_S", "GENERATE_LAYER_S", "ROUND_OVERHEAD_S")
+FITTED = ("MFU", "BANDWIDTH_EFFICIENCY", "GENERATE_KERNEL_S", "ROUND_OVERHEAD_S")
 GRID = {"MFU": [0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55],
         "BANDWIDTH_EFFICIENCY": [0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9],
-        "DECODE_STEP_S": [0.0, 0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.03],
-        "GENERATE_LAYER_S": [0.0, 0.0005, 0.001, 0.0015, 0.002, 0.003, 0.004],
+        "GENERATE_KERNEL_S": [5e-6, 10e-6, 15e-6, 20e-6, 30e-6, 40e-6, 60e-6, 80e-6, 120e-6],
         "ROUND_OVERHEAD_S": [0.0, 1.0, 2.0, 4.0, 6.0, 8.0]}
 
 
@@ -307,7 +307,8 @@ def fit(rows: list[dict], extra: list[dict] | None = None, rounds: int = 3) -> d
 def split_errors(rows: list[dict], extra: list[dict]) -> dict[str, tuple[int, float, float]]:
     """Split → (rows predicted, median, p90 absolute % error) under the constants as they are now."""
     parts = {"fit": [r for r in rows if r["split"] == "fit"], "held out (seen)": [
-        r for r in rows if r["split"] == "held_out"], "fresh": [r for r in rows if r["split"] == "fresh"]}
+        r for r in rows if r["split"] == "held_out"], "fresh": [r for r in rows if r["split"] == "fresh"],
+        "fresh, round 2": [r for r in rows if r["split"] == "fresh2"]}
     if extra:
         parts["your rows"] = extra
     out = {}

@@ -31,7 +31,14 @@ from grpo_ui.importer import import_scripts
 from grpo_ui.knowledge.catalog import UnknownGpu, find_model, models
 from grpo_ui.knowledge.engines import EngineConfigError
 from grpo_ui.memory.dynamic import activations, autocast_cache, logits, step_temporaries, vision_activations
-from grpo_ui.memory.estimate import ALLOCATOR_RESERVE, GENERATE_RESERVE, estimate, estimate_spec
+from grpo_ui.memory.estimate import (
+    ALLOCATOR_RESERVE,
+    CACHED_STEPS,
+    DYNAMIC,
+    GENERATE_RESERVE,
+    estimate,
+    estimate_spec,
+)
 from grpo_ui.memory.inputs import inputs_from_spec
 from grpo_ui.memory.report import ESTIMATE_MARGIN, GIB, UnknownModel, format_report
 from grpo_ui.memory.states import lora_params, model_states, sharding_buffers
@@ -348,6 +355,27 @@ def test_the_allocator_reserve_follows_its_causes():
     assert reserves(inputs_from_spec(spec()))["allocator cache: generate()"] == 0  # vLLM generates
     small = replace(hf, capacity_gib=estimate(hf).trainer.peak_gib + 0.5)
     assert sum(reserves(small).values()) == pytest.approx(small.capacity_gib - estimate(small).trainer.phases[0].needed)
+
+
+def test_the_allocator_reserve_is_bounded_by_the_jobs_own_tensors_and_gone_with_expandable_segments():
+    """Long sequences on a roomy card: the varying-shapes reserve is at most CACHED_STEPS steps' dynamic memory, not
+    the card's free memory; with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (freed blocks merge) it is 0."""
+    long = spec(train__max_completion_length=16384, train__gradient_checkpointing=True, train__tuner_type="lora",
+                rollout__sleep_level=1, rollout__vllm_gpu_memory_utilization=0.3,
+                cluster__nodes=[{"host": "a", "gpus": list(range(8)), "gpu_model": "NVIDIA H200"}])
+    training = estimate(inputs_from_spec(long)).trainer.phases[0]
+    dynamic = sum(t.gib for t in training.terms if t.name in DYNAMIC)
+    logits_gib = sum(t.gib for t in training.terms if t.name == "logits")
+    shapes = term_of(training, "allocator cache: varying shapes")
+    assert shapes > 0 and shapes == pytest.approx(min(ALLOCATOR_RESERVE * logits_gib, CACHED_STEPS * dynamic))
+    assert training.total < inputs_from_spec(long).capacity_gib  # the card is not filled by the reserve
+    expandable = with_changes(long, {"env": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}})
+    assert inputs_from_spec(expandable).expandable_segments
+    assert term_of(estimate(inputs_from_spec(expandable)).trainer.phases[0], "allocator cache") == 0
+
+
+def term_of(phase, name):
+    return sum(t.gib for t in phase.terms if t.name.startswith(name))
 
 
 def test_the_allocator_reserve_is_reclaimable_and_bounded_by_the_card():

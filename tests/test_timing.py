@@ -63,11 +63,15 @@ def test_each_phase_of_a_colocated_round_worked_by_hand():
     # rollout: 4 × 8 × 4 = 128 completions on 8 engines = 16 each. KV budget 0.5 × 79.65 GiB − weights − 0.5 GiB holds
     # hundreds of 768-token sequences, max_num_seqs = 4 × 1 × 4 = 16: one wave of 16. The longest of 16 completions
     # of mean 512 (512 · H16 = 1731) is capped at 1024: 512 + (1024 − 512) = 1024 decoding steps at a mean batch of
-    # 16 · 512 / 1024 = 8 sequences of 256 + 256 context; memory-bound (15 GB vs 0.1 TFLOP per step).
+    # 16 · 512 / 1024 = 8 sequences of 256 + 256 context; memory-bound (15 GB vs 0.1 TFLOP per step), plus vLLM's
+    # fixed cost per step. Prefix caching computes each of the 2 prompts once for its 8 completions; chunked prefill
+    # puts that compute into the idle compute of the 1024 memory-bound steps, so nothing is left to add.
     read = weights + 8 * 512 * KV_TOKEN
-    step = max(read / bw, 8 * (2 * MATMUL + 4 * 28 * 512 * 3584) / mfu_peak) + eff.DECODE_STEP_S
-    prefill = 16 * 256 * (2 * MATMUL + 4 * 28 * 128 * 3584) / mfu_peak
-    assert got["rollout"] == pytest.approx(prefill + 1024 * step, rel=1e-3)
+    compute = 8 * (2 * MATMUL + 4 * 28 * 512 * 3584) / mfu_peak
+    step = max(read / bw, compute) + eff.DECODE_STEP_S
+    prefill = 2 * 256 * (2 * MATMUL + 4 * 28 * 128 * 3584) / mfu_peak
+    assert prefill < 1024 * (read / bw - compute)
+    assert got["rollout"] == pytest.approx(1024 * step, rel=1e-3)
     assert r.details["waves"] == 1 and r.details["longest_completion"] == 1024
     # log-probs: 4 micro-batches of 4 sequences per rank, padded to the longest of 4 (512 · H4 = 1069 → 1024): 1280
     # tokens, a forward each (2 · MATMUL + attention over 640 on average), plus ZeRO-3's gather of the weights.
@@ -82,8 +86,9 @@ def test_each_phase_of_a_colocated_round_worked_by_hand():
     micro = tokens * (8 * MATMUL + 4 * 4 * 28 * 640 * 3584) / mfu_peak + 3 * gather
     adam = P / 8 * 28 / bw
     assert got["train"] == pytest.approx(4 * micro + 4 * adam, rel=1e-3)
-    # weight sync: gather, copy into vLLM on the same GPU, load per layer
-    assert got["weight_sync"] == pytest.approx(gather + weights / bw + 28 * eff.SYNC_LAYER_S, rel=1e-3)
+    # weight sync (ms-swift's colocated path): gather, then vLLM's load_weights copies the bytes (read and write) and
+    # handles 28 layers × (7 linears + 3 q/k/v biases + 2 norms) + embedding, final norm and lm_head = 339 tensors
+    assert got["weight_sync"] == pytest.approx(gather + 2 * weights / bw + 339 * eff.LOAD_TENSOR_S, rel=1e-3)
     # sleep level 1: vLLM's weights to host memory and back over PCIe Gen5, plus the re-mapping
     assert got["sleep_wake"] == pytest.approx(2 * weights / PCIE + eff.SLEEP_WAKE_S, rel=1e-3)
     assert got["offload"] == 0 and got["reward"] == 0 and got["overhead"] == eff.ROUND_OVERHEAD_S
@@ -93,12 +98,13 @@ def test_each_phase_of_a_colocated_round_worked_by_hand():
 
 def test_generate_without_vllm_worked_by_hand():
     """transformers' generate(): each GPU decodes its 16 completions together until the longest (cap 1024) ends,
-    reading all its weights each step plus GENERATE_LAYER_S per layer; ZeRO-3 gathers the model first."""
+    reading all its weights each step plus GENERATE_KERNEL_S for each kernel its eager layers launch (34 per layer
+    of a dense full-tuned model); every prompt is prefilled (no prefix cache); ZeRO-3 gathers the model first."""
     r = predict_spec(job(rollout__use_vllm=False, rollout__vllm_mode=None, rollout__sleep_level=0))
     weights, bw = P * 2, HBM * eff.BANDWIDTH_EFFICIENCY
     longest = 1024  # 512 · H16 capped
     read = weights + 16 * (256 + longest / 2) * KV_TOKEN
-    step = max(read / bw, 16 * (2 * MATMUL + 4 * 28 * 768 * 3584) / (PEAK * eff.MFU)) + 28 * eff.GENERATE_LAYER_S
+    step = max(read / bw, 16 * (2 * MATMUL + 4 * 28 * 768 * 3584) / (PEAK * eff.MFU)) + 28 * 34 * eff.GENERATE_KERNEL_S
     prefill = 16 * 256 * (2 * MATMUL + 4 * 28 * 128 * 3584) / (PEAK * eff.MFU)
     gather = weights * 7 / 8 / NVLINK_ONE_WAY
     assert per_round(r)["rollout"] == pytest.approx(gather + prefill + longest * step, rel=1e-3)
@@ -115,8 +121,12 @@ def test_server_mode_sends_weights_over_the_network_and_async_hides_generation()
                   cluster__nodes=nodes, train__steps_per_generation=2, cluster__internode_gbs=50.0)
     sync = per_round(predict_spec(job(**server)))
     overlapped = predict_spec(job(**server, rollout__async_generate=True))
+    # ms-swift's server path: gather, flatten each 512 MiB bucket (a copy), 29 buckets of one request each over the
+    # network, then the server's load_weights (a copy and 339 tensors)
     gather = P * 2 * 5 / 6 / NVLINK_ONE_WAY
-    assert sync["weight_sync"] == pytest.approx(gather + P * 2 / 50e9 + 28 * eff.SYNC_LAYER_S, rel=1e-3)
+    copies = 2 * (2 * P * 2) / (HBM * eff.BANDWIDTH_EFFICIENCY) + 339 * eff.LOAD_TENSOR_S + 29 * eff.SYNC_REQUEST_S
+    assert math.ceil(P * 2 / 2 ** 29) == 29
+    assert sync["weight_sync"] == pytest.approx(gather + P * 2 / 50e9 + copies, rel=1e-3)
     trainer_side = sum(v for k, v in sync.items() if k not in ("rollout", "weight_sync"))
     assert overlapped.round_s == pytest.approx(max(sync["rollout"], trainer_side) + sync["weight_sync"], rel=1e-6)
     assert overlapped.round_s < sum(sync.values())
@@ -124,7 +134,7 @@ def test_server_mode_sends_weights_over_the_network_and_async_hides_generation()
     # the same servers on the trainer's node (ms-swift's grpo_7b.sh layout): the weights cross NVLink instead
     local = [{**nodes[0], "host": "gpu-a"}, {**nodes[1], "host": "gpu-a"}]
     inside = per_round(predict_spec(job(**{**server, "cluster__nodes": local})))
-    assert inside["weight_sync"] == pytest.approx(gather + P * 2 / NVLINK_ONE_WAY + 28 * eff.SYNC_LAYER_S, rel=1e-3)
+    assert inside["weight_sync"] == pytest.approx(gather + P * 2 / NVLINK_ONE_WAY + copies, rel=1e-3)
     assert not any("internode_gbs" in a for a in predict_spec(job(**{**server, "cluster__nodes": local})).assumptions)
 
 
@@ -286,6 +296,15 @@ def test_the_fresh_rows_are_as_frozen():
     assert len(lines) == 16 and digest in (ROOT / "tests/data/time_measurements.README.md").read_text()
 
 
+def test_the_second_fresh_rows_are_as_frozen():
+    """Round 2's fresh rows (split 'fresh2') were committed before the model's round 2; they stay byte-for-byte as the
+    data README's 'Fresh rows, round 2' section says."""
+    lines = [line for line in (ROOT / "tests/data/time_measurements.jsonl").read_text().splitlines()
+             if line.strip() and json.loads(line)["split"] == "fresh2"]
+    digest = hashlib.sha256(("\n".join(lines) + "\n").encode()).hexdigest()
+    assert len(lines) == 12 and digest in (ROOT / "tests/data/time_measurements.README.md").read_text()
+
+
 def test_a_row_file_that_cannot_be_read_names_the_file_and_the_line(tmp_path):
     bad = tmp_path / "mine.jsonl"
     bad.write_text(json.dumps(CALIBRATION[0]) + "\n\n{not json\n")
@@ -398,3 +417,44 @@ def test_the_launch_plan_carries_the_prediction_and_the_store_keeps_it(tmp_path)
     cpu = make_plan(job(cluster__nodes=[{"host": "localhost", "gpus": [0], "gpu_memory_gib": 80.0}]), "t-2")
     assert cpu.time == {"error": "no step time: the trainer nodes' GPU model is not set; choose it "
                                  "(cluster.nodes[0].gpu_model) from the catalogue"}
+
+
+def test_every_published_row_outside_the_band_says_why():
+    """No published row is predicted under −50 % or over +100 % without a stated reason (its own 'reason' or
+    bench/time_accuracy.REASONS): a model change that pushes a row out must say why or be fixed."""
+    from bench.time_accuracy import unexplained
+    assert [r.row["id"] for r in unexplained(evaluate_all(CALIBRATION)[0])] == []
+
+
+def test_a_multi_turn_round_waits_for_the_environment_once_per_turn():
+    multi = dict(train__multi_turn_scheduler="thinking_tips_scheduler", train__max_turns=4)
+    silent = predict_spec(job(**multi))
+    assert any("env_seconds_per_turn" in a for a in silent.assumptions)
+    timed = per_round(predict_spec(job(**multi, estimate__env_seconds_per_turn=2.5)))
+    assert timed["rollout"] == pytest.approx(per_round(silent)["rollout"] + 4 * 2.5)
+    assert not any("env_seconds_per_turn" in a for a in predict_spec(job()).assumptions)
+
+
+def test_prefix_caching_shares_a_prompt_among_its_completions():
+    """vLLM's prefix cache keeps a prompt's KV blocks once for its num_generations completions (and computes it
+    once): with long prompts and a small KV budget, turning it off leaves room for fewer sequences, so more waves."""
+    long = dict(estimate__prompt_tokens=6000, train__max_length=6000, train__per_device_train_batch_size=16,
+                rollout__vllm_gpu_memory_utilization=0.3)
+    shared, unshared = predict_spec(job(**long)), predict_spec(job(**long, rollout__vllm_enable_prefix_caching=False))
+    assert unshared.details["waves"] > shared.details["waves"]
+    assert per_round(unshared)["rollout"] > per_round(shared)["rollout"]
+
+
+def test_generate_pays_per_kernel_and_for_dequantised_weights():
+    """transformers' generate() launches every kernel of its eager layers per token: a LoRA model's adapters add
+    theirs (5 per adapted linear), and a bitsandbytes 4-bit model also writes and reads a 16-bit copy of each weight
+    it uses, which a slow-memory GPU feels most."""
+    off = dict(rollout__use_vllm=False, rollout__vllm_mode=None, rollout__sleep_level=0, train__deepspeed=None)
+    full = predict_spec(job(**off)).details["decode_step_ms"]
+    lora = predict_spec(job(**off, train__tuner_type="lora")).details["decode_step_ms"]
+    assert lora - full == pytest.approx(28 * 7 * 5 * eff.GENERATE_KERNEL_S * 1e3, rel=1e-6)
+    t4 = [{"host": "a", "gpus": [0], "gpu_model": "Tesla T4"}]
+    bf16 = predict_spec(job(**off, train__tuner_type="lora", train__torch_dtype="float16", cluster__nodes=t4))
+    nf4 = predict_spec(job(**off, train__tuner_type="lora", train__torch_dtype="float16", train__quant_bits=4,
+                           cluster__nodes=t4))
+    assert nf4.details["decode_step_ms"] > bf16.details["decode_step_ms"]  # 4.5 bytes moved per weight, not 2

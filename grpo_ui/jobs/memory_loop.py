@@ -68,11 +68,13 @@ def _round(x: float | None) -> float | None:
 
 
 def _config(spec: JobSpec) -> dict:
-    """A spec's training and rollout settings that differ from the defaults, with its layout, as a calibration row's
-    config."""
+    """A spec's training and rollout settings that differ from the defaults (and whether and how it uses vLLM), with
+    its layout, as a calibration row's config."""
     nodes = spec.trainer_nodes()
     cfg = {"swift_version": spec.swift_version, **spec.train.model_dump(mode="json", exclude_defaults=True),
            **spec.rollout.model_dump(mode="json", exclude_defaults=True),
+           # always said: a calibration row that names no vLLM setting is read as colocated vLLM
+           "use_vllm": spec.rollout.use_vllm, "vllm_mode": spec.rollout.vllm_mode,
            "nodes": len(nodes), "gpus_per_node": len(nodes[0].gpus) if nodes else 1}
     if spec.env:
         cfg["env"] = dict(spec.env)

@@ -40,7 +40,6 @@ from grpo_ui.jobs.store import (
     MemoryAtLaunch,
     Store,
     TimeAtLaunch,
-    Unavailable,
 )
 from grpo_ui.jobs.telemetry import Collector
 from grpo_ui.knowledge.catalog import fetch_hf_config
@@ -68,11 +67,6 @@ def override_note(store: Store, job_id: str) -> str | None:
         return None
     kept = json.loads(kept)
     return f"Launched despite {', '.join(kept['errors'])}, with the reason: {kept['reason']}"
-
-
-def _kept(document: dict, kind: type[MemoryAtLaunch] | type[TimeAtLaunch]) -> MemoryAtLaunch | TimeAtLaunch | Unavailable:
-    """A prediction of the launch plan (its {"error": why} form: why there is none) as the store keeps it."""
-    return Unavailable(document["error"]) if "error" in document else kind(document)
 
 
 def backend_for(spec: JobSpec, pool: Pool | None = None) -> Backend:
@@ -169,8 +163,8 @@ class Jobs:
         for n in plan.nodes:
             self.store.add_node(job_id, n.index, UNALLOCATED if backend.places_nodes else n.host, n.role, n.rank,
                                 n.script, plan.run_dir)
-        self.store.set_memory_estimate(job_id, _kept(plan.estimate, MemoryAtLaunch))
-        self.store.set_time_estimate(job_id, _kept(plan.time, TimeAtLaunch))
+        self.store.set_memory_estimate(job_id, MemoryAtLaunch.kept(plan.estimate))
+        self.store.set_time_estimate(job_id, TimeAtLaunch.kept(plan.time))
         try:
             if preflight:
                 self.store.set_job(job_id, state=JobState.PREFLIGHT)

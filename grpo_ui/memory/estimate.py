@@ -54,8 +54,11 @@ from grpo_ui.spec.resolve import Resolved
 CUDA_CONTEXT_GIB = 0.5      # CUDA context + kernels per process (typ. 0.3–0.6 GiB with lazy module loading)
 NCCL_GIB = 0.5              # NCCL communicator buffers when world > 1 (channels × NCCL_BUFFSIZE 4 MiB, plus streams)
 # The caching allocator keeps freed blocks reserved and gives them back only when an allocation would otherwise fail
-# (c10/cuda/CUDACachingAllocator.cpp: release_cached_blocks on a failed cudaMalloc). Two workloads leave blocks it
-# cannot reuse, each with its own reserve above the allocated peak:
+# (c10/cuda/CUDACachingAllocator.cpp: release_cached_blocks on a failed cudaMalloc, then one retry), so what it holds
+# above the allocated peak is never what makes a job run out of memory. Without expandable segments (ms-swift sets
+# none: rlhf_trainers/utils.set_expandable_segments only toggles them around vLLM's wake-up when the user's
+# PYTORCH_CUDA_ALLOC_CONF already names them) every cudaMalloc is its own segment, and a block freed in one segment
+# cannot merge with one in another. Two workloads leave such blocks, each with its own reserve above the peak:
 # - shapes that change from step to step (sequence lengths): a step longer than every step before needs blocks the
 #   cached ones are too small for. Layer activations are many tensors of one layer's size, allocated and freed in
 #   stack order, whose freed blocks coalesce and serve the next step; the logits' path allocates the step's largest
@@ -63,12 +66,20 @@ NCCL_GIB = 0.5              # NCCL communicator buffers when world > 1 (channels
 #   segments whenever a longer step comes. ALLOCATOR_RESERVE × the logits term, fitted on the fit set's rows
 #   (bench/memory_accuracy.py: the reserve in proportion to the logits fits them better than in proportion to all
 #   dynamic memory, which overshoots the rows without gradient checkpointing); none when every step has the same
-#   shapes;
+#   shapes. Bounded by what such blocks can be: freed blocks of earlier, shorter steps that set a new length record,
+#   each no larger than this phase's dynamic memory (activations, logits and the rest that lives only inside a
+#   micro-step). Lengths capped at max_completion_length set few records before one reaches the cap, after which the
+#   cap-sized blocks serve every step: at most CACHED_STEPS such steps are taken to stay cached (on the fit rows the
+#   bound changes no median and moves the p90 by 1 point). So the reserve follows the job's own tensors and never
+#   becomes the card's free memory by itself;
 # - transformers' generate(): DynamicCache grows each layer's keys and values by torch.cat at every decoding step
 #   (cache_utils.py DynamicLayer.update), a tensor one token longer beside the old one, so the freed copies are always
 #   a little too small for the next ones. CoursIA's probe runs (fit set: reserved and allocated of the same TRL runs,
 #   training shapes fixed) keep 1.2-1.6 × the final KV cache above the allocated peak; GENERATE_RESERVE is their median.
+# With expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) one segment per stream grows by mapping
+# pages and its freed blocks merge, so a longer step reuses them: no reserve beyond page rounding.
 ALLOCATOR_RESERVE = 2.5
+CACHED_STEPS = 2
 GENERATE_RESERVE = 1.4
 TRAINING_PHASE = "training"
 
@@ -153,17 +164,23 @@ def _vllm_colocate(i: Inputs, ms: dict, extras: float, training: list[Term], rol
 
 def _allocator_reserve(i: Inputs, phase: Phase, generate_kv: float) -> list[Term]:
     """The caching allocator's reserve above what the training phase allocates, by cause (ALLOCATOR_RESERVE,
-    GENERATE_RESERVE): steps of varying shapes, in proportion to the logits' tensors (none when every step has the same
-    shapes: packing, padding to the maximum length; GRPO's completion lengths are taken to vary), and the KV cache
-    generate() grew during the rollout
-    (``generate_kv`` GiB). Together bounded by what the card has left (torch frees its cache before it would fail an
-    allocation; ms-swift empties it before vLLM wakes, so it belongs to the training phase)."""
-    shapes = 0.0 if i.fixed_shapes else ALLOCATOR_RESERVE * sum(t.gib for t in phase.terms if t.name == "logits")
-    growth = GENERATE_RESERVE * generate_kv
+    GENERATE_RESERVE): steps of varying shapes, in proportion to the logits' tensors and at most the phase's dynamic
+    memory (none when every step has the same shapes: packing, padding to the maximum length; GRPO's completion
+    lengths are taken to vary), and the KV cache generate() grew during the rollout (``generate_kv`` GiB). None with
+    expandable segments. Each bounded by what it can physically hold, and together by
+    what the card has left (torch frees its cache before it would fail an allocation; ms-swift empties it before
+    vLLM wakes, so it belongs to the training phase)."""
+    if i.expandable_segments:
+        shapes = growth = 0.0
+    else:
+        dynamic = sum(t.gib for t in phase.terms if t.name in DYNAMIC)
+        logits_gib = sum(t.gib for t in phase.terms if t.name == "logits")
+        shapes = 0.0 if i.fixed_shapes else min(ALLOCATOR_RESERVE * logits_gib, CACHED_STEPS * dynamic)
+        growth = GENERATE_RESERVE * generate_kv
     room = math.inf if i.capacity_gib is None else max(0.0, i.capacity_gib - phase.needed)
     shapes = min(shapes, room)
-    return [Term("allocator cache: varying shapes", shapes, f"{ALLOCATOR_RESERVE:.0%} of the logits' memory, up to "
-                 "the free memory (reclaimable)", reclaimable=True),
+    return [Term("allocator cache: varying shapes", shapes, f"{ALLOCATOR_RESERVE:.0%} of the logits' memory, at most "
+                 f"{CACHED_STEPS} steps' dynamic memory; none with expandable segments (reclaimable)", reclaimable=True),
             Term("allocator cache: generate()", min(growth, room - shapes), f"{GENERATE_RESERVE:.0%} of the KV cache "
                  "generate() grew token by token (reclaimable)", reclaimable=True)]
 

@@ -77,6 +77,7 @@ class Inputs:
     lora_bf16: bool = False     # adapters in the model dtype without DeepSpeed (TRL >= 1.0 casts QLoRA adapters to bf16)
     logits_inplace: bool = True  # the temperature divides the logits in place (ms-swift >= 4.2, TRL >= 1.0)
     fixed_shapes: bool = False  # every step has the same tensor shapes (packing, padding to the maximum length)
+    expandable_segments: bool = False  # PYTORCH_CUDA_ALLOC_CONF asks torch's allocator for expandable segments
     zero3_prefetch: float = 0.0  # stage3_prefetch_bucket_size (elements): ms-swift GRPO sets 0, HF 'auto' is 0.9·h²
     fsdp_fp32_frozen: bool = False  # accelerate < 1.13 upcasts frozen parameters to fp32 under FSDP2 too
 
@@ -203,6 +204,7 @@ def inputs_from_spec(job: JobSpec | Resolved, gpu: str | None = None, arch: Mode
         vllm=vllm, vllm_util=r.vllm_gpu_memory_utilization, vllm_tp=r.vllm_tensor_parallel_size, vllm_max_len=max_len,
         vllm_max_num_seqs=r.vllm_max_num_seqs or t.per_device_train_batch_size * r.vllm_tensor_parallel_size * spg,
         logits_inplace=eff.version >= (4, 2, 0),
+        expandable_segments="expandable_segments:true" in env.get("PYTORCH_CUDA_ALLOC_CONF", "").replace(" ", "").lower(),
         sleep_level=r.sleep_level if vllm == "colocate" else 0, offload_model=r.offload_model and vllm == "colocate",
         offload_optimizer=r.offload_optimizer and vllm == "colocate",
         generation_batch=t.per_device_train_batch_size * spg, capacity_gib=capacity, gpu_name=gpu_name,

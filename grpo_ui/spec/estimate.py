@@ -30,5 +30,9 @@ class EstimateSpec(BaseModel):
     reward_latency_s: float | None = setting(
         None, "Seconds one generation round waits for reward functions that call out (an external service, a judge, "
         "sandboxed code). Unset: rule-based rewards, about 0 s.", ge=0)
+    env_seconds_per_turn: float | None = setting(
+        None, "Seconds a multi-turn environment takes to answer one turn (a tool call, a game move, a sandbox run), "
+        "which every generation round waits for once per turn (train.max_turns). Unset: left out of the step time, "
+        "and the prediction says so.", ge=0)
     price_per_gpu_hour: float | None = setting(
         None, "Price of one GPU-hour (any currency), for the run's cost. Unset: no cost.", ge=0)

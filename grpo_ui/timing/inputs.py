@@ -50,6 +50,8 @@ class TimeInputs:
     ref_arch: ModelArch | None
     reward_models: tuple[ModelArch, ...]
     reward_latency_s: float
+    turns: int                   # environment turns a round waits for (multi-turn: max_turns; else 0)
+    env_s_per_turn: float        # the environment's seconds per turn (estimate.env_seconds_per_turn)
     async_generate: bool
     server_local: bool           # every rollout server runs on the trainer's node (weights cross NVLink/PCIe)
     adapter_sync: bool           # LoRA with vllm_enable_lora: only the adapters go to vLLM
@@ -170,6 +172,11 @@ def time_inputs(job: JobSpec | Resolved, gpu: str | None = None, arch: ModelArch
     completion = min(completion, t.max_completion_length)
     if e.reward_latency_s is None and t.external_plugins:
         assumed.append("external reward functions answer at once (set estimate.reward_latency_s)")
+    multi_turn = bool(t.multi_turn_scheduler)
+    turns = (t.max_turns or 1) if multi_turn else 0
+    if multi_turn and e.env_seconds_per_turn is None:
+        assumed.append("the multi-turn environment answers at once; its seconds are left out (set "
+                       "estimate.env_seconds_per_turn)")
     local = server and _servers_on_trainer_node(eff)
     multi = eff.trainer.nodes > 1 or (server and not local)
     if multi and spec.cluster.internode_gbs is None:
@@ -187,7 +194,8 @@ def time_inputs(job: JobSpec | Resolved, gpu: str | None = None, arch: ModelArch
         max_completion=t.max_completion_length, old_logprobs=_old_logprobs(eff), ref=ref,
         ref_arch=resolve_arch(t.ref_model, "train.ref_model") if t.ref_model else mem.arch,
         reward_models=tuple(m.arch for m in mem.extra_models if m.role == "reward"),
-        reward_latency_s=e.reward_latency_s or 0.0, async_generate=r.async_generate and server, server_local=local,
+        reward_latency_s=e.reward_latency_s or 0.0, turns=turns, env_s_per_turn=e.env_seconds_per_turn or 0.0,
+        async_generate=r.async_generate and server, server_local=local,
         adapter_sync=not mem.full and r.vllm_enable_lora and mem.vllm != "none", prefix_caching=(
             r.vllm_enable_prefix_caching), eager=r.vllm_enforce_eager, padding_free=t.padding_free,
         internode_gbs=spec.cluster.internode_gbs or DEFAULT_INTERNODE_GBS, assumptions=tuple(assumed))

@@ -38,7 +38,7 @@ def predict(t: TimeInputs, steps: int | None = None, price: float | None = None)
     details = {"generation_s": gen.seconds, "engines": t.replicas, "completions_per_engine": gen.per_engine,
                "concurrency": gen.concurrency, "waves": gen.waves, "decode_steps": gen.decode_steps,
                "decode_step_ms": gen.step_s * 1e3, "longest_completion": gen.longest,
-               "mean_completion": t.completion_tokens, "prompt_tokens": t.prompt_tokens}
+               "mean_completion": t.completion_tokens, "prompt_tokens": t.prompt_tokens, "environment_s": gen.env_s}
     return TimeReport(round_s / n, {k: v / n for k, v in per_round.items()}, round_s, n, steps, t.total_gpus, price,
                       assumed, t.completion_given, details)
 

@@ -154,11 +154,22 @@ class RoleAtLaunch:
 
 
 @dataclass(frozen=True)
-class MemoryAtLaunch:
-    """The memory estimate a job was launched with: each GPU role's peak, and the whole report as stored
-    (grpo_ui.memory.report.MemoryReport.to_dict())."""
+class Prediction:
+    """A prediction a job was launched with, as the document its model wrote."""
 
     document: dict
+
+    @classmethod
+    def kept(cls, document: dict) -> Self | Unavailable:
+        """The launch plan's document as the store keeps it: the prediction, or why there is none (the plan's
+        ``{"error": why}``)."""
+        return Unavailable(document["error"]) if "error" in document else cls(document)
+
+
+@dataclass(frozen=True)
+class MemoryAtLaunch(Prediction):
+    """The memory estimate a job was launched with: each GPU role's peak, and the whole report as stored
+    (grpo_ui.memory.report.MemoryReport.to_dict())."""
 
     @property
     def roles(self) -> list[RoleAtLaunch]:
@@ -170,11 +181,9 @@ class MemoryAtLaunch:
 
 
 @dataclass(frozen=True)
-class TimeAtLaunch:
+class TimeAtLaunch(Prediction):
     """The step-time prediction a job was launched with (grpo_ui.timing.report.TimeReport.to_dict() and its
     assumptions)."""
-
-    document: dict
 
     @property
     def step_s(self) -> float:
