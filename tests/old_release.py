@@ -26,7 +26,7 @@ ROOT = Path(__file__).parent.parent
 
 
 def old_tree(dest: Path) -> Path:
-    """The old release's library, pages and templates under ``dest``. Fails (never skips) when git
+    """The old release's library, pages, templates and spec fixtures under ``dest``. Fails (never skips) when git
     or the commit is missing: a shallow CI clone must fetch its history (actions/checkout with fetch-depth: 0)."""
     import pytest
     if not shutil.which("git"):
@@ -37,7 +37,8 @@ def old_tree(dest: Path) -> Path:
         pytest.fail(f"the upgrade test needs commit {OLD} (the release before the store was versioned) in this "
                     f"clone's history, which lacks it" + (": this is a shallow clone; run `git fetch --unshallow` "
                                                           "(CI: fetch-depth: 0)" if shallow else ""))
-    tar = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", OLD, "grpo_ui", "views", "templates", "app.py", ".streamlit"],
+    tar = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", OLD, "grpo_ui", "views", "templates", "app.py", ".streamlit",
+                          "tests/fixtures"],
                          capture_output=True, check=True).stdout
     with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
         archive.extractall(dest, filter="data")

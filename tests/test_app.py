@@ -12,6 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from grpo_ui.core.findings import SEVERITY_ICON
 from grpo_ui.jobs.drafts import latest_spec as load_draft
+from grpo_ui.jobs.memory_loop import record_peaks
 from grpo_ui.jobs.store import MemoryAtLaunch, Store
 from grpo_ui.memory.estimate import estimate_spec
 from grpo_ui.spec.model import ARGS, ARGS_BY_PATH
@@ -211,6 +212,7 @@ def test_every_page_renders_with_a_job_in_the_store(tmp_path, store_with_job):
     store.set_memory_estimate("job-a", MemoryAtLaunch(estimate_spec(spec).to_dict()))
     store.add_gpu_samples("job-a", [{"host": host, "gpu_index": 0, "ts": 1.0, "mem_used": 61234.0}])
     store.add_metrics("job-a", 2, {"memory(GiB)": 65.09})
+    record_peaks(store, "job-a", spec)  # as the watcher's last pass over the job did: the pages only read them
     import streamlit as st
     st.cache_resource.clear()  # the app's jobs service is cached per process: open this test's store
     for page, expect in (("cluster", "Preflight"), ("launch", "Launch"), ("monitor", "Alerts (1)"),

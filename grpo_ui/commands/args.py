@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import sys
 
+from grpo_ui.api.specs import load_spec, rollout_command, train_command
 from grpo_ui.core.findings import format_findings, has_errors
 from grpo_ui.core.shell import join
-from grpo_ui.spec.swift_cli import rollout_command, train_command
-from grpo_ui.spec.yaml_io import load_spec
 
 
 def add_parser(sub) -> None:

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import typing
 
-from grpo_ui.spec import form
-from grpo_ui.spec.fields import GROUPS
-from grpo_ui.spec.model import ARGS, SETTINGS
+from grpo_ui.api.specs import ARGS, GROUPS, SETTINGS, form
 
 DIALECT_VERSIONS = {"≥ 4.1": "4.6", "4.0": "4.0", "3.5–3.12": "3.12", "3.2–3.4": "3.4"}
 

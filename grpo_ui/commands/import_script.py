@@ -6,10 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from grpo_ui.api.specs import ImportRefused, SpecError, import_scripts, spec_to_yaml
 from grpo_ui.core.findings import format_findings
-from grpo_ui.importer import ImportRefused, import_scripts
-from grpo_ui.spec.errors import SpecError
-from grpo_ui.spec.yaml_io import spec_to_yaml
 
 
 def add_parser(sub) -> None:

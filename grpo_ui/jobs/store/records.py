@@ -151,6 +151,7 @@ class RoleAtLaunch:
     peak_gib: float               # what must fit
     expected_gib: float | None    # what nvidia-smi should show (with torch's cache)
     verdict: str | None
+    peak_phase: str | None = None  # the phase the peak is in
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,7 @@ class MemoryAtLaunch(Prediction):
 
     @property
     def roles(self) -> list[RoleAtLaunch]:
-        return [RoleAtLaunch(r["role"], r["peak_gib"], r.get("expected_gib"), r.get("verdict"))
+        return [RoleAtLaunch(r["role"], r["peak_gib"], r.get("expected_gib"), r.get("verdict"), r.get("peak_phase"))
                 for r in self.document.get("roles", [])]
 
     def role(self, name: str) -> RoleAtLaunch | None:
@@ -196,3 +197,11 @@ class TimeAtLaunch(Prediction):
     @property
     def total_h(self) -> float | None:
         return self.document.get("total_h")
+
+    @property
+    def steps(self) -> int | None:
+        return self.document.get("steps")
+
+    @property
+    def gpu_hours(self) -> float | None:
+        return self.document.get("gpu_hours")
