@@ -4,10 +4,11 @@ VENV := .venv
 PORT ?= 8501
 SWIFT_VENV ?= $(HOME)/.cache/grpo-ui/swift-venv
 SWIFT3_VENV ?= $(HOME)/.cache/grpo-ui/swift3-venv
+MEGATRON_VENV ?= $(HOME)/.cache/grpo-ui/megatron-venv
 ASSETS ?= $(HOME)/.cache/grpo-ui/tiny-assets
 APT_PACKAGES := openssh-server chromium shellcheck pdsh iproute2 curl procps slurmctld slurmd slurm-client munge
 
-.PHONY: run test deps test-deps system-deps swift-venv swift3-venv assets lint bench screenshots lock
+.PHONY: run test deps test-deps system-deps swift-venv swift3-venv megatron-venv assets lint bench screenshots lock
 
 # Every venv is installed from a lock file: each package at an exact version, its file checked against the hashes
 # there (--require-hashes). The requirements*.txt files hold the ranges the locks are resolved from (and what a
@@ -43,6 +44,7 @@ lock: deps
 	$(COMPILE) -c requirements.lock -o requirements-test.lock requirements-test.txt
 	$(COMPILE) -o requirements-swift.lock requirements-swift.txt
 	$(COMPILE) -o requirements-swift3.lock requirements-swift3.txt
+	$(COMPILE) -c requirements-swift.lock -o requirements-megatron.lock requirements-megatron.txt
 	rm -rf build/lock && $(VENV)/bin/pip download -q --no-deps -d build/lock $(SWIFT3)
 	{ echo "# $(SWIFT3) alone, installed with --no-deps (make lock: pip download, pip hash)"; \
 	  echo "$(SWIFT3) $$($(VENV)/bin/pip hash build/lock/* | tail -1)"; } > requirements-swift3-nodeps.lock
@@ -73,12 +75,22 @@ $(SWIFT3_VENV)/.ok: requirements-swift3.lock requirements-swift3-nodeps.lock
 
 swift3-venv: $(SWIFT3_VENV)/.ok
 
+# ms-swift 4.6 with megatron-core and mcore-bridge: megatron rlhf's own argument classes, the Megatron oracle
+# (tests/megatron_oracle.py; Transformer Engine and Triton are stood in for by tests/megatron_standins/).
+$(MEGATRON_VENV)/.ok: requirements-megatron.lock
+	$(PYTHON) -m venv $(MEGATRON_VENV)
+	$(MEGATRON_VENV)/bin/$(INSTALL) -r requirements-megatron.lock
+	touch $@
+
+megatron-venv: $(MEGATRON_VENV)/.ok
+
 # The tiny local model, tokenizer and dataset the real ms-swift tests train on.
 assets: swift-venv
 	$(SWIFT_VENV)/bin/python tests/tiny_job.py build $(ASSETS)
 
-test: system-deps test-deps swift-venv swift3-venv assets
-	GRPO_UI_SWIFT_VENV=$(SWIFT_VENV) GRPO_UI_SWIFT3_VENV=$(SWIFT3_VENV) GRPO_UI_ASSETS=$(ASSETS) $(VENV)/bin/pytest
+test: system-deps test-deps swift-venv swift3-venv megatron-venv assets
+	GRPO_UI_SWIFT_VENV=$(SWIFT_VENV) GRPO_UI_SWIFT3_VENV=$(SWIFT3_VENV) GRPO_UI_MEGATRON_VENV=$(MEGATRON_VENV) \
+		GRPO_UI_ASSETS=$(ASSETS) $(VENV)/bin/pytest
 
 # The README's screenshots: the browser tests take them into build/screenshots/ (make test runs them); this copies
 # the latest ones into docs/screenshots/.

@@ -7,7 +7,8 @@ estimate runs low), of our estimate and, in the same run, of two baselines: weig
 vLLM rows) and DeepSpeed's model-states estimator (GPU bytes, training rows only).
 Targets on the held-out rows: median ≤ 10 %, p90 ≤ 25 %, at most a third underestimated by more than 10 %.
 It also prints the error margin the verdict adds (memory.ESTIMATE_MARGIN, from the fit rows) and the share of fit,
-held-out and fresh rows it covers.
+held-out and fresh rows it covers. The Megatron rows (bench/megatron_calibration.py) are reported on their own lines
+after the DeepSpeed path's.
 The rows whose "added" starts with "fresh" were collected after the estimator was frozen and never looked at while
 tuning it: their line is the out-of-sample check (they also take their place in the split like any later row).
 """
@@ -16,6 +17,7 @@ import argparse
 import sys
 from collections import defaultdict
 
+from bench import megatron_calibration
 from bench.calibration import MARGIN_COVERAGE, covered, evaluate, held_out, load, margin, source_key, summary
 from grpo_ui.memory.report import ESTIMATE_MARGIN
 
@@ -108,6 +110,7 @@ def main(argv: list[str]) -> int:
     for r in sorted(results, key=lambda r: r.signed(r.ours)):
         mark = (" (held out)" if held_out(r.row) else "") + (" (fresh)" if r.row["added"].startswith(FRESH) else "")
         print(f"  {r.row['id']:<44} {r.row['measured_gib']:7.1f} → {r.ours:7.1f} GiB  {r.signed(r.ours):+6.1f} %{mark}")
+    print("\n".join(megatron_calibration.memory_report(line)))
     return 0
 
 

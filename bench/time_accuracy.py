@@ -10,6 +10,10 @@ come from; the rows whose source gives the mean completion length apart from tho
 prediction carries (timing.report.RANGE_GIVEN / RANGE_ASSUMED) and how many rows fall within them; each row.
 Targets: median ≤ 25 %, p90 ≤ 60 %, and better than the baseline.
 
+The Megatron-Core rows (NeMo RL's tables, ms-swift's and verl's Megatron runs) are predicted as megatron rlhf jobs
+and also reported on their own lines, with the training-step time of tests/data/megatron_measurements.jsonl's s/it
+figures (bench/megatron_calibration.py).
+
 ``--fit`` first refits the constants on the fit rows (bench/time_calibration.fit) and prints them.
 """
 
@@ -18,6 +22,7 @@ from __future__ import annotations
 import sys
 from collections import defaultdict
 
+from bench import megatron_calibration
 from bench.time_calibration import (
     baseline_rate,
     error,
@@ -44,8 +49,6 @@ REASONS = {
                                    "within 1 %; the model has no host-CPU input",
     "unsloth-phi4-14b-grpo-t4": "vLLM on a Colab T4 host: vLLM's fixed cost per step was measured on an H100 "
                                 "server's CPU; Colab's 2-vCPU hosts are slower",
-    "swift-megatron-grpo-qwen3-30b-a3b-lora-8xa100": "Megatron-SWIFT (Megatron-Core layout), scored as ZeRO-3 until "
-                                                     "the Megatron path's time model",
     "unsloth-mistral-7b-grpo-rtx4090": "vLLM's fixed per-step cost (its serving figure, 8 ms) overstates an in-process "
                                        "vLLM 0.7 engine decoding a handful of sequences",
     "unsloth-llama32-3b-grpo-advanced31-a100-40gb": "vLLM's fixed per-step cost (its serving figure, 8 ms) overstates "
@@ -66,8 +69,11 @@ REASONS = {
                                             "ms-swift equivalent",
     "maxrl-grpo-qwen3-4b-base-32xh200": "length assumed, and the figure is a round '~3 days for 1000 steps' with "
                                         "validation and checkpoints",
-    "nemo-v06-gb200-qwen3-30b-a3b-1off-16": "Megatron-Core layout (EP) and one-step-off asynchrony, scored as ZeRO-3 "
-                                            "until the Megatron path's time model",
+    **dict.fromkeys(("nemo-v05-h100-llama31-8b-1off", "nemo-v05-h100-qwen3-32b-1off", "nemo-v06-h100-qwen3-235b-1off-256",
+                     "nemo-v06-gb200-qwen3-235b-1off-128", "nemo-v06-gb200-qwen3-30b-a3b-1off-16"),
+                    "NeMo RL's one-step-off asynchrony (the next round generated while this one trains) has no megatron "
+                    "rlhf equivalent (Megatron GRPO refuses async_generate): predicted as ms-swift would run the job, "
+                    "on-policy"),
     "unsloth-qwen3-8b-fp8-grpo-l4": "FP8 weights: vLLM and training read 1 byte per weight, the model reads 2",
 }
 
@@ -141,6 +147,11 @@ def main(argv: list[str]) -> None:
         part = by_framework[name]
         split_counts = "/".join(str(sum(r.split == s for r in part)) for s in SPLITS)
         print(line(f"{name} (fit/held/fresh/fresh2 {split_counts})", part, rate))
+    megatron = [r for r in results if megatron_calibration.time_row_layout(r.row)]
+    print("\nMegatron-Core runs, predicted as megatron rlhf jobs of their layout (bench/megatron_calibration.as_megatron):")
+    for split in by_split:
+        print(line(f"Megatron, {SPLITS[split]}", [r for r in megatron if r.split == split], rate))
+    print("\n".join(megatron_calibration.time_report()))
     fit_rows = [r for r in rows if r["split"] == "fit"]
     given, assumed = ranges(fit_rows)
     print(f"\nrange (measured ÷ predicted, fit rows' 10th-90th percentile): length given {given[0]:.2f}-{given[1]:.2f} "

@@ -29,6 +29,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import megatron_calibration
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.paths import with_changes
 from grpo_ui.timing import efficiency, lengths
@@ -80,8 +81,8 @@ def load(path: Path = DATA) -> list[dict]:
 
 def _engine(c: dict) -> str | None:
     """ms-swift's sharding for the row: its ZeRO stage (with optimizer offload), FSDP, else ZeRO-3 for full tuning on
-    several GPUs (what a full fine-tune of these sizes needs on ms-swift; Megatron's TP/PP have no ms-swift GRPO
-    equivalent here) and plain DDP for LoRA."""
+    several GPUs (what a full fine-tune of these sizes needs on ms-swift) and plain DDP for LoRA. (A row measured with
+    Megatron-Core becomes a megatron rlhf job instead: spec_of.)"""
     offload = "optimizer" in str(c.get("offload") or "") and "rollout" not in str(c.get("offload"))
     if c.get("zero_stage") is not None:
         return f"zero{c['zero_stage']}" + ("_offload" if offload else "")
@@ -106,7 +107,9 @@ def spec_of(row: dict, assume_length: bool = False) -> JobSpec:
       none), estimate.prompt_tokens the published mean prompt;
     - beta as the row's (none given: 0); colocated vLLM sleeps (level 1) where the framework frees its memory for
       training (verl, NeMo RL), or at the row's sleep_level; the row's offload of the policy around rollout; async
-      generation in server mode; the row's gradient checkpointing (unknown: ms-swift's default, on)."""
+      generation in server mode; the row's gradient checkpointing (unknown: ms-swift's default, on);
+    - a row measured with Megatron-Core (NeMo RL, ms-swift's and verl's Megatron backends) as the megatron rlhf job of
+      its TP/PP/CP/EP layout (bench/megatron_calibration.as_megatron)."""
     c, extra = row["config"], row["config"].get("extra", {})
     world, per_node = c["trainer_gpus"], c["gpus_per_node"]
     rounds = extra.get("generation_rounds_per_optimizer_step", 1)
@@ -153,7 +156,8 @@ def spec_of(row: dict, assume_length: bool = False) -> JobSpec:
                         "rollout.sleep_level": sleep, "rollout.offload_model": "param" in offload,
                         "rollout.offload_optimizer": "param+optimizer" in offload})
     changes["cluster.nodes"] = nodes
-    return with_changes(JobSpec(), changes)
+    spec = with_changes(JobSpec(), changes)
+    return megatron_calibration.as_megatron(row, spec) if megatron_calibration.time_row_layout(row) else spec
 
 
 def measured_step_s(row: dict) -> float:

@@ -1,5 +1,5 @@
-"""Shared fixtures: where the ms-swift venvs (4.6, and 3.12's argument classes) and the tiny model assets live (built
-by `make test`); the test hosts, Slurm and the browser come from their own modules (pytest_plugins below)."""
+"""Shared fixtures: where the ms-swift venvs (4.6, 3.12's argument classes, 4.6 with Megatron) and the tiny model
+assets live (built by `make test`); the test hosts, Slurm and the browser come from their own modules (pytest_plugins below)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,13 @@ def swift_python() -> Path:
 def swift3_python() -> Path:
     """ms-swift 3.12's argument classes (the import corpus's 3.x oracle)."""
     return _python(SWIFT3_VENV, "swift3-venv")
+
+
+@pytest.fixture(scope="session")
+def megatron_python() -> Path:
+    """ms-swift 4.6 with megatron-core and mcore-bridge: megatron rlhf's own argument classes (tests/megatron_oracle.py)."""
+    from tests.megatron_oracle import MEGATRON_VENV
+    return _python(MEGATRON_VENV, "megatron-venv")
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -182,6 +183,21 @@ def hostnet(tmp_path_factory):
         net.teardown()
 
 
+@contextmanager
+def launched(spec, tmp_path: Path, name: str = "watch-1"):
+    """Launch ``spec`` through the jobs service with a store and run root under ``tmp_path``: yields (jobs, the job's
+    id, its run dir); afterwards the service is closed and whatever the test left running is stopped."""
+    from grpo_ui.jobs.service import Jobs
+    from grpo_ui.jobs.store import Store
+    jobs = Jobs(Store(tmp_path / "db.sqlite"))
+    job = jobs.launch(jobs.plan(spec, name))
+    try:
+        yield jobs, job, tmp_path / "runs" / job
+    finally:
+        jobs.close()
+        stop_active_jobs(tmp_path / "db.sqlite")
+
+
 def stop_active_jobs(db_path) -> None:
     """Teardown for tests that launch jobs: stop whatever a failed test left running (no orphans, ever), through
     each job's own backend."""
@@ -194,7 +210,7 @@ def stop_active_jobs(db_path) -> None:
         try:
             jobs.stop(job.id, grace=3)
         except Exception as e:  # noqa: BLE001 - report, keep tearing down
-            print(f"teardown: could not stop {job['id']}: {e}")
+            print(f"teardown: could not stop {job.id}: {e}")
     jobs.close()
 
 

@@ -37,7 +37,7 @@ PASS_THROUGH = '#!/bin/bash\nexec "$@"\n'
 
 def make_stubs(directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
-    for name in ("swift", "torchrun", "python", "python3", "deepspeed"):
+    for name in ("swift", "megatron", "torchrun", "python", "python3", "deepspeed"):
         (directory / name).write_text(RECORDER.format(python=sys.executable))
     for name in ("nohup", "setsid"):
         (directory / name).write_text(PASS_THROUGH)
@@ -60,12 +60,14 @@ def _session_alive(sid: int) -> bool:
 
 @dataclass
 class Run:
-    """One swift rlhf/rollout a script ran: kind, argv after the sub-command (or rlhf.py), env, cwd."""
+    """One swift rlhf/rollout (or megatron rlhf) a script ran: kind, argv after the sub-command (or rlhf.py), env,
+    cwd, launcher."""
 
     kind: str
     argv: list[str]
     env: dict[str, str]
     cwd: str
+    program: str = "swift"  # or megatron
 
 
 TORCHRUN = {"nproc_per_node": "NPROC_PER_NODE", "nnodes": "NNODES", "node_rank": "NODE_RANK",
@@ -75,8 +77,9 @@ TORCHRUN = {"nproc_per_node": "NPROC_PER_NODE", "nnodes": "NNODES", "node_rank":
 def _as_run(record: dict) -> Run | None:
     """A recording as swift would run it; torchrun's rendezvous options become the env swift derives them from."""
     argv, env = record["argv"], {k: v for k, v in record["env"].items() if k not in BASELINE_ENV}
-    if record["tool"] == "swift":
-        return Run(argv[0], argv[1:], env, record["cwd"]) if argv and argv[0] in ("rlhf", "rollout") else None
+    if record["tool"] in ("swift", "megatron"):
+        return Run(argv[0], argv[1:], env, record["cwd"], record["tool"]) if argv and argv[0] in ("rlhf", "rollout") \
+            else None
     for i, token in enumerate(argv):
         if token.endswith(("swift/cli/rlhf.py", "swift/cli/rollout.py")):
             launcher = argv[:i]
@@ -104,6 +107,14 @@ def run_script(script: Path, workdir: Path, stubs: Path, env: dict[str, str] | N
         time.sleep(0.05)
     runs = [_as_run(json.loads(p.read_text())) for p in sorted(records.glob("*.json"))]
     return [r for r in runs if r]
+
+
+def run_rendered(script: Path, workdir: Path, stubs: Path) -> list[Run]:
+    """run_script on a rendered node script without its wait for the rollout servers' /health/ (it needs real
+    servers; the oracle runs without them)."""
+    script.write_text("".join(line for line in script.read_text().splitlines(keepends=True)
+                              if not line.startswith("wait_for_health ")))
+    return run_script(script, workdir, stubs)
 
 
 # ms-swift's own reading of a command line: the config-file expansion its CLI does first (4.1+: a positional
@@ -267,13 +278,8 @@ def evaluate(workdir: Path) -> list[CaseResult]:
         bundle = render(spec, "corpus")
         out = home / "rendered"
         write_bundle(bundle, out)
-        rendered = []
-        for name in sorted(bundle.files):
-            if name.endswith(".sh"):  # the health wait needs real rollout servers; the oracle runs without it
-                script = out / name
-                script.write_text("".join(line for line in script.read_text().splitlines(keepends=True)
-                                          if not line.startswith("wait_for_health ")))
-                rendered += run_script(script, home, stubs)
+        rendered = [r for name in sorted(bundle.files) if name.endswith(".sh")
+                    for r in run_rendered(out / name, home, stubs)]
         (st, sr), (rt, rr) = _pair(recorded), _pair(rendered)
         problems = [] if (len(st), len(sr)) == (len(rt), len(rr)) else [
             f"{len(st)} trainer / {len(sr)} rollout runs recorded, {len(rt)} / {len(rr)} rendered"]

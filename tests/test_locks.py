@@ -12,7 +12,8 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).parent.parent
 LOCKS = {"requirements.txt": "requirements.lock", "requirements-test.txt": "requirements-test.lock",
-         "requirements-swift.txt": "requirements-swift.lock", "requirements-swift3.txt": "requirements-swift3.lock"}
+         "requirements-swift.txt": "requirements-swift.lock", "requirements-swift3.txt": "requirements-swift3.lock",
+         "requirements-megatron.txt": "requirements-megatron.lock"}
 
 
 def pins(lock: str) -> dict[str, tuple[str, list[str]]]:

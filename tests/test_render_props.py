@@ -65,7 +65,8 @@ def test_any_string_reaches_swift_exactly(tmp_path_factory, model, dataset, syst
     workdir.mkdir(parents=True, exist_ok=True)
     run_root = "runs/" + run_root.replace("/", "_")  # relative: under the login's home ($HOME is tmp here)
     every_text_field = {d.path: ("x" + extra if d.annotation in (str, str | None) else ["x" + extra, extra + "y"])
-                        for d in ARGS if d.section == "train" and d.annotation in (str, str | None, list[str])}
+                        for d in ARGS if d.section == "train" and "swift" in d.engines
+                        and d.annotation in (str, str | None, list[str])}
     spec = with_changes(JobSpec(), {
         **every_text_field,  # every free-text ms-swift argument (host-like ones are refused above, not quoted)
         "train.model": model, "train.dataset": [dataset, "second"], "train.system": system,

@@ -12,31 +12,34 @@ from grpo_ui.checks.rules.credentials import credentials_needed, undeclared
 from grpo_ui.checks.steps import Step, job_steps
 from grpo_ui.core.findings import Finding, by_id, sort_findings
 from grpo_ui.importer import PASTED, ImportRefused, import_scripts, import_uploads
+from grpo_ui.importer.build import CONFIG_SUFFIXES
 from grpo_ui.knowledge import catalog, hub
 from grpo_ui.knowledge.catalog import ModelArch, from_hf_config, parse_hf_config
 from grpo_ui.launch.plan import LaunchPlan, default_job_id
-from grpo_ui.launch.render import Bundle, render, write_bundle
+from grpo_ui.launch.render import RAY_CONFIG, Bundle, render, write_bundle
 from grpo_ui.memory.report import ESTIMATE_MARGIN, MemoryReport, format_report
 from grpo_ui.spec import form
 from grpo_ui.spec.cluster import Node
 from grpo_ui.spec.errors import SpecError
-from grpo_ui.spec.fields import GROUPS, ArgDecl, Decl
+from grpo_ui.spec.fields import GROUPS, ArgDecl, Decl, parse_version
+from grpo_ui.spec.megatron import MEGATRON_RENDERED_SINCE
 from grpo_ui.spec.model import ARGS, SETTINGS, JobSpec
 from grpo_ui.spec.names import check_name, is_loopback
 from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.presets import presets
 from grpo_ui.spec.resolve import resolve
-from grpo_ui.spec.swift_cli import rollout_command, train_command
+from grpo_ui.spec.swift_cli import RAY_ENTRYPOINT, ray_config, rollout_command, train_command
 from grpo_ui.spec.yaml_io import load_spec, spec_from_yaml, spec_to_yaml
 from grpo_ui.timing.report import PHASES, TimeReport, duration, format_time
 
 __all__ = [
-    "ARGS", "ESTIMATE_MARGIN", "GROUPS", "PASTED", "PHASES", "SETTINGS", "ArgDecl", "Assessment", "Beside", "Bundle",
-    "Decl", "ImportRefused", "JobSpec", "LaunchPlan", "MemoryReport", "ModelArch", "Node", "SpecError", "Step",
-    "TimeReport", "assess", "beside_fields", "catalog", "check_name", "credentials_needed", "default_job_id",
-    "duration", "form", "format_report", "format_time", "from_hf_config", "hub", "hub_arch", "import_scripts",
-    "import_uploads", "is_loopback", "job_steps", "load_spec", "parse_hf_config", "presets", "render", "resolve",
-    "rollout_command", "secrets_moved", "spec_from_yaml", "spec_to_yaml", "train_command", "undeclared",
+    "ARGS", "CONFIG_SUFFIXES", "ESTIMATE_MARGIN", "GROUPS", "MEGATRON_RENDERED_SINCE", "PASTED", "PHASES",
+    "RAY_CONFIG", "RAY_ENTRYPOINT", "SETTINGS", "ArgDecl", "Assessment", "Beside", "Bundle", "Decl", "ImportRefused",
+    "JobSpec", "LaunchPlan", "MemoryReport", "ModelArch", "Node", "SpecError", "Step", "TimeReport", "assess",
+    "beside_fields", "catalog", "check_name", "credentials_needed", "default_job_id", "duration", "form",
+    "format_report", "format_time", "from_hf_config", "hub", "hub_arch", "import_scripts", "import_uploads",
+    "is_loopback", "job_steps", "load_spec", "parse_hf_config", "parse_version", "presets", "ray_config", "render",
+    "resolve", "rollout_command", "secrets_moved", "spec_from_yaml", "spec_to_yaml", "train_command", "undeclared",
     "with_changes", "write_bundle",
 ]
 

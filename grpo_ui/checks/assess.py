@@ -76,7 +76,7 @@ def assess(job: JobSpec | Resolved, arch: ModelArch | None = None) -> Assessment
     memory, memory_error, memory_found = _memory(eff)
     suggestions = suggest(eff, base=memory, errors=[f for f in checked if f.severity == "error"]) \
         if memory and memory.verdict in ("oom", "tight") else []
-    found = (checked + vllm_share(eff, memory) + memory_found + _verdict_findings(memory, suggestions)
+    found = (checked + vllm_share(eff, memory) + memory_found + _verdict_findings(memory, suggestions, eff)
              + slurm_findings(eff.spec))
     time, time_error = _time(eff)
     return Assessment(eff, train, rollout, unique(found), memory, memory_error, suggestions, time, time_error,
@@ -123,7 +123,13 @@ def estimate_error_finding(spec: JobSpec, e: ValueError) -> Finding:
                    "Choose a catalogue model name or import the model's config.json on the Configure page.")
 
 
-def _verdict_findings(report: MemoryReport | None, advice: list[Suggestion]) -> list[Finding]:
+# The fields a memory verdict sits beside: the engine's batch and sharding levers and vLLM's share
+MEMORY_FIELDS = ("train.per_device_train_batch_size", "rollout.vllm_gpu_memory_utilization", "train.deepspeed")
+MEGATRON_MEMORY_FIELDS = ("train.micro_batch_size", "rollout.vllm_gpu_memory_utilization",
+                          "train.tensor_model_parallel_size", "train.recompute_granularity")
+
+
+def _verdict_findings(report: MemoryReport | None, advice: list[Suggestion], eff: Resolved) -> list[Finding]:
     """A predicted OOM (with the cheapest fix that fits) as an error (it blocks export and launch unless
     overridden); a tight fit (within the card, not with the estimate's error margin) as a warning with the cheapest
     change that leaves the margin."""
@@ -132,7 +138,7 @@ def _verdict_findings(report: MemoryReport | None, advice: list[Suggestion]) -> 
     role = next(r for r in report.roles if r.verdict == report.verdict)
     fix = (f"Cheapest change that fits: {advice[0].why}." if advice else
            "No single or paired knob fits: use more or larger GPUs, or a smaller model.")
-    fields = ("train.per_device_train_batch_size", "rollout.vllm_gpu_memory_utilization", "train.deepspeed")
+    fields = MEGATRON_MEMORY_FIELDS if eff.megatron else MEMORY_FIELDS
     apply = advice[0].changes if advice else {}
     where = f"on the {role.role} GPU: peak {role.peak_gib:.1f} GiB in the {role.peak_phase} phase"
     card = f"{role.capacity_gib:.1f} GiB {role.gpu or 'GPU'}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from grpo_ui.checks import megatron_levers
 from grpo_ui.checks.rules import validate
 from grpo_ui.checks.slurm import slurm_findings
 from grpo_ui.memory.estimate import estimate_spec
@@ -33,8 +34,9 @@ class Faster:
     verdict: str   # the memory estimate's verdict after the change
 
 
-def _candidates(eff: Resolved) -> list[tuple[dict, str]]:
-    t, r, s = eff.spec.train, eff.spec.rollout, eff.spec.server
+def _rollout_candidates(eff: Resolved) -> list[tuple[dict, str]]:
+    """The rollout's levers (both engines; async_generate only for swift rlhf: Megatron GRPO refuses it)."""
+    r, s = eff.spec.rollout, eff.spec.server
     out: list[tuple[dict, str]] = []
     if eff.vllm_mode == "none":
         out.append(({"rollout.use_vllm": True, "rollout.vllm_mode": "colocate"},
@@ -57,13 +59,22 @@ def _candidates(eff: Resolved) -> list[tuple[dict, str]]:
             out.append(({"rollout.offload_model": False, "rollout.offload_optimizer": False},
                         "no offload of the policy and its optimizer around generation"))
     if eff.server:
-        if not r.async_generate:
+        if not r.async_generate and not eff.megatron:
             out.append(({"rollout.async_generate": True},
                         "async_generate: the servers generate the next batch while training (one step off-policy)"))
         if s.vllm_tensor_parallel_size > 1:
             out.append(({"server.vllm_tensor_parallel_size": s.vllm_tensor_parallel_size // 2,
                          "server.vllm_data_parallel_size": s.vllm_data_parallel_size * 2},
                         "rollout servers: half the tensor parallelism, twice the engines"))
+    return out
+
+
+def _candidates(eff: Resolved) -> list[tuple[dict, str]]:
+    if eff.megatron:  # megatron rlhf: its own levers (checks/megatron_levers.py)
+        return (_rollout_candidates(eff) + megatron_levers.faster_candidates(eff)
+                + _less_work(eff, eff.megatron.full_tuning))
+    t = eff.spec.train
+    out = _rollout_candidates(eff)
     if t.gradient_checkpointing:
         out.append(({"train.gradient_checkpointing": False}, "no gradient checkpointing: no recomputation"))
     if (t.deepspeed or "").startswith("zero3"):
@@ -71,12 +82,18 @@ def _candidates(eff: Resolved) -> list[tuple[dict, str]]:
     if not t.padding_free and (t.attn_impl or "flash_attn") == "flash_attn" and t.per_device_train_batch_size > 1:
         out.append(({"train.padding_free": True, "train.attn_impl": "flash_attn"},
                     "padding_free: no padding to the micro-batch's longest completion"))
-    if t.tuner_type == "full":
+    return out + _less_work(eff, t.tuner_type == "full")
+
+
+def _less_work(eff: Resolved, full: bool) -> list[tuple[dict, str]]:
+    """Training less (both engines): LoRA instead of full tuning, a lower completion cap."""
+    out: list[tuple[dict, str]] = []
+    if full:
         out.append(({"train.tuner_type": "lora"}, "LoRA instead of full tuning (trains adapters only)"))
-    if t.max_completion_length >= 1024:
-        cap = t.max_completion_length // 2
-        out.append(({"train.max_completion_length": cap},
-                    f"completions capped at {cap} tokens (longer ones are cut: changes what is learned)"))
+    cap = eff.spec.train.max_completion_length
+    if cap >= 1024:
+        out.append(({"train.max_completion_length": cap // 2},
+                    f"completions capped at {cap // 2} tokens (longer ones are cut: changes what is learned)"))
     return out
 
 

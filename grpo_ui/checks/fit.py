@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import combinations
 
+from grpo_ui.checks import megatron_levers
 from grpo_ui.checks.rules import validate
 from grpo_ui.core.findings import Finding
 from grpo_ui.knowledge.engines import ZeroConfig, zero_config
@@ -71,11 +72,10 @@ def _shards_more(preset: ZeroConfig, current: ZeroConfig | None) -> bool:
     return current is None or depth(preset) > depth(current)
 
 
-def _knobs(eff: Resolved) -> list[tuple[dict, str, float]]:
-    t, r = eff.spec.train, eff.spec.rollout
+def _colocate_knobs(eff: Resolved) -> list[tuple[dict, str, float]]:
+    """A colocated vLLM's levers (both engines)."""
+    r = eff.spec.rollout
     out: list[tuple[dict, str, float]] = []
-    if not t.use_liger_kernel:  # what Liger cannot run with is the rules' (LIGER-INCOMPATIBLE) to say
-        out.append(({"train.use_liger_kernel": True}, "Liger kernels: no full logits tensor", 0.0))
     if eff.colocate:
         if r.sleep_level < 1:  # level 2 frees the same GPU memory (memory.vllm_asleep); it only saves host RAM
             out.append(({"rollout.sleep_level": 1},
@@ -91,6 +91,17 @@ def _knobs(eff: Resolved) -> list[tuple[dict, str, float]]:
             out.append(({"rollout.offload_optimizer": True}, "offload optimizer states during rollout", 0.15))
         if not r.offload_model:
             out.append(({"rollout.offload_model": True}, "offload the policy during rollout", 0.25))
+    return out
+
+
+def _knobs(eff: Resolved) -> list[tuple[dict, str, float]]:
+    if eff.megatron:  # megatron rlhf: its own levers (checks/megatron_levers.py)
+        return _colocate_knobs(eff) + megatron_levers.fit_knobs(eff)
+    t = eff.spec.train
+    out: list[tuple[dict, str, float]] = []
+    if not t.use_liger_kernel:  # what Liger cannot run with is the rules' (LIGER-INCOMPATIBLE) to say
+        out.append(({"train.use_liger_kernel": True}, "Liger kernels: no full logits tensor", 0.0))
+    out += _colocate_knobs(eff)
     if not t.gradient_checkpointing:
         out.append(({"train.gradient_checkpointing": True}, "gradient checkpointing", 0.3))
     for preset, cost in (("zero2", 0.05), ("zero3", 0.15), ("zero3_offload", 1.0)):

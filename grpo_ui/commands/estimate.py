@@ -57,6 +57,8 @@ def run(args) -> int:
         return 2
     a = assess(spec, arch)
     if a.memory is None:  # unknown model or GPU, unreadable DeepSpeed/FSDP config
+        if args.json:
+            print(json.dumps({"error": a.memory_error, "time": {"error": a.time_error}}, indent=2))
         print(f"cannot estimate: {a.memory_error}", file=sys.stderr)
         return 2
     timing = replace(a.time, steps=args.steps) if a.time and args.steps else a.time

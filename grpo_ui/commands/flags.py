@@ -1,19 +1,25 @@
-"""`flags [--settings]`: every ms-swift argument grpo-ui knows, with its flag name in each dialect; or every grpo-ui
-setting (job, cluster, node, Slurm) with its type, default and meaning."""
+"""`flags [--settings]`: every ms-swift argument grpo-ui knows, the engines that take it (swift rlhf, megatron rlhf)
+and its flag name in each dialect; or every grpo-ui setting (job, cluster, node, Slurm) with its type, default and
+meaning."""
 
 from __future__ import annotations
 
 import typing
 
-from grpo_ui.api.specs import ARGS, GROUPS, SETTINGS, form
+from grpo_ui.api.specs import ARGS, GROUPS, MEGATRON_RENDERED_SINCE, SETTINGS, form, parse_version
 
 DIALECT_VERSIONS = {"≥ 4.1": "4.6", "4.0": "4.0", "3.5–3.12": "3.12", "3.2–3.4": "3.4"}
 
 
 def flag_cell(decl, version: str) -> str:
-    """The flag name a version knows, or '—' when it has none; a version range's first release decides."""
+    """The flag name a version knows, or '—' when it has none; a version range's first release decides. A
+    Megatron-only argument has none before 4.0 (grpo-ui renders megatron rlhf for ms-swift ≥ 4.0)."""
     firsts = {"4.6": ("4.1", "4.6"), "4.0": ("4.0", "4.0"), "3.12": ("3.5", "3.12"), "3.4": ("3.2", "3.4")}
     lo, hi = firsts[version]
+    if "swift" not in decl.engines:
+        decl = decl.on("megatron")
+        if parse_version(hi) < MEGATRON_RENDERED_SINCE:
+            return "—"
     names = {decl.flag_for(v) for v in (lo, hi) if decl.accepted_in(v)}
     if not names:
         return "—"
@@ -24,12 +30,13 @@ def flag_cell(decl, version: str) -> str:
 
 
 def markdown_table() -> str:
-    lines = ["| section | field | " + " | ".join(DIALECT_VERSIONS) + " |",
-             "|---|---|" + "---|" * len(DIALECT_VERSIONS)]
+    lines = ["| section | field | engines | " + " | ".join(DIALECT_VERSIONS) + " |",
+             "|---|---|---|" + "---|" * len(DIALECT_VERSIONS)]
     for group in GROUPS:
         for d in (d for d in ARGS if d.group == group):
             cells = [flag_cell(d, v) for v in DIALECT_VERSIONS.values()]
-            lines.append(f"| {GROUPS[group]} | `{d.path}` | " + " | ".join(cells) + " |")
+            engines = " · ".join(d.engines)
+            lines.append(f"| {GROUPS[group]} | `{d.path}` | {engines} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

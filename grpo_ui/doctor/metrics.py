@@ -11,6 +11,13 @@ tab- or space-separated — with transformers' NotebookProgressCallback's "No Lo
 ms-swift 3.x and 4.x keys come out under the same names: ``seconds_per_step`` (from 4.x train_speed(s/it) or 3.x
 train_speed(iter/s)), ``step`` / ``max_steps`` from ``global_step/max_steps``, times in seconds; other trainers'
 names for the same quantities (ALIASES) come out under ms-swift's too.
+
+megatron rlhf writes from its last global rank: 4.x the same dict with ``iteration: 'N/M'`` in place of
+``global_step/max_steps`` and no epoch (swift/megatron/callbacks/print.py PrintCallback.on_log, also appended to
+logging.jsonl); 3.x Megatron-LM's own line, ``iteration   2/   624 | consumed samples: … | elapsed time per
+iteration (ms): 3988.6 | memory(GiB): 83.46 | elapsed time: 3m 8s | remaining time: … | loss: -2.5E-02 | … |``
+(its training_log with ms-swift's additions), read by ``parse_megatron_lm_line``: the iteration's own time as
+``iteration_time_s`` (not a running average), ``learning rate`` / ``grad norm`` under ms-swift's names.
 """
 
 from __future__ import annotations
@@ -22,8 +29,8 @@ import re
 from pydantic_core import SchemaValidator
 from pydantic_core import core_schema as cs
 
-OUTPUT_DIR = re.compile(r"\[INFO:swift\] output_dir: (\S+)")
-LOGGING_FILE = re.compile(r"The logging file will be saved in: (\S+logging\.jsonl)")
+OUTPUT_DIR = re.compile(r"\[INFO:swift\] (?:args\.)?output_dir: (\S+)")  # megatron rlhf prints args.output_dir
+LOGGING_FILE = re.compile(r"(?:The logging file will be saved in|\] logging_path): (\S+logging\.jsonl)")
 _DURATION = re.compile(r"(?:(\d+)d)?\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*(?:(\d+)s)?")
 # other trainers' names → ms-swift's (verl's actor/critic keys, older TRL, the columns of hand-made tables)
 ALIASES = {"actor/grad_norm": "grad_norm", "actor/pg_loss": "loss", "critic/score/mean": "reward", "actor/kl_loss": "kl",
@@ -54,7 +61,7 @@ def normalize(raw: dict) -> tuple[int | None, dict[str, float]]:
     step = None
     summary = "train_runtime" in raw
     for key, value in raw.items():
-        if key == "global_step/max_steps":
+        if key in ("global_step/max_steps", "iteration"):
             a, _, b = str(value).partition("/")
             step, out["max_steps"] = int(a), float(b)
         elif key in ("elapsed_time", "remaining_time"):
@@ -94,6 +101,7 @@ _LINE = SchemaValidator(cs.typed_dict_schema({
     "seconds_per_step": _optional("train_speed(s/it)", cs.float_schema()),
     "iter_per_s": _optional("train_speed(iter/s)", cs.float_schema()),
     "progress": _optional("global_step/max_steps", cs.str_schema()),
+    "iteration": _optional("iteration", cs.str_schema()),
     "elapsed_time": _optional("elapsed_time", cs.str_schema()),
     "remaining_time": _optional("remaining_time", cs.str_schema()),
     "percentage": _optional("percentage", cs.str_schema()),
@@ -123,7 +131,7 @@ _progress_of, _seconds_of = _cached(_progress), _cached(duration_s)
 
 def _finish(out: dict) -> tuple[int | None, dict[str, float]]:
     step = None
-    if (progress := out.pop("progress", None)) is not None:
+    if (progress := out.pop("progress", None) or out.pop("iteration", None)) is not None:
         step, out["max_steps"] = _progress_of(progress)
     if (text := out.pop("elapsed_time", None)) is not None and (sec := _seconds_of(text)) is not None:
         out["elapsed_time_s"] = sec
@@ -181,6 +189,40 @@ def parse_stdout_line(line: str) -> tuple[int | None, dict[str, float]] | None:
             pass
     raw = dict(PAIR.findall(line[start:]))
     return normalize(raw) if len(raw) >= 2 else None
+
+
+MEGATRON_LM = re.compile(r"\biteration\s+(\d+)/\s*(\d+) \|")
+# Megatron-LM's training_log names → ms-swift's (the rest keep theirs: loss, kl, reward, memory(GiB) …)
+MEGATRON_LM_NAMES = {"learning rate": "learning_rate", "grad norm": "grad_norm", "global batch size":
+                     "global_batch_size", "consumed samples": "consumed_samples", "loss scale": "loss_scale",
+                     "num zeros": "num_zeros", "number of skipped iterations": "skipped_iterations",
+                     "number of nan iterations": "nan_iterations"}
+
+
+def parse_megatron_lm_line(line: str) -> tuple[int, dict[str, float]] | None:
+    """megatron rlhf 3.x's ``iteration  N/  M | key: value | …`` line (module docstring) → (step, metrics); None for
+    other lines."""
+    m = MEGATRON_LM.search(line)
+    if not m:
+        return None
+    out = {"max_steps": float(m[2])}
+    for field in line[m.end():].split("|"):
+        key, sep, value = (x.strip() for x in field.partition(":"))
+        if not sep or not key:
+            continue
+        if key in ("elapsed time", "remaining time"):
+            if (sec := duration_s(value)) is not None:
+                out[key.replace(" ", "_") + "_s"] = sec
+        elif key == "elapsed time per iteration (ms)":
+            out["iteration_time_s"] = float(value) / 1000
+        elif NUMBER.match(value):
+            out[MEGATRON_LM_NAMES.get(key, key)] = float(value)
+    return int(m[1]), aliased(out)
+
+
+def parse_printed_line(line: str) -> tuple[int | None, dict[str, float]] | None:
+    """One line of a trainer's stdout: the dict ms-swift prints (parse_stdout_line) or Megatron-LM's line."""
+    return parse_stdout_line(line) or parse_megatron_lm_line(line)
 
 
 def _wrapped_dict(lines: list[str], i: int, start: int) -> list[str]:
@@ -257,7 +299,7 @@ def parse_table(lines: list[str]) -> list[tuple[int | None, dict[str, float], in
 
 def printed_rows(lines: list[str]) -> list[tuple[int | None, dict[str, float], list[str]]]:
     """The metrics a log prints, in order: (step or None where the line has none, metrics, the lines they came
-    from) — ms-swift's and TRL's dicts, verl's step lines (a line wrapped by the paste is joined with what
+    from) — ms-swift's and TRL's dicts, Megatron-LM's iteration lines, verl's step lines (a line wrapped by the paste is joined with what
     continues it), plain tables. The end-of-training summary is left out."""
     rows: list[tuple[int, int | None, dict[str, float], list[str]]] = []
     i = 0
@@ -269,6 +311,8 @@ def printed_rows(lines: list[str]) -> list[tuple[int | None, dict[str, float], l
             dict_row = parse_stdout_line("".join(x.rstrip("\n") for x in source))
             if dict_row is not None and "train_runtime" not in dict_row[1]:
                 rows.append((i, *dict_row, source))
+        elif (megatron_row := parse_megatron_lm_line(line)) is not None:
+            rows.append((i, *megatron_row, [line]))
         elif VERL_STEP.search(line):
             source = [line]
             while (i + 1 < len(lines) and not VERL_STEP.search(lines[i + 1])
@@ -282,7 +326,8 @@ def printed_rows(lines: list[str]) -> list[tuple[int | None, dict[str, float], l
 
 
 def logging_file(lines: list[str]) -> str | None:
-    """Where rank 0 writes logging.jsonl, from its log lines."""
+    """Where the writing rank (swift rlhf's rank 0, megatron rlhf's last) puts logging.jsonl, from its node's log
+    lines."""
     for line in lines:
         if m := LOGGING_FILE.search(line):
             return m[1]
@@ -313,6 +358,9 @@ def parse_completion_line(line: str) -> list[dict]:
     return rows
 
 
-def completions_file(logging_path: str) -> str:
-    """completions.jsonl sits next to logging.jsonl in the run dir (when log_completions is on)."""
-    return logging_path.rsplit("/", 1)[0] + "/completions.jsonl"
+def completions_file(logging_path: str, ray: bool = False) -> str:
+    """completions.jsonl sits next to logging.jsonl in the run dir (when log_completions is on); in ms-swift's Ray
+    mode the driver writes it in the unversioned output_dir, the parent of the workers' versioned run dir that holds
+    logging.jsonl (swift/ray/megatron/base_trainer.py, driver_utils.py build_dataset_from_dict)."""
+    run_dir = logging_path.rsplit("/", 1)[0]
+    return (run_dir.rsplit("/", 1)[0] if ray else run_dir) + "/completions.jsonl"

@@ -3,7 +3,8 @@ each rollout cycle vLLM spends awake, and whether completions reach their cap. P
 and vLLM log.
 
 ms-swift logs, with every metric line, ``train_speed(s/it)``: the seconds since training began divided by the steps
-done since (swift/trainers/patcher.py, ``add_train_message``; ms-swift 3.x: trainers/callback.py), six decimals. It
+done since (swift/trainers/patcher.py, ``add_train_message``; ms-swift 3.x: trainers/callback.py; megatron rlhf 4.x
+from its last rank: swift/megatron/callbacks/print.py, the same arithmetic), six decimals. It
 is a cumulative average (the slow first step stays in it), but multiplied back by those steps it gives ms-swift's
 own clock at each logged step to the microsecond (``elapsed_time`` shows whole seconds only), however late the
 watcher read the line. Two such clocks over the steps between them give the wall time per step of that interval.
@@ -96,10 +97,12 @@ def start_step(first_step: int, seconds_per_step: float, elapsed_s: float | None
 
 
 def clock(metrics: dict[str, Series]) -> tuple[int, Series]:
-    """(start step, [(logged step, seconds since training began)]) from train_speed(s/it) (``seconds_per_step``)."""
+    """(start step, [(logged step, seconds since training began)]) from train_speed(s/it) (``seconds_per_step``);
+    from elapsed_time (whole seconds) where a log gives no running average (megatron rlhf 3.x's Megatron-LM line,
+    whose per-iteration time covers only the iterations since the previous line)."""
     speed = [(s, v) for s, v in metrics.get("seconds_per_step", []) if _finite(v)]
     if not speed:
-        return 0, []
+        return 0, [(s, v) for s, v in metrics.get("elapsed_time_s", []) if _finite(v)]
     elapsed = dict(metrics.get("elapsed_time_s", []))
     first, v = speed[0]
     start = start_step(first, v, elapsed.get(first))

@@ -12,8 +12,10 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
+import yaml
+
 from grpo_ui.core.findings import Finding, finding
-from grpo_ui.importer import bash, topology
+from grpo_ui.importer import bash, ray, topology
 from grpo_ui.importer.build import (
     CONFIG_SUFFIXES,
     Call,
@@ -21,6 +23,7 @@ from grpo_ui.importer.build import (
     Sources,
     notice_findings,
     place_flags,
+    read_config,
     to_call,
     validated,
 )
@@ -29,7 +32,7 @@ from grpo_ui.spec.errors import SpecError
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.swift_args import dialect_of
 from grpo_ui.spec.swift_cli import SERVER_FLAGS, TRAIN_FLAGS
-from grpo_ui.spec.yaml_io import spec_from_yaml
+from grpo_ui.spec.yaml_io import check_yaml_limits, spec_from_yaml
 
 __all__ = ["ImportRefused", "import_scripts", "import_uploads"]
 
@@ -74,7 +77,10 @@ def import_scripts(scripts: list[tuple[str, bytes | str]], version: str = "4.6",
         calls += [to_call(inv, version, sources, draft.findings) for inv in invocations]
     trainers = sorted((c for c in calls if c.kind == "rlhf"), key=lambda c: topology.int_or_none(c.text("NODE_RANK")) or 0)
     servers = [c for c in calls if c.kind == "rollout"]
-    if trainers:
+    ray_config = _engine(trainers, sources, draft)
+    if ray_config is not None:
+        ray.place_ray(trainers[0], ray_config, draft, version)
+    elif trainers:
         place_flags(trainers[0], TRAIN_FLAGS, draft, version, "extra_args")
     if servers:
         _place_server_flags(servers[0], draft, version)
@@ -82,8 +88,11 @@ def import_scripts(scripts: list[tuple[str, bytes | str]], version: str = "4.6",
     if refused and not (keep_partial and trainers):
         raise ImportRefused(refused)
     if not trainers:
-        raise SpecError([("scripts", "no `swift rlhf` command runs in " + ", ".join(n for n, _ in scripts))])
+        raise SpecError([("scripts", "no `swift rlhf` or `megatron rlhf` command runs in "
+                          + ", ".join(n for n, _ in scripts))])
     draft.data["name"] = job_name(scripts[0][0], draft.data.get("train", {}).get("model"))
+    if ray_config is not None:
+        return validated(draft), draft.findings
     topology.cluster(trainers, servers, draft)
     if len(venvs) == 1:  # every script activates the same venv (`source <dir>/bin/activate`): the nodes' python_env
         for node in draft.data["cluster"]["nodes"]:
@@ -92,6 +101,35 @@ def import_scripts(scripts: list[tuple[str, bytes | str]], version: str = "4.6",
     spec = validated(draft)
     topology.launch_env_findings(spec, trainers, draft)
     return spec, draft.findings
+
+
+def _engine(trainers: list[Call], sources: Sources, draft: Draft) -> dict | None:
+    """The engine the trainer scripts run (megatron rlhf → engine megatron; mixing both is an error), whether they
+    say the GRPO they must (swift and megatron rlhf run DPO without --rlhf_type grpo), and for ms-swift's Ray mode
+    the config its --config names (None otherwise, or when it cannot be read: a finding says so)."""
+    programs = {c.program for c in trainers}
+    if "megatron" in programs:
+        draft.data["engine"] = "megatron"
+    if len(programs) > 1:
+        draft.findings.append(finding("IMPORT-ENGINES-DIFFER", "error", "engine", "Some node scripts run swift rlhf "
+                                      "and others megatron rlhf.", "Import the node scripts of one job."))
+    if not trainers or not ray.uses_ray(trainers[0]):
+        if trainers and not any(f.name == "rlhf_type" for f in trainers[0].flags):
+            draft.findings.append(finding("IMPORT-NOT-GRPO", "error", "spec", f"{trainers[0].source} line "
+                                          f"{trainers[0].line}: no --rlhf_type, so {trainers[0].program} rlhf would "
+                                          "train DPO (its default).", "Import a GRPO launch script (--rlhf_type "
+                                          "grpo); grpo-ui always renders it."))
+        return None
+    path = next((f.values[0] for f in reversed(trainers[0].flags) if f.name == "config" and f.values), None)
+    if path is None:
+        draft.findings.append(finding("IMPORT-CONFIG-MISSING", "error", "spec", f"{trainers[0].source} line "
+                                      f"{trainers[0].line}: --use_ray without --config.", "Give the Ray config."))
+        return None
+    config = read_config(path, sources, trainers[0].source, draft.findings)
+    if config is not None and config.get("rlhf_type") != "grpo":
+        draft.findings.append(finding("IMPORT-NOT-GRPO", "error", "spec", f"{path.text}: rlhf_type is "
+                                      f"{config.get('rlhf_type')!r}, not grpo.", "Import a GRPO Ray config."))
+    return config
 
 
 def _place_server_flags(call: Call, draft: Draft, version: str) -> None:
@@ -125,16 +163,51 @@ PASTED = "pasted script"  # the name the web page gives a pasted script (finding
 
 def import_uploads(files: dict[str, bytes], version: str = "4.6", keep_partial: bool = False
                    ) -> tuple[JobSpec, list[Finding]]:
-    """What the web page receives: launch scripts (any file that runs swift) with the config files they name, or one
-    job YAML. Only these bytes are read."""
+    """What the web page receives: launch scripts (any file that runs swift or megatron) with the config files they
+    name, or one YAML: a grpo-ui job, an ms-swift config (``swift rlhf cfg.yaml`` / ``megatron rlhf cfg.yaml``) or an
+    ms-swift Ray config (``megatron rlhf --use_ray true --config cfg.yaml``). Only these bytes are read."""
     texts = {name: decode(name, data) for name, data in files.items()}
-    scripts = [(n, files[n]) for n, (text, _) in texts.items() if re.search(r"\bswift\b|swift/cli/", text)
+    scripts = [(n, files[n]) for n, (text, _) in texts.items() if re.search(r"\b(swift|megatron)\b|swift/cli/", text)
                and not n.endswith(CONFIG_SUFFIXES)]
     if scripts:
         return import_scripts(scripts, version, {n: d for n, d in files.items() if n not in dict(scripts)},
                               keep_partial=keep_partial)
     if len(files) == 1:
         (name, (text, found)), = texts.items()
+        return _one_yaml(name, text, found, version, keep_partial)
+    raise SpecError([("scripts", "none of " + ", ".join(files) + " runs `swift rlhf` or `megatron rlhf`; upload the "
+                                 "node scripts, or a single job YAML or ms-swift config")])
+
+
+def _one_yaml(name: str, text: str, found: list[Finding], version: str, keep_partial: bool
+              ) -> tuple[JobSpec, list[Finding]]:
+    """One YAML alone: a grpo-ui job when its top level is the job's sections; an ms-swift config when its keys are
+    ms-swift flags (a Ray config when it has role groups with gpus), imported as the command that would run it;
+    otherwise one line saying which it is not."""
+    check_yaml_limits(text, name)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise SpecError([("spec", f"not valid YAML: {str(e).splitlines()[0]}")], name) from None
+    if not isinstance(data, dict):
+        raise SpecError([("spec", "neither a grpo-ui job nor an ms-swift config: the top level is not a mapping")],
+                        name)
+    if set(data) <= set(JobSpec.model_fields) and not ray.is_ray_config(data):
         return spec_from_yaml(text, name), found
-    raise SpecError([("scripts", "none of " + ", ".join(files) + " runs `swift rlhf`; upload the node scripts, or "
-                                 "a single job YAML")])
+    flags = set(data) - {"ENV"}
+    known = {k for k in flags if k in TRAIN_FLAGS or k in ("rlhf_type", "colocate_groups", "nnodes", "train",
+                                                            "rollout", "teacher", "use_ray")}
+    if not known:
+        extra = sorted(set(data) - set(JobSpec.model_fields))[:4]
+        raise SpecError([("spec", f"neither a grpo-ui job (unknown sections: {', '.join(extra)}) nor an ms-swift "
+                                  "config (none of its keys is an ms-swift flag)")], name)
+    megatron = ray.is_ray_config(data) or any("swift" not in TRAIN_FLAGS[k].engines for k in flags
+                                              if k in TRAIN_FLAGS)
+    command = (f"megatron rlhf --use_ray true --config {name}" if ray.is_ray_config(data)
+               else f"{'megatron' if megatron else 'swift'} rlhf {name}")
+    spec, findings = import_scripts([(name + ".sh", command + "\n")], version, {name: text.encode()},
+                                    keep_partial=keep_partial)
+    note = finding("IMPORT-CONFIG-ALONE", "info", "spec", f"{name} is an ms-swift config, imported as `{command}`"
+                   + ("" if megatron or ray.is_ray_config(data) else " (none of its keys is megatron rlhf's alone)")
+                   + ".", "Import the launch script with it to keep its environment and node layout.")
+    return spec, found + [note] + findings

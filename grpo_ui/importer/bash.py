@@ -42,13 +42,15 @@ class Word:
 
 @dataclass
 class Invocation:
-    """One ``swift rlhf`` / ``swift rollout`` the script runs (or torchrun/python on ``…/swift/cli/rlhf.py``)."""
+    """One ``swift rlhf`` / ``swift rollout`` / ``megatron rlhf`` the script runs (or torchrun/python on
+    ``…/swift/cli/rlhf.py`` or ``…/swift/cli/_megatron/rlhf.py``)."""
 
     kind: str                 # 'rlhf' or 'rollout'
     args: list[Word]          # what follows the sub-command (or the rlhf.py path)
     env: dict[str, Word]      # the environment it gets from the script: exported variables and VAR=value prefixes
     line: int
     source: str
+    program: str = "swift"    # the launcher: swift, or megatron (megatron rlhf)
 
 
 @dataclass
@@ -287,7 +289,7 @@ class Shell:
                 self.functions[_text(name)] = body
         elif kind == "command":
             self._command(node)
-        elif kind in FLOW and re.search(r"\bswift\b|swift/cli/", _text(node)):
+        elif kind in FLOW and re.search(r"\b(swift|megatron)\b|swift/cli/", _text(node)):
             self.notices.append(Notice("flow", _line(node), _text(node).split("\n", 1)[0][:80]))
 
     def _assign(self, node: Node, export: bool = False) -> None:
@@ -348,11 +350,11 @@ class Shell:
             return
         found = _swift_call(words)
         if found:
-            kind, args, launcher = found
+            kind, args, launcher, program = found
             env = {k: self.vars[k][0] for k in sorted(self.exported) if self.vars.get(k)}
             env.update(launcher)
             env.update(prefix)
-            self.invocations.append(Invocation(kind, args, env, _line(node), self.source))
+            self.invocations.append(Invocation(kind, args, env, _line(node), self.source, program))
         elif name in ("source", ".") and len(words) == 2 and words[1].text.endswith("/bin/activate"):
             self.notices.append(Notice("venv", _line(node), words[1].text.removesuffix("/bin/activate")))
         elif name in ("source", "."):
@@ -365,15 +367,18 @@ class _Unresolved(Exception):
     """An expansion only the caller's shell can do."""
 
 
-def _swift_call(words: list[Word]) -> tuple[str, list[Word], dict[str, Word]] | None:
-    """(kind, arguments, torchrun settings as env) when the command runs swift rlhf/rollout, else None."""
+def _swift_call(words: list[Word]) -> tuple[str, list[Word], dict[str, Word], str] | None:
+    """(kind, arguments, torchrun settings as env, launcher) when the command runs swift rlhf/rollout or megatron
+    rlhf, else None."""
     head = words[0].text.rsplit("/", 1)[-1]
     if head == "swift" and len(words) > 1 and words[1].text in ("rlhf", "rollout"):
-        return words[1].text, words[2:], {}
+        return words[1].text, words[2:], {}, "swift"
+    if head == "megatron" and len(words) > 1 and words[1].text == "rlhf":
+        return "rlhf", words[2:], {}, "megatron"
     for i, w in enumerate(words):
-        m = re.search(r"(?:^|/)swift/cli/(rlhf|rollout)\.py$", w.text)
+        m = re.search(r"(?:^|/)swift/cli/(_megatron/)?(rlhf|rollout)\.py$", w.text)
         if m:
-            return m[1], words[i + 1:], _launcher_env(words[1:i])
+            return m[2], words[i + 1:], _launcher_env(words[1:i]), "megatron" if m[1] else "swift"
     return None
 
 

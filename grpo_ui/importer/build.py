@@ -48,6 +48,7 @@ class Call:
     env: dict[str, Word]
     source: str
     line: int
+    program: str = "swift"  # swift, or megatron (megatron rlhf)
 
     def text(self, key: str) -> str | None:
         w = self.env.get(key)
@@ -93,30 +94,54 @@ def _config_flags(path: Word, sources: Sources, call_source: str, findings: list
         list[Flag], dict[str, Word]]:
     """A YAML/JSON config's keys as flags (lists expanded, dicts as JSON, scalars as str, as ms-swift's CLI does)
     and its ENV block; a finding when the file was not given."""
-    data = sources.read(path.text)
+    config = read_config(path, sources, call_source, findings)
+    if config is None:
+        return [], {}
+    env = {str(k): Word(str(v), path.line) for k, v in (config.pop("ENV", None) or {}).items()}
+    return flags_of(config, path.line), env
+
+
+def flags_of(config: dict, line: int, ray: bool = False) -> list[Flag]:
+    """A config's keys as the flags ms-swift makes of them: lists expanded, dicts as JSON, scalars as str (its CLI,
+    swift/cli/main.py parse_yaml_args), booleans lower-case and None left out in a Ray config (driver_utils.py
+    _dict_to_argv)."""
+    flags = []
+    for key, value in config.items():
+        if ray and value is None:
+            continue
+        items = value if isinstance(value, list) else [
+            json.dumps(value, ensure_ascii=False) if isinstance(value, dict) else value]
+        flags.append(Flag(str(key), [Word(str(v).lower() if ray and isinstance(v, bool) else str(v), line)
+                                     for v in items], line))
+    return flags
+
+
+def read_config(path: Word, sources: Sources, call_source: str, findings: list[Finding]) -> dict | None:
+    """A YAML/JSON config a script names, as a mapping; a finding and None when it was not given or is not one. A
+    path only the script's shell knows (``"$SCRIPT_DIR/x.yaml"``) is read from the uploaded file of that name."""
+    name = Path(path.unresolved.strip("'\"")).name if path.unresolved else path.text
+    data = sources.read(name)
+    if path.unresolved and data is not None:
+        findings.append(finding("IMPORT-CONFIG-BY-NAME", "info", "spec", f"{call_source} line {path.line} reads "
+                                f"{path.unresolved}; the imported {name} (beside the script) was taken for it.",
+                                "Nothing to do if that is the file the script reads."))
     if data is None:
         findings.append(finding("IMPORT-CONFIG-MISSING", "error", "spec", f"{call_source} line {path.line} reads the "
-                                f"config file {path.text}, which was not among the imported files.",
-                                f"Import {Path(path.text).name} together with the script (the web page reads only "
+                                f"config file {path.unresolved or path.text}, which was not among the imported files.",
+                                f"Import {Path(name).name} together with the script (the web page reads only "
                                 "uploaded files, never the server's disk)."))
-        return [], {}
+        return None
     try:
         config = yaml.safe_load(data.decode("utf-8-sig")) or {}
     except (yaml.YAMLError, UnicodeDecodeError) as e:
-        findings.append(finding("IMPORT-CONFIG-MISSING", "error", "spec", f"{path.text} is not readable YAML/JSON: "
+        findings.append(finding("IMPORT-CONFIG-MISSING", "error", "spec", f"{name} is not readable YAML/JSON: "
                                 f"{str(e).splitlines()[0]}", "Fix the config file and import it again."))
-        return [], {}
+        return None
     if not isinstance(config, dict):
-        findings.append(finding("IMPORT-CONFIG-MISSING", "error", "spec", f"{path.text}: the top level is not a "
+        findings.append(finding("IMPORT-CONFIG-MISSING", "error", "spec", f"{name}: the top level is not a "
                                 "mapping of flags.", "Give the config as `flag: value` lines."))
-        return [], {}
-    env = {str(k): Word(str(v), path.line) for k, v in (config.pop("ENV", None) or {}).items()}
-    flags = []
-    for key, value in config.items():
-        items = value if isinstance(value, list) else [
-            json.dumps(value, ensure_ascii=False) if isinstance(value, dict) else value]
-        flags.append(Flag(str(key), [Word(str(v), path.line) for v in items], path.line))
-    return flags, env
+        return None
+    return config
 
 
 def to_call(inv: Invocation, version: str, sources: Sources, findings: list[Finding]) -> Call:
@@ -131,10 +156,10 @@ def to_call(inv: Invocation, version: str, sources: Sources, findings: list[Find
         shell_wins = parse_version(version) >= (4, 3, 0)
         env = {**env, **config_env, **(env if shell_wins else {})}
     config_flag = next((f for f in flags if f.name == "config" and f.values), None)
-    if config_flag is not None:
+    if config_flag is not None and not any(f.name == "use_ray" for f in flags):  # Ray mode's: importer.ray
         flags.remove(config_flag)
         flags += _config_flags(config_flag.values[0], sources, inv.source, findings)[0]
-    return Call(inv.kind, flags, env, inv.source, inv.line)
+    return Call(inv.kind, flags, env, inv.source, inv.line, inv.program)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -109,10 +109,10 @@ def cluster(trainers: list[Call], servers: list[Call], draft: Draft) -> None:
     if (port := trainers[0].text("MASTER_PORT")) is not None and port.isdigit():
         data["master_port"] = int(port)
     draft.data["cluster"] = data
-    _environment(trainers, servers, draft)
+    environment(trainers, servers, draft)
 
 
-def _environment(trainers: list[Call], servers: list[Call], draft: Draft) -> None:
+def environment(trainers: list[Call], servers: list[Call], draft: Draft) -> None:
     """Variables every node's command gets go to env; the others to that node's env; secrets by name only."""
     calls = trainers + servers
     per_call = []

@@ -1,4 +1,5 @@
-"""One monitoring pass over a job: node states, new log lines, new metrics from rank 0, GPU samples, alerts, and the
+"""One monitoring pass over a job: node states, new log lines, new metrics from the rank that writes them (swift
+rlhf's rank 0, megatron rlhf's last rank: Resolved.logging_node), GPU samples, alerts, and the
 measured memory peaks and pace kept next to what was predicted at launch.
 
 The app calls ``Watcher.poll`` from a timed fragment and the CLI from a loop; every offset and sample is kept in
@@ -19,14 +20,15 @@ from grpo_ui.backends.remote.ssh import SshError
 from grpo_ui.core import shell
 from grpo_ui.core.errors import describe
 from grpo_ui.doctor import curves, liveness, stacks
-from grpo_ui.doctor.diagnose import DUTY_WINDOW_S, Snapshot, diagnose
+from grpo_ui.doctor.diagnose import Snapshot, diagnose
+from grpo_ui.doctor.gpu_window import DUTY_WINDOW_S, PEAK_STEPS
 from grpo_ui.doctor.logs import LogTail
 from grpo_ui.doctor.metrics import (
     completions_file,
     logging_file,
     parse_completion_line,
     parse_jsonl_line,
-    parse_stdout_line,
+    parse_printed_line,
 )
 from grpo_ui.doctor.snapshot import Alert, job_settings, overdue
 from grpo_ui.jobs.memory_loop import record_peaks
@@ -38,7 +40,7 @@ from grpo_ui.launch.runfiles import NodeFiles
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.resolve import Resolved
 
-LOGGING_PATH = "logging_jsonl"  # job_meta key: where rank 0 writes logging.jsonl, once known
+LOGGING_PATH = "logging_jsonl"  # job_meta key: where the logging rank writes logging.jsonl, once known
 STACKS, STACKS_AT = "stacks", "stacks_at"  # job_meta keys: the last py-spy dumps of every rank, and when
 STACKS_EVERY_S = 300.0  # while a hang is suspected, stacks are dumped again at most this often
 DRAINED = "drained"  # job_meta key: the ended job's last lines and metrics were fetched
@@ -107,7 +109,7 @@ class Watcher:
                 runner = self.jobs.runner(spec, n.node_index)
                 lines = self._tail(job_id, n, runner)
                 new_lines += len(lines)
-                if n.node_rank == 0:
+                if n.node_rank == eff.logging_node:  # swift rlhf's rank 0, megatron rlhf's last rank
                     new_steps += self._metrics(job_id, eff, n, runner, lines)
             except Exception as e:  # noqa: BLE001 - one node fails alone, named
                 errors.append(f"job {job_id}, {n.label}: {describe(e)}")
@@ -134,15 +136,15 @@ class Watcher:
         return lines if mine else []
 
     def _metrics(self, job_id: str, eff: Resolved, n: Node, runner, new_lines: list[str]) -> int:
-        """New steps from rank 0's logging.jsonl; while there is none (yet), from the dicts it prints on stdout. A
-        step first taken from stdout is overwritten, not repeated, when logging.jsonl brings it."""
+        """New steps from the writing rank's logging.jsonl; while there is none (yet), from the lines it prints on
+        stdout. A step first taken from stdout is overwritten, not repeated, when logging.jsonl brings it."""
         path = self.store.meta(job_id, LOGGING_PATH) or self._find_logging_path(job_id, eff, n, runner, new_lines)
         new_steps = 0
         if not path or self.store.offset(job_id, n.node_index, path) == 0:  # no logging.jsonl read (yet)
-            new_steps = self._store_steps(job_id, [p for p in map(parse_stdout_line, new_lines) if p])
+            new_steps = self._store_steps(job_id, [p for p in map(parse_printed_line, new_lines) if p])
         if path:
             new_steps += self._tail_rows(job_id, n, runner, path, parse_jsonl_line, self._store_steps)
-            self._tail_rows(job_id, n, runner, completions_file(path), parse_completion_line,
+            self._tail_rows(job_id, n, runner, completions_file(path, ray=eff.ray is not None), parse_completion_line,
                             lambda job, rows: self.store.add_completions(job, [r for rs in rows for r in rs]))
         return new_steps
 
@@ -162,11 +164,12 @@ class Watcher:
             return (store(job_id, rows) or 0) if mine else 0
 
     def _find_logging_path(self, job_id: str, eff: Resolved, n: Node, runner, new_lines: list[str]) -> str | None:
-        """From rank 0's log lines (new ones, then the stored window), else the newest versioned run dir written
+        """From the logging rank's node's log lines (new ones, then the stored window), else the newest versioned run dir written
         since the job started; remembered once found, as those log lines later leave the window."""
         found = logging_file(new_lines) or logging_file(
             [t for _, t, _ in self.store.log_lines(job_id, n.node_index, 1, contains="The logging file will be")
-             + self.store.log_lines(job_id, n.node_index, 1, contains="] output_dir: ")])
+             + self.store.log_lines(job_id, n.node_index, 1, contains="] logging_path: ")
+             + self.store.log_lines(job_id, n.node_index, 1, contains="output_dir: ")])
         spec = eff.spec
         workdir = spec.cluster.nodes[n.node_index].workdir or spec.cluster.workdir or n.run_dir
         if found and not found.startswith(("/", "~/")):
@@ -209,19 +212,26 @@ class Watcher:
         step_times = self.store.step_times(job_id)
         first, last = (step_times[0][1], step_times[-1][1]) if step_times else (None, None)
         spec = eff.spec
+        window = self.jobs.collector.window(job_id) if self.jobs.collector else None  # kept as samples arrive
         snap = Snapshot(metrics=metrics, logs=logs, now=now, last_step_at=last, first_step_at=first,
-                        last_output_at=last_out, started_at=job.started,
-                        gpu=self.store.gpu_samples(job_id, now - DUTY_WINDOW_S), job_state=job.state,
+                        last_output_at=last_out, started_at=job.started, gpu_window=window,
+                        gpu=[] if window else self.store.gpu_samples(job_id, now - DUTY_WINDOW_S), job_state=job.state,
                         job_error=job.error, settings={**_settings(spec), "world_size": eff.world_size},
                         **job_settings(eff),
-                        gpu_by_step=curves.memory_per_gpu(  # the last steps are enough to see memory climb
-                            self.store.gpu_samples(job_id, step_times[-8][1] if len(step_times) > 8 else 0),
-                            step_times))
+                        gpu_by_step=self._step_peaks(job_id, window, step_times))
         snap.stacks = self._stacks(job_id, spec, nodes, snap)
         alerts = diagnose(snap)
         for a in alerts:
             self.store.upsert_alert(job_id, a.id, a.severity, a.title + ": " + a.explanation, a.evidence, a.fix)
         return alerts
+
+    def _step_peaks(self, job_id: str, window, step_times: list[tuple[int, float]]) -> dict:
+        """Each GPU's memory peak per step over the last steps (enough to see memory climb): kept by the job's
+        running window as samples arrive, else read from the stored samples."""
+        if window is not None:
+            return window.step_peaks(step_times, history=lambda since: self.store.gpu_samples(job_id, since))
+        since = step_times[-PEAK_STEPS][1] if len(step_times) > PEAK_STEPS else 0
+        return curves.memory_per_gpu(self.store.gpu_samples(job_id, since), step_times)
 
     def _stacks(self, job_id: str, spec: JobSpec, nodes: list[Node], snap: Snapshot) -> list[stacks.RankStack]:
         """While a hang is suspected: py-spy dumps of every rank on every node (again at most every

@@ -1,5 +1,5 @@
 """The memory estimate's closed loop: the estimate a job was launched with, the peak each of its GPUs reached
-(nvidia-smi's used memory per GPU, ms-swift's logged memory(GiB) on rank 0), side by side, and those pairs written as
+(nvidia-smi's used memory per GPU, ms-swift's logged memory(GiB) from the rank that logs: Resolved.logging_rank), side by side, and those pairs written as
 calibration rows (the format of tests/data/memory_measurements.jsonl) so users can contribute them."""
 
 from __future__ import annotations
@@ -39,12 +39,13 @@ def gpu_roles(job: JobSpec | Resolved, placed: dict[int, tuple[str, list[int]]] 
 
 
 def record_peaks(store: Store, job_id: str, job: JobSpec | Resolved) -> None:
-    """Raise the job's stored peaks to its latest samples (ms-swift logs memory(GiB) on global rank 0: node 0's first
-    GPU)."""
+    """Raise the job's stored peaks to its latest samples (ms-swift logs memory(GiB) on the logging rank's GPU: swift
+    rlhf's rank 0, node 0's first GPU; megatron rlhf's last rank, the last node's last GPU, the most any GPU of its
+    model-parallel group reserved)."""
     eff = resolve(job)
     roles = gpu_roles(eff, placement(store, job_id, eff.spec))
-    rank0 = next(((host, gpu) for (host, gpu), (_, rank) in roles.items() if rank == 0), None)
-    store.update_memory_peaks(job_id, rank0)
+    writer = next(((host, gpu) for (host, gpu), (_, rank) in roles.items() if rank == eff.logging_rank), None)
+    store.update_memory_peaks(job_id, writer)
 
 
 def comparison(store: Store, job_id: str, job: JobSpec | Resolved) -> list[dict]:
@@ -82,8 +83,8 @@ def _config(spec: JobSpec) -> dict:
 
 
 def export_rows(store: Store, job_ids: list[str]) -> list[dict]:
-    """Calibration rows for the jobs' trainer GPUs: the highest nvidia-smi peak (compare 'peak') and rank 0's
-    memory(GiB) (compare 'torch'), each with the estimate the job was launched with."""
+    """Calibration rows for the jobs' trainer GPUs: the highest nvidia-smi peak (compare 'peak') and the logging
+    rank's memory(GiB) (compare 'torch'), each with the estimate the job was launched with."""
     out = []
     for job_id in job_ids:
         job = store.job(job_id)
@@ -116,6 +117,7 @@ def export_rows(store: Store, job_ids: list[str]) -> list[dict]:
         torch = [p for p in peaks if p.source == "memory(GiB)"]
         if torch:
             out.append({**base, "id": f"grpoui-{job_id}-memory", "measured_gib": round(torch[0].peak_gib, 3),
-                        "unit": "GiB", "measures": "memory(GiB) (torch max_memory_reserved) of global rank 0",
+                        "unit": "GiB", "measures": "memory(GiB) (torch max_memory_reserved) of global rank "
+                        f"{eff.logging_rank}",
                         "compare": "torch", "notes": note})
     return out

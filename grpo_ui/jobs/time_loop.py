@@ -1,6 +1,6 @@
 """The step-time prediction's closed loop, as memory_loop is the memory estimate's: the prediction a job was launched
 with (stored by the launch: seconds per step, total hours, … or why there is none), the pace measured while it runs
-(doctor.pace over the stored metrics and rank 0's node's log, recorded by the watcher), both side by side for
+(doctor.pace over the stored metrics and the logging rank's node's log, recorded by the watcher), both side by side for
 Monitor and History, and those pairs written as calibration rows in the format of tests/data/time_measurements.jsonl
 (see its README) so users can contribute them."""
 
@@ -21,18 +21,18 @@ from grpo_ui.spec.resolve import Resolved, resolve
 
 PACE_KEYS = ("seconds_per_step", "elapsed_time_s", "max_steps", "completions/mean_length",
              "completions/clipped_ratio", "step_time")
-SLEEP_LINES = 5000  # vLLM sleep/wake lines of rank 0's node looked at (every rank logs its own)
+SLEEP_LINES = 5000  # vLLM sleep/wake lines of the logging rank's node looked at (every rank logs its own)
 HELD_OUT_DIGITS = "012345"  # time_measurements.README.md: held out when sha256(source key) starts with one of these
 
 
 def measure(store: Store, job_id: str, job: JobSpec | Resolved) -> Pace:
     """The job's pace (its spec or Resolved values) from its stored metrics and the vLLM sleep/wake lines of the node
-    running global rank 0."""
+    running the logging rank (swift rlhf's rank 0, megatron rlhf's last)."""
     eff = resolve(job)
     spec = eff.spec
-    rank0 = next((n.node_index for n in store.nodes(job_id) if n.role == "trainer" and n.node_rank == 0),
-                 None)
-    sleep = [] if rank0 is None else [t for _, t, _ in store.log_lines(job_id, rank0, SLEEP_LINES, SLEEP_MARK)]
+    logger = next((n.node_index for n in store.nodes(job_id)
+                   if n.role == "trainer" and n.node_rank == eff.logging_node), None)
+    sleep = [] if logger is None else [t for _, t, _ in store.log_lines(job_id, logger, SLEEP_LINES, SLEEP_MARK)]
     return pace(store.metrics(job_id, PACE_KEYS), eff.rollout_steps, sleep, spec.train.max_completion_length)
 
 
@@ -77,7 +77,8 @@ def no_rollout_share(job: JobSpec | Resolved) -> str:
         return "server mode: vLLM generates on the rollout nodes, and ms-swift logs no rollout time"
     if not spec.rollout.sleep_level:
         return "colocate with sleep_level 0: vLLM logs no sleep/wake lines, so the rollout is not timed"
-    return "no whole vLLM sleep/wake cycle in the log of rank 0's node"
+    node = "the last node" if eff.megatron else "rank 0's node"  # where the metrics and sleep lines are read
+    return f"no whole vLLM sleep/wake cycle in the log of {node}"
 
 
 @dataclass(frozen=True)
@@ -204,27 +205,37 @@ def _config(eff: Resolved, measured: dict) -> tuple[dict, list[str]]:
     per_round = t.generation_batch_size or t.per_device_train_batch_size * eff.world_size * eff.steps_per_generation
     lengths = (measured.get("completions") or {}).get("mean_length")
     vllm = eff.vllm_mode != "none"
-    return {
-        "model": t.model, "tuner": "full" if t.tuner_type == "full" else "lora",
-        "lora_rank": None if t.tuner_type == "full" else t.lora_rank, "gpu": eff.trainer.model,
+    mv = eff.megatron
+    full = mv.full_tuning if mv else t.tuner_type == "full"
+    config = {
+        "model": t.model, "tuner": "full" if full else "lora",
+        "lora_rank": None if full else t.lora_rank, "gpu": eff.trainer.model,
         "nodes": len(spec.cluster.nodes), "gpus_per_node": eff.trainer.per_node, "trainer_gpus": eff.world_size,
         "rollout_gpus": rollout_gpus, "vllm": vllm,
         "vllm_tp": (s.vllm_tensor_parallel_size if eff.server else r.vllm_tensor_parallel_size) if vllm else None,
         "vllm_gpu_memory_utilization": (s.vllm_gpu_memory_utilization if eff.server
                                         else r.vllm_gpu_memory_utilization) if vllm else None,
-        "prompts_per_step": per_round // max(t.num_generations, 1), "num_generations": t.num_generations,
+        "prompts_per_step": (mv.generation_batch if mv else per_round) // max(t.num_generations, 1),
+        "num_generations": t.num_generations,
         "mean_prompt_tokens": None, "max_prompt_tokens": t.max_length, "max_completion_tokens": t.max_completion_length,
         "mean_completion_tokens": round(lengths) if lengths is not None else None,
         "optimizer_steps_per_generation": eff.rollout_steps, "num_iterations": t.num_iterations, "beta": eff.beta,
         "zero_stage": zero.stage if zero else None, "fsdp": bool(t.fsdp),
-        "gradient_checkpointing": t.gradient_checkpointing, "offload": _offload(eff),
+        "gradient_checkpointing": mv.recompute == "full" if mv else t.gradient_checkpointing,
+        "offload": _offload(eff),
         "async_generation": bool(vllm and r.async_generate),
         "sequence_parallel": t.sequence_parallel_size if t.sequence_parallel_size > 1 else None,
         "extra": {"vllm_mode": eff.vllm_mode, "sleep_level": r.sleep_level if eff.colocate else None,
                   "per_device_train_batch_size": t.per_device_train_batch_size,
                   "gradient_accumulation_steps": eff.grad_accum, "steps_per_generation": eff.steps_per_generation,
                   "torch_dtype": t.torch_dtype, "deepspeed": t.deepspeed, "logging_steps": t.logging_steps},
-    }, notes
+    }
+    if mv:  # what bench/megatron_calibration.time_row_layout reads back: the row is predicted as a Megatron job
+        config["extra"].update({
+            "training_backend": "megatron", "tp": mv.tp, "pp": mv.pp, "cp": mv.cp, "ep": mv.ep,
+            "megatron_sequence_parallel": mv.sequence_parallel, "micro_batch_size": mv.micro_batch,
+            "global_batch_size": mv.global_batch, "deepspeed": None, "per_device_train_batch_size": None})
+    return config, notes
 
 
 def split_of(source: str) -> str:
@@ -264,8 +275,9 @@ def time_row(store: Store, job_id: str) -> tuple[dict | None, str | None]:
         phases["step_time"] = round(statistics.median(v for _, v in step_time[1:]), 3)
     row = {
         "id": f"grpoui-{job_id}-time", "source": source,
-        "quote": (f"'global_step/max_steps': '{measured['step']}/{measured['total']}', 'train_speed(s/it)': "
-                  f"{measured['train_s'] / (measured['step'] - measured['start_step']):.6g} (rank 0's last logged "
+        "quote": (f"'{'iteration' if eff.megatron else 'global_step/max_steps'}': '{measured['step']}/"
+                  f"{measured['total']}', 'train_speed(s/it)': "
+                  f"{measured['train_s'] / (measured['step'] - measured['start_step']):.6g} (the logging rank's last logged "
                   f"step; {measured['logged_intervals']} logged intervals after the first)"),
         "framework": "ms-swift", "framework_version": spec.swift_version, "algorithm": "grpo", "config": config,
         "measured": {"step_s": round(measured["median_s"], 4), "per": "optimizer_step", "phases_s": phases,

@@ -27,7 +27,16 @@ from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.names import check_name
 from grpo_ui.spec.resolve import SLURM_MASTER_PORT, Resolved, resolve
 from grpo_ui.spec.slurm import sbatch_option
-from grpo_ui.spec.swift_cli import TRAIN_FLAGS, coerce, rollout_command, stands_alone, train_command
+from grpo_ui.spec.swift_cli import (
+    RAY_ENTRYPOINT,
+    TRAIN_FLAGS,
+    Command,
+    coerce,
+    ray_config,
+    rollout_command,
+    stands_alone,
+    train_command,
+)
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 EXECUTABLE = (".sh", ".sbatch")
@@ -44,6 +53,23 @@ _env.globals.update(trainer_exit=NodeFiles("trainer", "$NODE_RANK").exit_code,
                     hosts=runfiles.HOSTS, rollout_hosts=runfiles.ROLLOUT_HOSTS, sbatch_output=runfiles.SBATCH_OUTPUT)
 
 
+@dataclass(frozen=True)
+class RayJob:
+    """What a Ray backend runs for a job in ms-swift's Ray mode: ``script`` (a file of the bundle) runs the driver
+    ``entrypoint`` once, from the run directory where the bundle's files are, on a node of a Ray cluster that has
+    ``gpus`` GPUs in all (the driver joins the local cluster, or the one RAY_ADDRESS names); ``config`` is the Ray
+    config the entrypoint reads (a file of the bundle, its path relative to the run directory); ``env`` the job's
+    environment (secrets excepted: the script reads them from its secrets file). Its exit code is written to
+    ``exit_file`` in the run directory, like a node script's."""
+
+    script: str
+    config: str
+    entrypoint: tuple[str, ...]
+    env: dict[str, str]
+    gpus: int
+    exit_file: str
+
+
 @dataclass
 class Bundle:
     """Rendered files (name → text) and the findings rendering produced."""
@@ -54,6 +80,7 @@ class Bundle:
     node_files: dict[int, str] = field(default_factory=dict)      # trainer node index in cluster.nodes → file
     rollout_files: dict[int, str] = field(default_factory=dict)   # rollout node index → file
     added: list[tuple[str, str]] = field(default_factory=list)    # flags grpo-ui added on its own, with why
+    ray: RayJob | None = None                                     # Ray mode: what the Ray backend runs (no node files)
 
     def zip_bytes(self) -> bytes:
         buf = io.BytesIO()
@@ -88,15 +115,16 @@ def _node_context(spec: JobSpec, node: Node, job_id: str) -> dict:
             "cuda_visible_devices": ",".join(map(str, node.gpus))}
 
 
-def swift_line(argv: list[str], raw: tuple[int, int, str] | None = None) -> str:
-    """``swift`` and its arguments, one flag with its values per line (continued with backslashes, as ms-swift's
-    own examples are written); ``raw`` (start, end, text): argv[start:end] replaced by shell text, unquoted."""
+def swift_line(argv: list[str], raw: tuple[int, int, str] | None = None, program: str = "swift") -> str:
+    """``swift`` (or ``program``: megatron) and its arguments, one flag with its values per line (continued with
+    backslashes, as ms-swift's own examples are written); ``raw`` (start, end, text): argv[start:end] replaced by
+    shell text, unquoted."""
     words = [shell.quote(a) for a in argv]
     if raw:
         start, end, text = raw
         words[start:end] = [text]
         argv = [*argv[:start], text, *argv[end:]]
-    lines = [["swift"]]
+    lines = [[program]]
     for arg, word in zip(argv, words, strict=True):
         if arg.startswith("--") and len(lines[-1]) > 1:
             lines.append([])
@@ -130,21 +158,22 @@ def sbatch_request(job: JobSpec | Resolved) -> str:
         rollout_sbatch=_sbatch_options(eff.spec, rollouts, "rollout") if rollouts else [])
 
 
-def _sbatch_context(spec: JobSpec, trainers: list[Node], rollouts: list[Node], train_argv: list[str],
+def _sbatch_context(spec: JobSpec, trainers: list[Node], rollouts: list[Node], train: Command,
                     rollout_argv: list[str] | None) -> dict:
     """job.sbatch: the trainers as the job's first component and, in server mode, the rollout nodes as a second
     (heterogeneous) one. A heterogeneous job rather than a separate rollout job: Slurm allocates both at once (no
     trainer waiting in the queue while its servers already run, or the reverse), one scancel ends both, and the
     trainers learn the servers' addresses from the allocation itself."""
+    train_argv = train.argv
     ctx = {"trainer_sbatch": _sbatch_options(spec, trainers, "trainer"), "rollout_sbatch": [],
-           "command": swift_line(train_argv), "allocated_servers_port": None}
+           "command": swift_line(train_argv, program=train.program), "allocated_servers_port": None}
     if rollout_argv is not None:
         ctx["rollout_sbatch"] = _sbatch_options(spec, rollouts, "rollout")
         ctx["rollout_command"] = swift_line(rollout_argv)
         # The trainers talk to the cluster's rollout nodes: in the job, those are the rollout component's nodes.
         if "--vllm_server_host" in train_argv and not spec.rollout.vllm_server_host:
             start, end = train_argv.index("--vllm_server_host") + 1, train_argv.index("--vllm_server_port")
-            ctx["command"] = swift_line(train_argv, (start, end, ROLLOUT_HOSTS))
+            ctx["command"] = swift_line(train_argv, (start, end, ROLLOUT_HOSTS), train.program)
             ctx["servers"], ctx["allocated_servers_port"] = [], spec.server.port
     return ctx
 
@@ -181,13 +210,16 @@ def render(job: Assessment | JobSpec | Resolved, job_id: str) -> Bundle:
     trainers, rollouts = spec.numbered("trainer"), spec.numbered("rollout")
     files: dict[str, str] = {}
     bundle = Bundle(job_id, files, findings, added=list(train.added))
+    if eff.ray:
+        return _render_ray(eff, bundle)
     common = {"nnodes": eff.nnodes, "master_addr": eff.master_addr, "master_port": eff.master_port,
               "nproc": eff.nproc_per_node, "servers": list(eff.server_endpoints) if eff.server else [],
               "server_timeout": int(spec.rollout.vllm_server_timeout)}
     yaml_ok = eff.version >= (4, 1, 0)
     for rank, (i, node) in enumerate(trainers):
         name = NodeFiles("trainer", rank).script
-        ctx = {**common, **_node_context(spec, node, job_id), "rank": rank, "command": swift_line(train.argv),
+        ctx = {**common, **_node_context(spec, node, job_id), "rank": rank,
+               "command": swift_line(train.argv, program=train.program),
                "secrets_file": NodeFiles("trainer", "${NODE_RANK}").secrets}  # node scripts differ in NODE_RANK only
         files[name] = _env.get_template("node.sh.j2").render(ctx)
         bundle.node_files[i] = name
@@ -211,18 +243,48 @@ def render(job: Assessment | JobSpec | Resolved, job_id: str) -> Bundle:
         files[SBATCH] = _env.get_template("job.sbatch.j2").render(
             {**common, "master_port": spec.cluster.master_port or SLURM_MASTER_PORT,
              **_node_context(spec, trainers[0][1], job_id), "secrets_file": secrets_file(SBATCH),
-             **_sbatch_context(spec, [n for _, n in trainers], [n for _, n in rollouts], train.argv,
+             **_sbatch_context(spec, [n for _, n in trainers], [n for _, n in rollouts], train,
                                servers.argv if servers else None)})
     files["secrets.env.example"] = secrets_example(spec)
     outside = [f"{h}:{p}" for h, p in eff.server_endpoints] if eff.server and not rollouts else []
     files["README.txt"] = _env.get_template("README.txt.j2").render(
-        job_id=job_id, swift_version=spec.swift_version, files=sorted([*files, "README.txt"]),
+        job_id=job_id, swift_version=spec.swift_version, program=train.program, files=sorted([*files, "README.txt"]),
         run_dir_text=run_dir(spec, job_id), workdir=spec.cluster.workdir,
         job_files=[(f.field, f.value) for f in job_files(spec)], outside_servers=outside,
         server_timeout=int(spec.rollout.vllm_server_timeout),
         secrets=[*spec.secret_env, *(c.env for c, _ in undeclared(spec))],
         node_files=[(bundle.node_files[i], n.host) for i, n in trainers],
         rollout_files=[(bundle.rollout_files[i], n.host) for i, n in rollouts if i in bundle.rollout_files])
+    return bundle
+
+
+RAY_CONFIG, RAY_SCRIPT = "ray_config.yaml", "ray_job.sh"
+
+
+def _render_ray(eff: Resolved, bundle: Bundle) -> Bundle:
+    """Ray mode: ms-swift's Ray config and the driver's script instead of node scripts (the Ray backend starts the
+    cluster and runs the script once; Ray places the roles), with the secrets template and a README."""
+    spec, job_id = eff.spec, bundle.job_id
+    cfg = ray_config(eff)
+    bundle.findings += cfg.findings
+    bundle.added = [(f"{text} ({RAY_CONFIG})", why) for text, why in cfg.added]
+    head = next(iter(spec.trainer_nodes()), None)
+    exit_file = NodeFiles("trainer", 0).exit_code
+    at = len(RAY_ENTRYPOINT)  # the config's path: in the run directory, wherever the script cd's
+    ctx = {**(_node_context(spec, head, job_id) if head else {}), "gpus": eff.ray.total_gpus, "exit_file": exit_file,
+           "secrets_file": secrets_file(RAY_SCRIPT),
+           "command": swift_line([*RAY_ENTRYPOINT, RAY_CONFIG], (at, at + 1, f'"$RUN_DIR/{RAY_CONFIG}"'), "megatron")}
+    bundle.files[RAY_CONFIG] = (f"# grpo-ui job {job_id}: ms-swift's Ray config, run by {RAY_SCRIPT}: "
+                                f"megatron rlhf --use_ray true --config {RAY_CONFIG}\n"
+                                + yaml.safe_dump(cfg.data, sort_keys=False, allow_unicode=True, width=120))
+    bundle.files[RAY_SCRIPT] = _env.get_template("ray_job.sh.j2").render(ctx)
+    bundle.files["secrets.env.example"] = secrets_example(spec)
+    bundle.files["README.txt"] = _env.get_template("README_ray.txt.j2").render(
+        job_id=job_id, swift_version=spec.swift_version, files=sorted([*bundle.files, "README.txt"]),
+        run_dir_text=run_dir(spec, job_id), script=RAY_SCRIPT, config=RAY_CONFIG, ray=eff.ray,
+        secrets=[*spec.secret_env, *(c.env for c, _ in undeclared(spec))])
+    bundle.ray = RayJob(RAY_SCRIPT, RAY_CONFIG, ("megatron", *RAY_ENTRYPOINT, RAY_CONFIG), dict(spec.env),
+                        eff.ray.total_gpus, exit_file)
     return bundle
 
 

@@ -35,6 +35,7 @@ from dataclasses import replace
 from grpo_ui.knowledge.catalog import (
     ModelArch,
 )
+from grpo_ui.memory import megatron
 from grpo_ui.memory.dynamic import (
     activations,
     autocast_cache,
@@ -186,6 +187,8 @@ def _allocator_reserve(i: Inputs, phase: Phase, generate_kv: float) -> list[Term
 
 
 def estimate(i: Inputs) -> MemoryReport:
+    if i.megatron:
+        return _estimate_megatron(i)
     ms = model_states(i)
     extras = sum(extra_model_bytes(i, m) for m in i.extra_models)
     training = _training_terms(i, ms, extras)
@@ -212,6 +215,31 @@ def estimate(i: Inputs) -> MemoryReport:
     if i.vllm == "server":
         roles.append(_server_role(i))
     return MemoryReport(i.arch.name, i.arch.total_params() / 1e9, roles, host_ram(i, ms), _assumptions(i))
+
+
+def _estimate_megatron(i: Inputs) -> MemoryReport:
+    """A megatron rlhf job (memory/megatron.py's terms) in the same phases as the DeepSpeed path: training (for the
+    pipeline stage that needs the most), the optimizer step, and the rollout with vLLM colocated or on its own
+    GPUs."""
+    stage = megatron.peak_stage(i)
+    ms = megatron.model_states(i, stage)
+    reference = megatron.reference_bytes(i, stage)
+    training = [*megatron.training_terms(i, ms, reference, stage), *_base_terms(i)]
+    rollout = [*megatron.rollout_terms(i, ms, reference), *_base_terms(i)]
+    notes: list[str] = []
+    share = _vllm_colocate(i, ms, reference, training, rollout, notes) if i.vllm == "colocate" else None
+    phases = [Phase(TRAINING_PHASE, training), Phase("optimizer step", megatron.step_terms(ms, training)),
+              Phase("rollout", rollout)]
+    phases[0].terms += _allocator_reserve(i, phases[0], 0.0)
+    roles = [RoleReport("trainer", i.gpu_name, i.capacity_gib, phases, notes, share)]
+    if i.vllm == "server":
+        roles.append(_server_role(i))
+    host = megatron.host_ram_per_process(i, ms, reference)
+    if i.vllm == "colocate" and i.sleep_level == 1:  # vLLM's CPU backup of its weights (vllm_asleep)
+        host += vllm_weight_bytes(i, i.vllm_tp)
+    load = base_weight_bytes(i) * 1.5 / i.megatron.tp / i.megatron.pp
+    return MemoryReport(i.arch.name, i.arch.total_params() / 1e9, roles,
+                        {"per_trainer_node": (host + load) * i.nproc / GIB + 4.0}, megatron.assumptions(i, stage))
 
 
 def _server_role(i: Inputs) -> RoleReport:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from grpo_ui.knowledge.catalog import (
     QUANT_BYTES,
@@ -16,6 +16,7 @@ from grpo_ui.knowledge.catalog import (
     resolve_gpu,
 )
 from grpo_ui.knowledge.engines import FsdpConfig, ZeroConfig, fsdp_config, zero_config
+from grpo_ui.memory.layout import Layout, layout_of
 from grpo_ui.memory.report import UnknownModel
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.resolve import Resolved, model_arch, resolve
@@ -80,6 +81,7 @@ class Inputs:
     expandable_segments: bool = False  # PYTORCH_CUDA_ALLOC_CONF asks torch's allocator for expandable segments
     zero3_prefetch: float = 0.0  # stage3_prefetch_bucket_size (elements): ms-swift GRPO sets 0, HF 'auto' is 0.9·h²
     fsdp_fp32_frozen: bool = False  # accelerate < 1.13 upcasts frozen parameters to fp32 under FSDP2 too
+    megatron: Layout | None = None  # megatron rlhf: Megatron-Core's layout (memory/megatron.py), else None
 
     @property
     def param_bytes(self) -> float:
@@ -191,7 +193,7 @@ def inputs_from_spec(job: JobSpec | Resolved, gpu: str | None = None, arch: Mode
     if eff.reference_model:
         extra.append(ExtraModel("reference", resolve_arch(t.ref_model, "train.ref_model") if t.ref_model else arch))
     extra += [ExtraModel("reward", resolve_arch(m, f"train.reward_model[{k}]")) for k, m in enumerate(t.reward_model or [])]
-    return Inputs(
+    inputs = Inputs(
         arch=arch, compute_bytes=compute, quant=quant, full=t.tuner_type == "full", lora_rank=t.lora_rank,
         lora_targets=_lora_targets(t.target_modules, arch), lora_dropout=t.lora_dropout,
         zero=zero_config(t.deepspeed), fsdp=fsdp, world=max(eff.world_size, 1), nproc=max(eff.nproc_per_node, 1),
@@ -209,6 +211,33 @@ def inputs_from_spec(job: JobSpec | Resolved, gpu: str | None = None, arch: Mode
         offload_optimizer=r.offload_optimizer and vllm == "colocate",
         generation_batch=t.per_device_train_batch_size * spg, capacity_gib=capacity, gpu_name=gpu_name,
         server_util=own_gpu[0], server_tp=own_gpu[1], server_max_len=own_gpu[2])
+    return _megatron_inputs(eff, inputs) if eff.megatron else inputs
+
+
+def _megatron_inputs(eff: Resolved, i: Inputs) -> Inputs:
+    """A megatron rlhf job's inputs: its Layout, its engine's defaults (tuner_type full, LoRA's rank, dropout and
+    targets as megatron rlhf takes them), the micro-batch and the step's micro-batches, full recomputation as
+    gradient checkpointing, unfused attention as eager; the reference model whenever tuning is full (ms-swift's
+    MegatronRLHFTrainer.prepare_model builds it whatever beta is); vLLM's default max_num_seqs per_device
+    generation batch × vLLM TP (rollout_mixin.py _prepare_vllm_engine); Ray's separate rollout GPUs are a rollout
+    server's, and Ray's sleep_level its placement's."""
+    spec, mv = eff.spec, eff.megatron
+    value = spec.value_of
+    layout = layout_of(mv, i.arch, value("train.decoder_first_pipeline_num_layers"),
+                       value("train.decoder_last_pipeline_num_layers"))
+    vllm = "server" if eff.vllm_mode == "separate" else i.vllm
+    colocate = vllm == "colocate"
+    per_device = max(mv.generation_batch // max(mv.world, 1), 1)
+    return replace(
+        i, megatron=layout, full=mv.full_tuning, lora_rank=value("train.lora_rank"),
+        lora_dropout=value("train.lora_dropout"), lora_targets=_lora_targets(value("train.target_modules"), i.arch),
+        zero=None, fsdp=None, world=layout.world, micro_batch=mv.micro_batch, grad_accum=layout.micro_batches,
+        grad_ckpt=mv.recompute == "full", attn="eager" if value("train.attention_backend") == "unfused" else "flash",
+        liger=False, sequence_parallel=1, extra_models=(ExtraModel("reference", i.arch),) if mv.full_tuning else (),
+        vllm=vllm, vllm_max_num_seqs=spec.rollout.vllm_max_num_seqs or per_device * i.vllm_tp,
+        sleep_level=(eff.ray.sleep_level if eff.ray else i.sleep_level) if colocate else 0,
+        offload_model=mv.offload_model and colocate, offload_optimizer=mv.offload_optimizer and colocate,
+        generation_batch=per_device)
 
 
 def _trainer_gpu(eff: Resolved, gpu: str | None, gpu_gib: float | None) -> tuple[str | None, float | None]:

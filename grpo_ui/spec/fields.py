@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -21,7 +21,18 @@ GROUPS = {
     "data": "Data",
     "training": "Training",
     "output": "Output & logging",
+    "parallel": "Megatron parallelism & memory",
+    "ray": "Ray mode",
 }
+
+# The training engines a job can run on: ``swift rlhf`` (the transformers Trainer with DDP, DeepSpeed ZeRO or FSDP2)
+# and ``megatron rlhf`` (Megatron-Core: tensor, pipeline, context and expert parallelism). Each argument says which
+# accept it (``arg(engines=…)``); where the Megatron argument classes differ from swift rlhf's (a default, a name, the
+# first version), ``arg(megatron={…})`` says how.
+ENGINES = ("swift", "megatron")
+SWIFT = ("swift",)
+MEGATRON = ("megatron",)
+COMMANDS = {"swift": "swift rlhf", "megatron": "megatron rlhf"}
 
 
 def parse_version(text: str) -> tuple[int, int, int]:
@@ -35,7 +46,9 @@ def parse_version(text: str) -> tuple[int, int, int]:
 def arg(default: Any, help: str, *, group: str, flag: str | None = None, since: str | None = None,
         until: str | None = None, old_name: str | None = None, renamed_in: str | None = None,
         choices: tuple | None = None, old_default: tuple[Any, str] | None = None,
-        applies: Literal["colocate", "server"] | None = None, widget: Literal["text"] | None = None, **bounds) -> Any:
+        applies: Literal["colocate", "server"] | None = None, widget: Literal["text"] | None = None,
+        engines: tuple[str, ...] = ENGINES, megatron: dict | None = None, instead: str | None = None,
+        **bounds) -> Any:
     """Declare one ms-swift argument.
 
     since/until: first version that accepts it / first version that no longer does.
@@ -46,11 +59,23 @@ def arg(default: Any, help: str, *, group: str, flag: str | None = None, since: 
     applies: the vLLM mode that alone uses it (the ``server`` section's arguments: server mode).
     widget: 'text' for a value that may span lines (a system prompt, inline JSON): a multi-line box that keeps the
     value exactly as written.
+    engines: the training engines whose argument classes take it (ENGINES: both).
+    megatron: what differs in ``megatron rlhf``'s argument classes: any of default, since, until, old_name,
+    renamed_in, old_default (ArgDecl.on), values (the choices it takes, fewer than the annotation's) and integer
+    (whole numbers only).
+    instead: for an argument one engine lacks, what the other engine's job says instead (the fix the finding gives).
     """
+    unknown = set(megatron or {}) - set(_ENGINE_KEYS)
+    if unknown or not set(engines) <= set(ENGINES):
+        raise TypeError(f"arg(): unknown engine or Megatron override {sorted(unknown) or engines}")
     extra = {"group": group, "flag": flag, "since": since, "until": until, "old_name": old_name,
              "renamed_in": renamed_in, "choices": list(choices) if choices else None,
-             "old_default": list(old_default) if old_default else None, "applies": applies, "widget": widget}
+             "old_default": list(old_default) if old_default else None, "applies": applies, "widget": widget,
+             "engines": list(engines), "megatron": dict(megatron or {}), "instead": instead}
     return Field(description=help, json_schema_extra={"swift": extra}, **_default(default), **bounds)
+
+
+_ENGINE_KEYS = ("default", "since", "until", "old_name", "renamed_in", "old_default", "values", "integer")
 
 
 def _default(default: Any) -> dict:
@@ -60,7 +85,7 @@ def _default(default: Any) -> dict:
     return {"default": default}
 
 
-def setting(default: Any, help: str, *, applies: Literal["ssh", "slurm"] | None = None,
+def setting(default: Any, help: str, *, applies: Literal["ssh", "slurm", "ray"] | None = None,
             widget: Literal["lines", "csv", "text"] | None = None, options: Callable[[], list[str]] | None = None,
             **constraints) -> Any:
     """Declare one grpo-ui setting: of the job, its cluster, a node or its Slurm request (not an ms-swift argument).
@@ -87,7 +112,7 @@ class Decl:
     annotation: Any
     bounds: dict
     widget: str | None = None  # 'lines' / 'csv': how a list or mapping is written as text; 'text': a multi-line box
-    applies: str | None = None  # the backend ('ssh', 'slurm') or vLLM mode ('colocate', 'server') that alone uses it
+    applies: str | None = None  # the backend ('ssh', 'slurm', 'ray') or vLLM mode ('colocate', 'server') that alone uses it
     choices: tuple | None = None  # suggestions for a free-text field (arg())
     options: Callable[[], list[str]] | None = None  # the values to choose from (setting())
     required: bool = False
@@ -112,6 +137,31 @@ class ArgDecl(Decl):
     old_name: str | None
     renamed_in: str | None
     old_default: tuple | None = None  # (ms-swift's default before a version, that version)
+    engines: tuple[str, ...] = ENGINES  # the engines whose argument classes take it
+    megatron: tuple = ()  # (key, value) pairs: what megatron rlhf's argument classes have instead (arg(megatron=…))
+    instead: str | None = None  # on the engine that lacks it: what to set instead
+    values: tuple | None = None  # the choices this engine takes when fewer than the annotation's (ArgDecl.on)
+    integer: bool = False  # this engine takes whole numbers only (ArgDecl.on)
+
+    def refuses(self, value) -> str | None:
+        """Why this engine's parser refuses a value the annotation allows (its fewer choices, whole numbers), or
+        None."""
+        if self.values is not None and value not in self.values:
+            return f"it takes {', '.join(map(str, self.values))}"
+        if self.integer and isinstance(value, float) and not value.is_integer():
+            return "it takes a whole number"
+        return None
+
+    def on(self, engine: str) -> ArgDecl:
+        """This argument as the engine's argument classes have it (its default, first version and old name)."""
+        if engine != "megatron" or not self.megatron:
+            return self
+        changes = dict(self.megatron)
+        if "values" in changes:
+            changes["values"] = tuple(changes["values"])
+        if "old_default" in changes:
+            changes["old_default"] = tuple(changes["old_default"]) if changes["old_default"] else None
+        return replace(self, **changes)
 
     def accepted_in(self, version: str) -> bool:
         v = parse_version(version)
@@ -180,7 +230,8 @@ def arg_decls(section: str, model: type[BaseModel], applies: str | None = None) 
                            group=sw["group"], flag=sw["flag"] or name,
                            since=sw["since"], until=sw["until"], old_name=sw["old_name"],
                            renamed_in=sw["renamed_in"], choices=tuple(sw["choices"]) if sw["choices"] else None,
-                           widget=sw.get("widget"),
+                           widget=sw.get("widget"), engines=tuple(sw["engines"]),
+                           megatron=tuple(sorted(sw["megatron"].items())), instead=sw["instead"],
                            old_default=tuple(sw["old_default"]) if sw.get("old_default") else None))
     return out
 

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from grpo_ui.spec.errors import SpecError
-from grpo_ui.spec.fields import Decl, SettingDecl
+from grpo_ui.spec.fields import ArgDecl, Decl, SettingDecl
 from grpo_ui.spec.model import ARGS, SETTINGS, JobSpec
 from grpo_ui.spec.paths import with_changes
 
@@ -122,12 +122,12 @@ def from_text(decl: Decl, text: str):
 
 
 def form_value(decl: Decl, spec: JobSpec):
-    """The value a field's widget starts from: the spec's (ms-swift's default when unset), or the shell text an
+    """The value a field's widget starts from: the spec's (its engine's ms-swift default when unset), or the shell text an
     imported script left unresolved there."""
     owner = decl.owner(spec)
     if decl.path in spec.unresolved and decl.name not in owner.model_fields_set:
         return spec.unresolved[decl.path]
-    current = getattr(owner, decl.name)
+    current = spec.value(decl) if isinstance(decl, ArgDecl) else getattr(owner, decl.name)
     kind = widget_kind(decl)
     if kind == "checkbox":
         return bool(current)

@@ -8,13 +8,15 @@ values, is grpo_ui.spec.resolve's; YAML in and out is yaml_io.py's, changes by d
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from grpo_ui.knowledge.catalog import from_hf_config
 from grpo_ui.spec.cluster import ClusterSpec, Node
 from grpo_ui.spec.errors import SpecError
 from grpo_ui.spec.estimate import EstimateSpec
-from grpo_ui.spec.fields import ArgDecl, SettingDecl, arg_decls, setting, setting_decls
+from grpo_ui.spec.fields import ENGINES, ArgDecl, SettingDecl, arg_decls, setting, setting_decls
 from grpo_ui.spec.names import check_env_names, check_name, check_no_secrets, is_secret_name
 from grpo_ui.spec.slurm import SlurmSpec
 from grpo_ui.spec.swift_args import SUPPORTED_VERSIONS, RolloutArgs, ServerArgs, TrainArgs, dialect_of
@@ -50,7 +52,11 @@ class JobSpec(BaseModel):
     name: str = setting("grpo-job", "Job name (letters, digits, . _ -).")
     swift_version: str = setting("4.6", "ms-swift version on the nodes; picks the flag dialect.",
                                  options=lambda: list(SUPPORTED_VERSIONS[::-1]))
-    train: TrainArgs = Field(default_factory=TrainArgs, description="swift rlhf arguments.")
+    engine: Literal[ENGINES] = setting(
+        "swift", "Training engine. swift: `swift rlhf`, the transformers Trainer with DDP, DeepSpeed ZeRO or FSDP2. "
+        "megatron: `megatron rlhf`, Megatron-Core with tensor, pipeline, context and expert parallelism (ms-swift ≥ "
+        "4.0 here; the Megatron arguments are in the parallel section).")
+    train: TrainArgs = Field(default_factory=TrainArgs, description="swift rlhf / megatron rlhf arguments.")
     rollout: RolloutArgs = Field(default_factory=RolloutArgs, description="Trainer-side rollout arguments.")
     server: ServerArgs = Field(default_factory=ServerArgs, description="swift rollout arguments.")
     cluster: ClusterSpec = Field(default_factory=ClusterSpec, description="The machines.")
@@ -121,6 +127,18 @@ class JobSpec(BaseModel):
     @classmethod
     def _secret_names_ok(cls, v: list[str]) -> list[str]:
         return check_env_names(v)
+
+    def value(self, decl: ArgDecl):
+        """An argument's value for this job: as set, else its engine's default in the target version (what ms-swift
+        assumes when the flag is not given)."""
+        owner = decl.owner(self)
+        if decl.name in owner.model_fields_set:
+            return getattr(owner, decl.name)
+        return decl.on(self.engine).swift_default(self.swift_version)
+
+    def value_of(self, path: str):
+        """``value`` of the argument at a dotted path (``train.tuner_type``)."""
+        return self.value(ARGS_BY_PATH[path])
 
     def numbered(self, role: str) -> list[tuple[int, Node]]:
         """(index in cluster.nodes, node) of one role's nodes in the order listed: a trainer's place in this list is

@@ -22,7 +22,8 @@ from grpo_ui.knowledge.catalog import ModelArch, find_gpu, find_model, from_hf_c
 from grpo_ui.knowledge.engines import EngineConfigError, ZeroConfig, zero_config
 from grpo_ui.spec.cluster import Node
 from grpo_ui.spec.fields import parse_version
-from grpo_ui.spec.model import JobSpec
+from grpo_ui.spec.megatron import RAY_SLEEP_LEVEL, MegatronValues, RayPlacement, generation_batch, iters_from_epochs
+from grpo_ui.spec.model import ARGS_BY_PATH, JobSpec
 from grpo_ui.spec.swift_args import dialect_of
 
 DEFAULT_BETA = 0.04
@@ -43,8 +44,11 @@ def model_name(model: str) -> str:
 
 def effective_output_dir(spec: JobSpec) -> str:
     """Where ms-swift writes the run (before its vN-timestamp subdirectory): output_dir, else output/<model name>
-    (swift/arguments/sft_args.py _init_output_dir, 3.x train_args.py the same), relative to the working directory."""
-    return spec.train.output_dir or f"output/{model_name(spec.train.model or '')}"
+    (swift/arguments/sft_args.py _init_output_dir, 3.x train_args.py the same) or, for megatron rlhf,
+    megatron_output/<model name> (swift/megatron/arguments/sft_args.py _init_output_dir), relative to the working
+    directory."""
+    root = "megatron_output" if spec.engine == "megatron" else "output"
+    return spec.train.output_dir or f"{root}/{model_name(spec.train.model or '')}"
 
 
 def model_arch(model: str | None, supplied: dict[str, dict] | None = None) -> ModelArch | None:
@@ -100,7 +104,7 @@ class Resolved:
     steps_per_generation: int     # micro-steps one rollout feeds (3.2–3.4: gradient_accumulation_steps)
     generation_batch: int         # the batch ms-swift checks against num_generations (see _generation_batch)
     rollout_steps: int            # optimizer steps from one rollout to the next
-    vllm_mode: Literal["none", "colocate", "server"]
+    vllm_mode: Literal["none", "colocate", "server", "separate"]  # separate: Ray mode's vLLM replicas on own GPUs
     spare_rollout_gpus: int       # 3.2–3.4: GPUs per trainer node vLLM has alone (num_infer_workers < GPUs)
     nproc_per_node: int           # training processes per trainer node (NPROC_PER_NODE)
     trainer: RoleGpus
@@ -112,6 +116,17 @@ class Resolved:
     output_dir: str
     logging_steps: int
     arch: ModelArch | None        # the policy model's architecture, when the catalogue or a config.json knows it
+    megatron: MegatronValues | None = None  # the Megatron path's values (engine megatron), else None
+
+    @property
+    def engine(self) -> str:
+        """The training engine: swift (swift rlhf) or megatron (megatron rlhf)."""
+        return self.spec.engine
+
+    @property
+    def ray(self) -> RayPlacement | None:
+        """ms-swift's Ray mode placement (megatron rlhf --use_ray), else None."""
+        return self.megatron.ray if self.megatron else None
 
     @property
     def nnodes(self) -> int:
@@ -119,7 +134,20 @@ class Resolved:
 
     @property
     def world_size(self) -> int:
-        return self.nnodes * self.nproc_per_node
+        return self.megatron.world if self.megatron else self.nnodes * self.nproc_per_node
+
+    @property
+    def logging_rank(self) -> int:
+        """The global rank that prints the metrics and writes logging.jsonl and completions.jsonl: rank 0 for swift
+        rlhf; the last for megatron rlhf (swift/utils/env.py is_last_rank, used by swift/megatron/callbacks/print.py
+        and the completions writer: in a pipeline only the last stage has the loss)."""
+        return self.world_size - 1 if self.megatron else 0
+
+    @property
+    def logging_node(self) -> int:
+        """The node rank of the trainer node running logging_rank (megatron rlhf: the last node, ms-swift's Megatron
+        quick start: 'logs are printed on the last rank')."""
+        return self.logging_rank // max(self.nproc_per_node, 1) if self.nproc_per_node else 0
 
     @property
     def dialect(self) -> str:
@@ -190,6 +218,8 @@ def resolve(job: JobSpec | Resolved, arch: ModelArch | None = None) -> Resolved:
     if isinstance(job, Resolved):
         return job if arch is None or arch is job.arch else replace(job, arch=arch)
     spec = job
+    if spec.engine == "megatron":
+        return _resolve_megatron(spec, arch)
     t, r = spec.train, spec.rollout
     version = parse_version(spec.swift_version)
     trainers, rollouts = spec.trainer_nodes(), spec.rollout_nodes()
@@ -273,3 +303,74 @@ def _group_ports(given: list[int] | None, servers: int) -> tuple[int, ...]:
     """Each server's weight-sync port: vllm_server_group_port when it lists one per server (ms-swift's VLLMClient
     refuses any other length: rule VLLM-SERVER-PORTS), else GROUP_PORT + the server's index."""
     return tuple(given) if given and len(given) == servers else tuple(GROUP_PORT + k for k in range(servers))
+
+
+def _resolve_megatron(spec: JobSpec, arch: ModelArch | None) -> Resolved:
+    """megatron rlhf's effective values (grpo_ui.spec.megatron): NPROC_PER_NODE is every GPU of a trainer node (no
+    single-process fallback, no spare vLLM GPUs); one optimizer step is num_microbatches micro-steps; a rollout feeds
+    steps_per_generation optimizer steps (num_iterations > 1 is refused: rule MEGATRON-UNSUPPORTED)."""
+    trainers, rollouts = spec.trainer_nodes(), spec.rollout_nodes()
+    trainer = RoleGpus.of(trainers)
+    mv = megatron_values(spec, trainer, RoleGpus.of(rollouts))
+    if mv.ray:
+        mode = "colocate" if mv.ray.colocate else "separate"
+    else:
+        mode = ("none" if not spec.value_of("rollout.use_vllm") else
+                "server" if spec.rollout.vllm_mode == "server" else "colocate")
+    endpoints = _server_endpoints(spec, rollouts) if mode == "server" else ()
+    beta = spec.train.beta
+    return Resolved(
+        spec=spec, version=parse_version(spec.swift_version), beta=DEFAULT_BETA if beta is None else beta,
+        grad_accum=max(mv.num_microbatches, 1), steps_per_generation=mv.steps_per_generation,
+        generation_batch=mv.generation_batch, rollout_steps=max(mv.steps_per_generation, 1), vllm_mode=mode,
+        spare_rollout_gpus=0, nproc_per_node=trainer.per_node, trainer=trainer, rollout=RoleGpus.of(rollouts),
+        master_addr=spec.cluster.master_addr or (trainers[0].routable if trainers else "127.0.0.1"),
+        master_port=spec.cluster.master_port or MASTER_PORT, server_endpoints=endpoints,
+        group_ports=_group_ports(spec.rollout.vllm_server_group_port, len(endpoints)),
+        output_dir=effective_output_dir(spec), logging_steps=spec.train.logging_steps,
+        arch=arch or model_arch(spec.train.model, spec.hf_configs), megatron=mv)
+
+
+def megatron_values(spec: JobSpec, trainer: RoleGpus, rollout: RoleGpus) -> MegatronValues:
+    """The Megatron path's effective values for the cluster's trainer (and, in Ray mode, rollout) GPUs."""
+    v = {d.name: spec.value(d) for d in ARGS_BY_PATH.values() if d.section in ("train", "rollout")
+         and "megatron" in d.engines}
+    ray = _ray_placement(spec, v, trainer, rollout) if v["use_ray"] else None
+    world = ray.train_gpus if ray else trainer.nodes * trainer.per_node
+    tp, pp, cp = v["tensor_model_parallel_size"], v["pipeline_model_parallel_size"], v["context_parallel_size"]
+    dp = world // (tp * pp * cp)
+    micro, gbs = v["micro_batch_size"], v["global_batch_size"]
+    gen, steps = generation_batch(v["generation_batch_size"], v["steps_per_generation"], gbs)
+    step = micro * dp
+    rows = spec.estimate.dataset_rows
+    recompute = v["recompute_granularity"]
+    return MegatronValues(
+        tp=tp, pp=pp, cp=cp, ep=v["expert_model_parallel_size"], etp=v["expert_tensor_parallel_size"],
+        vpp=v["virtual_pipeline_model_parallel_size"] if v["virtual_pipeline_model_parallel_size"] != 1 else None,
+        sequence_parallel=v["sequence_parallel"] and tp > 1, world=world, dp=dp, micro_batch=micro, global_batch=gbs,
+        num_microbatches=gbs // step if step and gbs % step == 0 else 0, generation_batch=gen,
+        steps_per_generation=steps, num_generations=v["num_generations"],
+        train_iters=v["train_iters"] if v["num_train_epochs"] is None else (
+            iters_from_epochs(rows, v["num_train_epochs"], micro, dp, v["num_generations"], gbs) or v["train_iters"]),
+        recompute=None if recompute == "none" else recompute, recompute_method=v["recompute_method"],
+        recompute_num_layers=v["recompute_num_layers"], distributed_optimizer=v["use_distributed_optimizer"],
+        optimizer_cpu_offload=v["optimizer_cpu_offload"], optimizer_offload_fraction=v["optimizer_offload_fraction"],
+        precision_aware_optimizer=v["use_precision_aware_optimizer"], offload_model=v["offload_model"],
+        offload_optimizer=v["offload_optimizer"], offload_bridge=v["offload_bridge"], padding_free=v["padding_free"],
+        full_tuning=v["tuner_type"] == "full", ray=ray)
+
+
+def _ray_placement(spec: JobSpec, v: dict, trainer: RoleGpus, rollout: RoleGpus) -> RayPlacement:
+    """Ray mode's roles from the cluster: without rollout nodes vLLM shares the trainer GPUs (colocate_groups
+    [[train, rollout]], both roles' gpus the trainer GPUs); with rollout nodes it has their GPUs (separate). nnodes:
+    the trainer nodes, over which ms-swift splits each role's GPUs evenly. sleep_level: as set, else 1 (a Ray
+    config's default); separate placement runs at 0."""
+    colocate = not rollout.nodes
+    train_gpus = trainer.nodes * trainer.per_node
+    rollout_gpus = train_gpus if colocate else rollout.nodes * rollout.per_node
+    sleep = v["sleep_level"] if "sleep_level" in spec.rollout.model_fields_set else RAY_SLEEP_LEVEL
+    per_replica = (spec.rollout.vllm_tensor_parallel_size if colocate else
+                   spec.server.vllm_tensor_parallel_size * spec.server.vllm_data_parallel_size)
+    return RayPlacement(colocate=colocate, train_gpus=train_gpus, rollout_gpus=rollout_gpus,
+                        nnodes=max(trainer.nodes, 1), sleep_level=sleep if colocate else 0,
+                        replicas=rollout_gpus // per_replica if rollout_gpus % per_replica == 0 else 0)

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from grpo_ui.spec.fields import arg, parse_version
+from grpo_ui.spec.fields import MEGATRON, SWIFT, arg, parse_version
 from grpo_ui.spec.names import check_host
 
 SUPPORTED_VERSIONS = ("3.2", "3.3", "3.4", "3.5", "3.6", "3.7", "3.8", "3.9", "3.10", "3.11", "3.12",
@@ -54,7 +54,7 @@ class TrainArgs(_Section):
     template: str | None = arg(None, "Chat template; auto-detected when empty.", group="model")
     system: str | None = arg(None, "System prompt, or a path to a .txt file with it.", group="model", widget="text")
     tuner_type: Literal[TUNER_TYPES] = arg("lora", "lora trains adapters on a frozen base; full trains every weight.",
-                                           group="model", old_name="train_type", renamed_in="4.0")
+                                           group="model", old_name="train_type", renamed_in="4.0", megatron={"default": "full", "values": ("lora", "full", "lora_llm")})
     lora_rank: int = arg(8, "LoRA rank r.", group="model", ge=1, le=1024)
     lora_alpha: int = arg(32, "LoRA alpha (scale = alpha / r).", group="model", ge=1)
     lora_dropout: float = arg(0.05, "LoRA dropout.", group="model", ge=0, lt=1)
@@ -63,24 +63,24 @@ class TrainArgs(_Section):
     torch_dtype: Literal["bfloat16", "float16", "float32"] | None = arg(
         None, "Parameter dtype; empty = from config.json.", group="model")
     attn_impl: str | None = arg(None, "Attention kernel; padding_free needs flash_attn.", group="model",
-                                choices=("flash_attn", "sdpa", "eager"))
-    quant_bits: Literal[4, 8] | None = arg(None, "Load the base model quantized (QLoRA).", group="model")
+                                choices=("flash_attn", "sdpa", "eager"), engines=SWIFT, instead="attention_backend (Megatron's attention kernel)")
+    quant_bits: Literal[4, 8] | None = arg(None, "Load the base model quantized (QLoRA).", group="model", engines=SWIFT, instead='nothing: Megatron-SWIFT loads no quantized base model; use LoRA (tuner_type lora) on bf16 weights')
     quant_method: Literal["bnb", "hqq", "eetq"] | None = arg(None, "Quantization backend for quant_bits.",
-                                                             group="model")
+                                                             group="model", engines=SWIFT, instead='nothing: Megatron-SWIFT loads no quantized base model')
     deepspeed: str | None = arg(None, "DeepSpeed preset (zero0…zero3_offload), a JSON file path or a JSON string.",
-                                group="model", choices=DEEPSPEED_PRESETS, widget="text")
+                                group="model", choices=DEEPSPEED_PRESETS, widget="text", engines=SWIFT, instead="Megatron's own sharding: use_distributed_optimizer (ZeRO-1 like), tensor/pipeline/expert parallelism")
     fsdp: str | None = arg(None, "fsdp2, a path to an FSDP2 JSON config or a JSON string; exclusive with deepspeed.",
-                           group="model", choices=("fsdp2",), widget="text")
+                           group="model", choices=("fsdp2",), widget="text", engines=SWIFT, instead="Megatron's own sharding: use_distributed_optimizer, tensor/pipeline/expert parallelism")
     use_hf: bool = arg(False, "Download the model and datasets from the Hugging Face Hub instead of ModelScope (as "
                        "USE_HF=1 in the environment does).", group="model")
     ref_model: str | None = arg(None, "Separate reference model (full tuning only; default: the initial policy).",
                                 group="model")
 
     # batch & generation
-    per_device_train_batch_size: int = arg(1, "Completions per device per micro-step.", group="batch", ge=1)
-    per_device_eval_batch_size: int = arg(1, "Completions per device per eval step.", group="batch", ge=1)
+    per_device_train_batch_size: int = arg(1, "Completions per device per micro-step.", group="batch", ge=1, engines=SWIFT, instead='micro_batch_size (completions per data-parallel rank per micro-step)')
+    per_device_eval_batch_size: int = arg(1, "Completions per device per eval step.", group="batch", ge=1, engines=SWIFT, instead='micro_batch_size')
     gradient_accumulation_steps: int | None = arg(None, "Micro-steps per optimizer step (GRPO default 1).",
-                                                  group="batch", ge=1)
+                                                  group="batch", ge=1, engines=SWIFT, instead='global_batch_size = micro_batch_size × DP × the accumulation steps')
     generation_batch_size: int | None = arg(None, "Completions per rollout (default per_device × world × "
                                             "steps_per_generation).", group="batch", ge=1, since="3.5")
     steps_per_generation: int | None = arg(None, "Optimizer micro-steps per rollout (default "
@@ -93,8 +93,8 @@ class TrainArgs(_Section):
     truncation_strategy: Literal["left", "delete", "right", "split"] | None = arg(
         None, "Over-long prompts: left-truncate or delete (GRPO allows only these two).", group="batch")
     temperature: float = arg(0.9, "Sampling temperature for rollouts.", group="batch", ge=0)
-    top_k: int = arg(-1, "Top-k sampling (-1 = off).", group="batch", old_default=(50, "4.1"))
-    top_p: float = arg(1.0, "Top-p sampling.", group="batch", gt=0, le=1, old_default=(0.9, "4.1"))
+    top_k: int = arg(-1, "Top-k sampling (-1 = off).", group="batch", old_default=(50, "4.1"), megatron={"old_default": (50, "4.3")})
+    top_p: float = arg(1.0, "Top-p sampling.", group="batch", gt=0, le=1, old_default=(0.9, "4.1"), megatron={"old_default": (0.9, "4.3")})
     repetition_penalty: float = arg(1.0, "Repetition penalty.", group="batch", gt=0)
     stop_words: list[str] = arg([], "Extra stop words for generation.", group="batch")
 
@@ -126,8 +126,8 @@ class TrainArgs(_Section):
     reward_weights: list[float] | None = arg(None, "One weight per reward function and reward model.",
                                              group="reward")
     reward_model: list[str] | None = arg(None, "Reward models (hub ids or paths), scored after reward_funcs.",
-                                         group="reward")
-    reward_model_plugin: list[str] | None = arg(None, "One plugin per reward model.", group="reward")
+                                         group="reward", engines=SWIFT, instead="reward_funcs (Megatron GRPO does not run reward models yet: megatron_args.py 'Not Supported Yet')")
+    reward_model_plugin: list[str] | None = arg(None, "One plugin per reward model.", group="reward", engines=SWIFT, instead='reward_funcs with external_plugins')
     external_plugins: list[str] = arg([], "Python files that register rewards or schedulers.", group="reward")
     soft_max_length: int | None = arg(None, "soft_overlong: length where the penalty reaches its maximum.",
                                       group="reward", ge=1)
@@ -144,26 +144,26 @@ class TrainArgs(_Section):
     dataset_num_proc: int = arg(1, "Processes for dataset preprocessing.", group="data", ge=1)
     load_from_cache_file: bool = arg(False, "Reuse the datasets preprocessing cache.", group="data")
     dataset_shuffle: bool = arg(True, "Shuffle the training set.", group="data")
-    dataloader_num_workers: int | None = arg(None, "Dataloader worker processes per rank.", group="data", ge=0)
+    dataloader_num_workers: int | None = arg(None, "Dataloader worker processes per rank.", group="data", ge=0, megatron={"default": 4})
 
     # training
-    num_train_epochs: float = arg(3, "Epochs over the dataset.", group="training", gt=0)
-    max_steps: int = arg(-1, "Stop after this many optimizer steps (-1 = epochs decide).", group="training")
+    num_train_epochs: float | None = arg(3, "Epochs over the dataset (Megatron: whole epochs; they decide train_iters when set).", group="training", gt=0, megatron={"default": None, "integer": True})
+    max_steps: int = arg(-1, "Stop after this many optimizer steps (-1 = epochs decide).", group="training", engines=SWIFT, instead='train_iters')
     learning_rate: float | None = arg(None, "Learning rate (default 1e-5 full / 1e-4 LoRA).", group="training",
-                                      gt=0)
-    warmup_ratio: float = arg(0.0, "Warm-up fraction of the steps.", group="training", ge=0, lt=1)
-    warmup_steps: int = arg(0, "Warm-up steps (exclusive with warmup_ratio).", group="training", ge=0)
+                                      gt=0, engines=SWIFT, instead='lr')
+    warmup_ratio: float = arg(0.0, "Warm-up fraction of the steps.", group="training", ge=0, lt=1, engines=SWIFT, instead='lr_warmup_fraction')
+    warmup_steps: int = arg(0, "Warm-up steps (exclusive with warmup_ratio).", group="training", ge=0, engines=SWIFT, instead='lr_warmup_iters')
     gradient_checkpointing: bool = arg(True, "Recompute activations in backward (less memory, ~30% slower).",
-                                       group="training")
+                                       group="training", engines=SWIFT, instead='recompute_granularity (selective or full)')
     use_liger_kernel: bool = arg(False, "Liger fused kernels (chunked log-prob loss, no full logits).",
-                                 group="training")
-    padding_free: bool = arg(False, "Pack sequences without padding (needs flash_attn).", group="training")
-    sequence_parallel_size: int = arg(1, "Ulysses sequence-parallel degree.", group="training", ge=1)
+                                 group="training", engines=SWIFT, instead='nothing: Megatron computes the loss with its own fused cross entropy')
+    padding_free: bool = arg(False, "Pack sequences without padding (needs flash_attn).", group="training", megatron={"default": True})
+    sequence_parallel_size: int = arg(1, "Ulysses sequence-parallel degree.", group="training", ge=1, engines=SWIFT, instead="context_parallel_size (Megatron sets ms-swift's sequence_parallel_size to it)")
     ddp_backend: Literal["nccl", "gloo", "hccl", "mpi"] | None = arg(None, "torch.distributed backend.",
-                                                                     group="training")
+                                                                     group="training", megatron={"default": "nccl", "values": ("nccl", "gloo")})
     ddp_timeout: int = arg(18000000, "Collective timeout in seconds.", group="training", ge=1)
     seed: int = arg(42, "Random seed.", group="training")
-    resume_from_checkpoint: str | None = arg(None, "Checkpoint directory to resume from.", group="training")
+    resume_from_checkpoint: str | None = arg(None, "Checkpoint directory to resume from.", group="training", engines=SWIFT, instead='mcore_model (the checkpoint) with finetune false')
 
     # output & logging
     output_dir: str | None = arg(None, "Where runs are written (a versioned vN-YYYYMMDD-HHMMSS dir inside); "
@@ -172,15 +172,86 @@ class TrainArgs(_Section):
     save_strategy: Literal["steps", "epoch", "no"] = arg("steps", "When to save checkpoints.", group="output")
     save_steps: int = arg(500, "Save every N steps.", group="output", ge=1)
     save_total_limit: int | None = arg(None, "Keep at most N checkpoints.", group="output", ge=1)
-    save_only_model: bool = arg(False, "Skip optimizer state in checkpoints.", group="output")
+    save_only_model: bool = arg(False, "Skip optimizer state in checkpoints.", group="output", engines=SWIFT, instead='no_save_optim and no_save_rng')
     save_on_each_node: bool = arg(False, "Every node saves (needed when output_dir is not shared).",
-                                  group="output")
-    eval_strategy: Literal["steps", "epoch", "no"] | None = arg(None, "When to evaluate.", group="output")
+                                  group="output", engines=SWIFT, instead='nothing: every node of a Megatron job writes one shared output_dir')
+    eval_strategy: Literal["steps", "epoch", "no"] | None = arg(None, "When to evaluate.", group="output", engines=SWIFT, instead='eval_steps')
     eval_steps: int | None = arg(None, "Evaluate every N steps.", group="output", ge=1)
     report_to: list[str] = arg(["tensorboard"], "Experiment trackers.", group="output",
                                choices=("tensorboard", "wandb", "swanlab", "none"))
     log_completions: bool = arg(False, "Write completions.jsonl with prompts, completions and rewards.",
                                 group="output")
+
+    # Megatron (megatron rlhf): parallelism, batch, memory, optimizer and checkpoints. ms-swift 4.6's
+    # swift/megatron/arguments/megatron_args.py (MegatronArguments) is where each default comes from.
+    tensor_model_parallel_size: int = arg(1, "Tensor parallelism (TP): each layer's matrices split over TP GPUs of a "
+                                          "node.", group="parallel", ge=1, engines=MEGATRON, instead='deepspeed zero3 or fsdp to shard the model, or engine megatron')
+    pipeline_model_parallel_size: int = arg(1, "Pipeline parallelism (PP): the layers split into PP stages.",
+                                            group="parallel", ge=1, engines=MEGATRON, instead='deepspeed zero3 or fsdp, or engine megatron')
+    context_parallel_size: int = arg(1, "Context parallelism (CP): each sequence split over CP GPUs.",
+                                     group="parallel", ge=1, engines=MEGATRON, instead='sequence_parallel_size (Ulysses), or engine megatron')
+    expert_model_parallel_size: int = arg(1, "Expert parallelism (EP, MoE models): the experts split over EP GPUs.",
+                                          group="parallel", ge=1, engines=MEGATRON, instead='deepspeed zero3, or engine megatron')
+    expert_tensor_parallel_size: int = arg(1, "Tensor parallelism inside each expert (ETP, MoE models).",
+                                           group="parallel", ge=1, engines=MEGATRON, instead='engine megatron')
+    sequence_parallel: bool = arg(False, "Sequence parallelism: shard the activations outside attention over the TP "
+                                  "group (ms-swift turns it off when TP is 1).", group="parallel", engines=MEGATRON, instead='sequence_parallel_size (Ulysses), or engine megatron')
+    virtual_pipeline_model_parallel_size: int | None = arg(
+        None, "Virtual pipeline stages per PP rank (interleaved schedule); GRPO with a reference model refuses it.",
+        group="parallel", ge=1, engines=MEGATRON, since="4.0", instead='engine megatron')
+    decoder_first_pipeline_num_layers: int | None = arg(
+        None, "Layers in the first pipeline stage (uneven split; needs PP > 1).", group="parallel", ge=1,
+        engines=MEGATRON, instead='engine megatron')
+    decoder_last_pipeline_num_layers: int | None = arg(
+        None, "Layers in the last pipeline stage (uneven split; needs PP > 1).", group="parallel", ge=1,
+        engines=MEGATRON, instead='engine megatron')
+    use_distributed_optimizer: bool = arg(True, "Shard the optimizer states over the data-parallel ranks (ZeRO-1).",
+                                          group="parallel", engines=MEGATRON, instead='deepspeed zero1 (or zero2/zero3)')
+    micro_batch_size: int = arg(1, "Completions per data-parallel rank per micro-step.", group="batch", ge=1,
+                                engines=MEGATRON, instead='per_device_train_batch_size')
+    global_batch_size: int = arg(16, "Completions per optimizer step over all data-parallel ranks (micro × DP × "
+                                 "micro-steps).", group="batch", ge=1, engines=MEGATRON, instead='per_device_train_batch_size × world × gradient_accumulation_steps')
+    recompute_granularity: Literal["selective", "full", "none"] = arg(
+        "selective", "Activation recomputation: selective (attention only), full (whole layers) or none.",
+        group="parallel", engines=MEGATRON, instead='gradient_checkpointing')
+    recompute_method: Literal["uniform", "block"] | None = arg(
+        None, "With full recomputation: uniform (every N layers) or block (the first N layers of each stage).",
+        group="parallel", engines=MEGATRON, instead='gradient_checkpointing')
+    recompute_num_layers: int | None = arg(None, "Layers per recomputation unit (full recomputation).",
+                                           group="parallel", ge=1, engines=MEGATRON, instead='gradient_checkpointing')
+    optimizer_cpu_offload: bool = arg(False, "Keep optimizer states on the CPU and step there (with the "
+                                      "distributed optimizer).", group="parallel", engines=MEGATRON, instead='deepspeed zero2_offload or zero3_offload')
+    optimizer_offload_fraction: float = arg(1.0, "Share of the optimizer states offloaded to the CPU.",
+                                            group="parallel", ge=0, le=1, engines=MEGATRON, instead='deepspeed zero2_offload or zero3_offload')
+    use_precision_aware_optimizer: bool = arg(False, "Transformer Engine's precision-aware optimizer (lower-precision "
+                                              "main parameters and moments).", group="parallel", engines=MEGATRON, instead='engine megatron')
+    attention_backend: str = arg("flash", "Megatron attention kernel: flash, fused, unfused, local, auto (or flash_2, "
+                                 "flash_3, flash_4).", group="parallel", engines=MEGATRON,
+                                 choices=("flash", "fused", "unfused", "local", "auto"), instead='attn_impl')
+    train_iters: int | None = arg(None, "Optimizer steps of the run (num_train_epochs, when set, decides instead).",
+                                  group="training", ge=1, engines=MEGATRON, instead='max_steps')
+    lr: float | None = arg(None, "Learning rate (default 1e-5 full / 1e-4 LoRA).", group="training", gt=0,
+                           engines=MEGATRON, instead='learning_rate')
+    min_lr: float = arg(0.0, "Learning rate at the end of the decay.", group="training", ge=0, engines=MEGATRON, instead="engine megatron (swift rlhf's scheduler decays to 0)")
+    lr_warmup_fraction: float | None = arg(None, "Warm-up fraction of the steps.", group="training", ge=0, lt=1,
+                                           engines=MEGATRON, instead='warmup_ratio')
+    lr_warmup_iters: int = arg(0, "Warm-up steps.", group="training", ge=0, engines=MEGATRON, instead='warmup_steps')
+    bf16: bool | None = arg(None, "Train in bfloat16 (default: from torch_dtype / the model's config).",
+                            group="training", engines=MEGATRON, instead='torch_dtype bfloat16')
+    finetune: bool = arg(True, "Start from step 0 with fresh optimizer and data iterators (false resumes an mcore "
+                         "checkpoint's state).", group="training", engines=MEGATRON, instead='resume_from_checkpoint to resume')
+    mcore_model: str | None = arg(None, "A Megatron (torch_dist) checkpoint to load instead of the HF weights of "
+                                  "model.", group="model", engines=MEGATRON, since="4.0", instead='model (HF weights)')
+    no_save_optim: bool = arg(False, "Save no optimizer state in checkpoints.", group="output", engines=MEGATRON, instead='save_only_model')
+    no_save_rng: bool = arg(False, "Save no RNG state in checkpoints.", group="output", engines=MEGATRON, instead='save_only_model')
+    save_safetensors: bool = arg(True, "Save checkpoints as HF safetensors (through mcore-bridge).", group="output",
+                                 engines=MEGATRON, instead='nothing: swift rlhf saves safetensors')
+    merge_lora: bool | None = arg(None, "Merge LoRA into the saved safetensors (default: save_safetensors).",
+                                  group="output", engines=MEGATRON, instead='swift export --merge_lora after training')
+    use_ray: bool = arg(False, "Run as ms-swift's Ray mode (megatron rlhf --use_ray true --config job.yaml): the "
+                        "trainers and the vLLM replicas are Ray actors, placed on the cluster's GPUs (no rollout "
+                        "nodes: colocated; rollout nodes: separate GPUs).", group="ray", engines=MEGATRON,
+                        since="4.3", instead="engine megatron (swift rlhf GRPO has no Ray mode: ms-swift's Ray page marks grpo unsupported there)")
 
     @field_validator("dataset", "reward_funcs", "target_modules", "report_to", "external_plugins")
     @classmethod
@@ -193,7 +264,7 @@ class TrainArgs(_Section):
 class RolloutArgs(_Section):
     """Trainer-side rollout settings: vLLM colocated with training, or external ``swift rollout`` servers."""
 
-    use_vllm: bool = arg(False, "Generate with vLLM (off: slow transformers generate).", group="rollout")
+    use_vllm: bool = arg(False, "Generate with vLLM (off: slow transformers generate).", group="rollout", megatron={"default": True})
     vllm_mode: Literal["colocate", "server"] | None = arg(
         None, "colocate: vLLM shares the training GPUs; server: separate swift rollout nodes.",
         group="rollout", since="3.5")
@@ -209,7 +280,7 @@ class RolloutArgs(_Section):
     num_infer_workers: int | None = arg(
         None, "ms-swift 3.2–3.4: vLLM engines per node. Empty or the node's GPU count: vLLM shares the training "
         "GPUs; fewer: vLLM takes the node's last N GPUs and training the others (NPROC_PER_NODE = GPUs − N).",
-        group="rollout", ge=1, until="3.5", applies="colocate")  # 3.5 warns that it is deprecated; 3.6 removed it
+        group="rollout", ge=1, until="3.5", applies="colocate", engines=SWIFT, instead='vllm_mode colocate')  # 3.5 warns that it is deprecated; 3.6 removed it
     vllm_enable_prefix_caching: bool = arg(True, "vLLM prefix caching.", group="rollout")
     vllm_enable_lora: bool = arg(False, "Sync only LoRA deltas to vLLM.", group="rollout", since="3.10")
     vllm_enforce_eager: bool = arg(False, "Disable CUDA graphs in vLLM (saves memory, slower).", group="rollout")
@@ -220,8 +291,10 @@ class RolloutArgs(_Section):
                               since="3.2.1", applies="colocate")
     offload_optimizer: bool = arg(False, "Colocate: move optimizer states to CPU during rollout.",
                                   group="rollout", since="3.2.1", applies="colocate")
+    offload_bridge: bool = arg(False, "Megatron colocate: keep the HF-format export buffer of the weight sync on the "
+                               "CPU.", group="rollout", applies="colocate", engines=MEGATRON, instead='engine megatron')
     move_model_batches: int | None = arg(None, "Sync weights to vLLM in N layer batches (ZeRO-3).",
-                                         group="rollout", ge=1)
+                                         group="rollout", ge=1, engines=SWIFT, instead="nothing: Megatron syncs the weights to vLLM by itself ('Not Supported Yet' there)")
     async_generate: bool = arg(False, "Server mode: roll out the next batch while training.", group="rollout",
                                applies="server")
     vllm_server_host: list[str] | None = arg(None, "Rollout server hosts (default: the rollout nodes of the "

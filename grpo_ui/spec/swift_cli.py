@@ -16,7 +16,7 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from grpo_ui.core.findings import Finding, finding
-from grpo_ui.spec.fields import ArgDecl, parse_version
+from grpo_ui.spec.fields import COMMANDS, ArgDecl, parse_version
 from grpo_ui.spec.model import ARGS, JobSpec
 from grpo_ui.spec.resolve import Resolved, resolve
 
@@ -58,24 +58,40 @@ def format_value(value: Any) -> list[str]:
 
 @dataclass
 class Command:
-    """argv after ``swift`` (e.g. ['rlhf', '--rlhf_type', 'grpo', ...]), env for every node, findings, and the flags
-    grpo-ui added on its own: [(flag tokens, why)]."""
+    """argv after the launcher (``swift``, or ``megatron``: e.g. ['rlhf', '--rlhf_type', 'grpo', ...]), env for every
+    node, findings, and the flags grpo-ui added on its own: [(flag tokens, why)]."""
 
     argv: list[str]
     env: dict[str, str]
     findings: list[Finding] = field(default_factory=list)
     added: list[tuple[str, str]] = field(default_factory=list)
+    program: str = "swift"  # the launcher: swift, or megatron for megatron rlhf
+
+    @property
+    def words(self) -> list[str]:
+        """The whole command line: the launcher, then argv."""
+        return [self.program, *self.argv]
 
 
-def _emit(spec: JobSpec, section: str, version: str, skip: frozenset[str] = frozenset()):
-    """(flag tokens, findings) for one section's set fields. None and [] have no argv form: they mean the default."""
-    out: list[str] = []
+def set_arguments(spec: JobSpec, section: str, version: str, skip: frozenset[str] = frozenset()):
+    """([(flag name in that version, value)], findings) for one section's set fields that reach ms-swift. None and []
+    have no argv form (they mean the default); an argument the job's engine or version lacks is a finding."""
+    out: list[tuple[str, Any]] = []
     findings: list[Finding] = []
     obj = getattr(spec, section)
     for d in (d for d in ARGS if d.section == section and d.name in obj.model_fields_set and d.name not in skip):
         value = getattr(obj, d.name)
+        if spec.engine not in d.engines:  # set to its default, it says nothing: it has no argv form either way
+            findings += [] if value == d.default else [engine_finding(d, spec.engine, value)]
+            continue
+        d = d.on(spec.engine)
         if value is None or value == [] or (not d.accepted_in(version) and value == d.default):
             continue  # no argv form, or the default a version without the flag behaves as
+        if why := d.refuses(value):
+            findings.append(finding("ENGINE-VALUE", "error", d.path, f"--{d.flag} {value!r}: {COMMANDS[spec.engine]} "
+                                    f"does not take that value ({why}).", f"Set a value it takes, or clear "
+                                    f"{d.path}."))
+            continue
         if not d.accepted_in(version):
             when = f"added in {d.since}" if d.since and parse_version(version) < parse_version(d.since) \
                 else f"removed in {d.until}"
@@ -85,8 +101,24 @@ def _emit(spec: JobSpec, section: str, version: str, skip: frozenset[str] = froz
                 f"Clear {d.path} (ms-swift's default applies) or target an ms-swift version that has it.",
                 {d.path: d.default}))
             continue
-        out += [f"--{d.flag_for(version)}", *format_value(value)]
+        out.append((d.flag_for(version), int(value) if d.integer else value))  # megatron's whole epochs: 1, not 1.0
     return out, findings
+
+
+def _emit(spec: JobSpec, section: str, version: str, skip: frozenset[str] = frozenset()):
+    """(flag tokens, findings) for one section's set fields (set_arguments)."""
+    fields, findings = set_arguments(spec, section, version, skip)
+    return [t for flag, value in fields for t in (f"--{flag}", *format_value(value))], findings
+
+
+def engine_finding(d: ArgDecl, engine: str, value: Any) -> Finding:
+    """A set argument the job's engine does not take: ms-swift's parser stops at it (remaining_argv), or — for the
+    few it parses without using — it would silently do nothing."""
+    other = next(e for e in d.engines if e != engine)
+    return finding("ENGINE-FLAG", "error", d.path,
+                   f"--{d.flag} is set to {value!r}, but it is a {COMMANDS[other]} argument: {COMMANDS[engine]} "
+                   "does not take it.",
+                   f"Clear {d.path}" + (f"; on {COMMANDS[engine]} use {d.instead}." if d.instead else "."))
 
 
 def _too_many_servers(count: int, version: str, cmd: Command) -> bool:
@@ -125,7 +157,10 @@ def train_command(job: JobSpec | Resolved, version: str | None = None) -> Comman
     eff = _for_version(job, version)
     spec, version, dialect = eff.spec, eff.spec.swift_version, eff.dialect
     cmd = Command(["rlhf", "--rlhf_type", "grpo"], dict(spec.env),
-                  added=[("--rlhf_type grpo", "swift rlhf runs DPO unless told otherwise")])
+                  added=[("--rlhf_type grpo", f"{COMMANDS[spec.engine]} runs DPO unless told otherwise")],
+                  program=COMMANDS[spec.engine].split()[0])
+    if spec.engine == "megatron":
+        return _megatron_command(eff, cmd)
     # 3.2–3.4 had no vllm_mode: colocate is num_infer_workers (below), server is vllm_server_host
     skip = frozenset({"vllm_mode"}) if dialect == "3.2-3.4" else frozenset()
     for section in ("train", "rollout"):
@@ -144,6 +179,86 @@ def train_command(job: JobSpec | Resolved, version: str | None = None) -> Comman
                           "GPU only when num_infer_workers equals the GPUs per node (its default is 1)"))
     cmd.argv += spec.extra_args
     return cmd
+
+
+def _megatron_command(eff: Resolved, cmd: Command) -> Command:
+    """``megatron rlhf`` argv: the set train and rollout fields in their Megatron form, the servers as for swift rlhf
+    (server mode without vllm_server_host: the cluster's rollout nodes), extra_args."""
+    spec, version = eff.spec, eff.spec.swift_version
+    for section in ("train", "rollout"):
+        flags, findings = _emit(spec, section, version)
+        cmd.argv += flags
+        cmd.findings += findings
+    if eff.server and "vllm_server_host" not in spec.rollout.model_fields_set:
+        _rollout_nodes_as_servers(eff, version, cmd)
+    cmd.argv += spec.extra_args
+    return cmd
+
+
+# Ray mode (megatron rlhf --use_ray true --config job.yaml): the config's layout, ms-swift 4.6
+# swift/ray/megatron/driver_utils.py parse_ray_yaml: top-level keys are shared by every role ({**shared, **group}),
+# the Ray-only keys colocate_groups / sleep_level / nnodes are read there only, each role group has its gpus.
+RAY_ENTRYPOINT = ["rlhf", "--use_ray", "true", "--config"]  # after ``megatron``; the config's path follows
+RAY_RENDERED_BY_PLACEMENT = frozenset({"use_ray", "vllm_mode", "sleep_level"})  # what the config says otherwise
+
+
+@dataclass
+class RayConfig:
+    """ms-swift's Ray config of a job (``data``, written as YAML), its findings and what grpo-ui added on its own."""
+
+    data: dict
+    findings: list[Finding] = field(default_factory=list)
+    added: list[tuple[str, str]] = field(default_factory=list)
+
+
+def ray_config(job: JobSpec | Resolved, version: str | None = None) -> RayConfig:
+    """The Ray config: rlhf_type and the model (both roles read them), the trainer-side rollout arguments at the top
+    (the driver reads offload_model there), the placement's keys, the ``train`` group with its GPUs, the training
+    arguments and extra_args (each ``--flag values`` a key), the ``rollout`` group with its GPUs and the vLLM
+    replicas' arguments: the rollout section's vllm_* when colocated, the server section's when separate."""
+    eff = _for_version(job, version)
+    spec, version, ray = eff.spec, eff.spec.swift_version, eff.ray
+    cfg = RayConfig({"rlhf_type": "grpo"}, added=[("rlhf_type: grpo", "megatron rlhf runs DPO unless told otherwise")])
+    train, found = set_arguments(spec, "train", version)
+    rollout, more = set_arguments(spec, "rollout", version, RAY_RENDERED_BY_PLACEMENT)
+    cfg.findings += found + more
+    train = dict(train)
+    cfg.data.update({k: train.pop(k) for k in ("model",) if k in train})
+    train.pop("use_ray", None)
+    replica = {k: v for k, v in rollout if k.startswith("vllm_")}
+    cfg.data.update((k, v) for k, v in rollout if k not in replica)
+    train.update(_extra_keys(spec.extra_args))
+    if ray.colocate:
+        cfg.data["colocate_groups"] = [["train", "rollout"]]
+    cfg.data["sleep_level"] = ray.sleep_level
+    if "sleep_level" not in spec.rollout.model_fields_set:
+        cfg.added.append((f"sleep_level: {ray.sleep_level}", "a Ray config's default (1 when colocated); separate "
+                          "placement runs at 0 whatever it says"))
+    if ray.nnodes > 1:
+        cfg.data["nnodes"] = ray.nnodes
+        cfg.added.append((f"nnodes: {ray.nnodes}", "each role's GPUs are split evenly over the trainer nodes"))
+    if "global_batch_size" not in train:
+        train["global_batch_size"] = eff.megatron.global_batch
+        cfg.added.append((f"global_batch_size: {eff.megatron.global_batch}", "the Ray driver reads it from the train "
+                          "group and stops without it (pipeline.py:174)"))
+    cfg.data["train"] = {"gpus": ray.train_gpus, **train}
+    server, found = set_arguments(spec, "server", version, frozenset({"port"})) if not ray.colocate else ([], [])
+    cfg.findings += found
+    cfg.data["rollout"] = {"gpus": ray.rollout_gpus, **(replica if ray.colocate else dict(server))}
+    return cfg
+
+
+def _extra_keys(tokens: list[str]) -> dict:
+    """extra_args as config keys: ``--flag v`` → flag: v, several values a list, a bare flag true."""
+    out: dict = {}
+    key = None
+    for token in tokens:
+        if token.startswith("--"):
+            key = token[2:]
+            out[key] = []
+        elif key is not None:
+            out[key].append(token)
+    return {k: (v[0] if len(v) == 1 else v) if v else True for k, v in out.items()}
 
 
 def rollout_command(job: JobSpec | Resolved, version: str | None = None, index: int = 0) -> Command:

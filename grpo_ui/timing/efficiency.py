@@ -10,12 +10,12 @@ used); the second is set from what the libraries publish or are counted to do, e
 # vLLM's prefill and large decoding batches (model FLOPs utilisation; Megatron and DeepSpeed report 0.3–0.55).
 MFU = 0.55
 # Share of the memory bandwidth a decoding step reaches while it reads the weights and the KV cache.
-BANDWIDTH_EFFICIENCY = 0.6
+BANDWIDTH_EFFICIENCY = 0.5
 # Seconds per CUDA kernel that transformers' generate() launches from Python for each decoding step (eager PyTorch:
 # the dispatcher, the launch and the module's Python; timing.rollout.generate_kernels counts the kernels per step).
 GENERATE_KERNEL_S = 20e-6
 # Seconds per generation round outside the phases: the dataloader, the chat template, rewards' Python, metrics.
-ROUND_OVERHEAD_S = 2.0
+ROUND_OVERHEAD_S = 1.0
 
 # Set, not fitted.
 # Seconds every vLLM decoding step costs beyond reading and computing (the scheduler, sampling, preparing the next

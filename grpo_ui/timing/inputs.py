@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from grpo_ui.knowledge.catalog import Gpu, ModelArch, find_gpu
 from grpo_ui.memory.inputs import Inputs, inputs_from_spec, resolve_arch
@@ -182,7 +182,7 @@ def time_inputs(job: JobSpec | Resolved, gpu: str | None = None, arch: ModelArch
     if multi and spec.cluster.internode_gbs is None:
         assumed.append(f"{DEFAULT_INTERNODE_GBS:g} GB/s between nodes (set cluster.internode_gbs)")
     ref = "" if eff.beta == 0 else "model" if (t.tuner_type == "full" or t.ref_model) else "adapter"
-    return TimeInputs(
+    t = TimeInputs(
         mem=mem, gpu=trainer_gpu, rollout_gpu=rollout_gpu, nodes=eff.trainer.nodes, rollout_nodes=rollout_nodes,
         rollout_gpus=rollout_gpus, replicas=max(replicas, 1), rollout_tp=max(tp, 1), max_num_seqs=max(max_seqs, 1),
         generation_batch=t.per_device_train_batch_size * mem.world * eff.steps_per_generation,
@@ -199,6 +199,21 @@ def time_inputs(job: JobSpec | Resolved, gpu: str | None = None, arch: ModelArch
         adapter_sync=not mem.full and r.vllm_enable_lora and mem.vllm != "none", prefix_caching=(
             r.vllm_enable_prefix_caching), eager=r.vllm_enforce_eager, padding_free=t.padding_free,
         internode_gbs=spec.cluster.internode_gbs or DEFAULT_INTERNODE_GBS, assumptions=tuple(assumed))
+    return _megatron_round(eff, t) if eff.megatron else t
+
+
+def _megatron_round(eff: Resolved, t: TimeInputs) -> TimeInputs:
+    """A megatron rlhf job's round: generation_batch completions per rollout, each data-parallel rank training
+    generation_batch ÷ (micro × DP) micro-batches of them over steps_per_generation optimizer steps; the old
+    policy's log-probs always, the reference's when beta ≠ 0 (a model of its own with full tuning, the adapter off
+    with LoRA); no async_generate (Megatron GRPO refuses it)."""
+    mv = eff.megatron
+    micro_batches = mv.generation_batch // max(mv.micro_batch * mv.dp, 1)
+    ref = "" if eff.beta == 0 else "model" if mv.full_tuning else "adapter"
+    return replace(t, generation_batch=mv.generation_batch, num_generations=mv.num_generations,
+                   steps_per_generation=max(micro_batches, 1), iterations=1,
+                   steps_per_round=max(mv.steps_per_generation, 1), old_logprobs=True, ref=ref,
+                   async_generate=False, padding_free=mv.padding_free)
 
 
 def longest_of(n: float, mean: float, cap: float) -> float:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from grpo_ui.knowledge.catalog import ModelArch
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.resolve import Resolved, resolve
-from grpo_ui.timing import efficiency
+from grpo_ui.timing import efficiency, megatron
 from grpo_ui.timing.inputs import TimeInputs, dataset_rows, time_inputs
 from grpo_ui.timing.report import TimeReport, run_steps
 from grpo_ui.timing.rollout import rollout
@@ -23,9 +23,13 @@ from grpo_ui.timing.transfer import offload_s, sleep_wake_s, sync_s
 def predict(t: TimeInputs, steps: int | None = None, price: float | None = None) -> TimeReport:
     """Seconds per optimizer step by phase for ``t``; ``steps`` the run's optimizer steps (None: unknown)."""
     gen = rollout(t)
-    old, ref = logprobs_s(t)
+    if t.mem.megatron:  # megatron rlhf: Megatron-Core's forwards, training steps, sync and offload
+        (old, ref), train, sync, offload = megatron.logprobs_s(t), megatron.train_s(t), megatron.sync_s(t), (
+            megatron.offload_s(t))
+    else:
+        (old, ref), train, sync, offload = logprobs_s(t), train_s(t), sync_s(t), offload_s(t)
     per_round = {"rollout": gen.seconds, "reward": reward_s(t), "old_logprobs": old, "ref_logprobs": ref,
-                 "train": train_s(t), "weight_sync": sync_s(t), "sleep_wake": sleep_wake_s(t), "offload": offload_s(t),
+                 "train": train, "weight_sync": sync, "sleep_wake": sleep_wake_s(t), "offload": offload,
                  "overhead": efficiency.ROUND_OVERHEAD_S}
     if t.async_generate:  # generation of the next round hides behind this round's training
         trainer_side = sum(v for k, v in per_round.items() if k not in ("rollout", "weight_sync"))

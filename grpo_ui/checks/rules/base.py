@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 
 from grpo_ui.core.findings import Finding
 from grpo_ui.knowledge.catalog import params_from_name
+from grpo_ui.spec.fields import SWIFT
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.resolve import Resolved
 
@@ -92,22 +93,58 @@ RULES: dict[str, tuple[str, str]] = {
     "SEED-NODE-DIFFER": ("per-node settings differ in more than NODE_RANK", "field report 003"),
     "SEED-REF-MODEL": ("beta > 0 with full tuning loads a second full model",
                        "ms-swift's examples/train/grpo/multi_node/Qwen2_5_32B_full.sh"),
+    "ENGINE-FLAG": ("an argument the job's engine does not take (swift rlhf's on megatron rlhf, or the reverse; "
+                    "reported by swift_cli)", "swift/pipelines/base.py:35-40 remaining_argv"),
+    "ENGINE-VALUE": ("a value the job's engine does not take (megatron rlhf's fewer tuner types and DDP backends, whole "
+                     "epochs; reported by swift_cli)", "megatron_args.py:449, :489, :586"),
+    "ENGINE-VERSION": ("megatron rlhf for ms-swift ≥ 4.0 (Megatron GRPO from 3.11, with 3.x names before 4.0)",
+                       "swift/megatron/trainers/grpo_trainer.py (v3.11.0)"),
+    "MEGATRON-WORLD": ("TP·PP·CP (and EP·ETP·PP) divide the training GPUs", "megatron_args.py:945-948"),
+    "MEGATRON-TP-HEADS": ("TP divides the attention heads and KV heads", "Megatron-Core TransformerConfig"),
+    "MEGATRON-EP-EXPERTS": ("EP divides the experts (and only MoE models have them)", "Megatron-Core TransformerConfig"),
+    "MEGATRON-PP-LAYERS": ("PP divides the layers, or the uneven-split flags are set with PP > 1",
+                           "megatron_args.py:833-836; Megatron-Core TransformerConfig"),
+    "MEGATRON-SP-TP": ("sequence_parallel needs TP > 1 (ms-swift turns it off)", "megatron_args.py:891-892"),
+    "MEGATRON-CP-ATTENTION": ("context parallelism needs Transformer Engine attention (not local)",
+                              "megatron/core/transformer/dot_product_attention.py"),
+    "MEGATRON-RECOMPUTE": ("recompute_method only with full recomputation", "megatron_args.py:800-801"),
+    "MEGATRON-GLOBAL-BATCH": ("global_batch_size divisible by micro_batch_size × DP", "megatron_args.py:950-959"),
+    "MEGATRON-GEN-BATCH": ("generation batch = global × steps_per_generation, divisible by num_generations",
+                           "megatron_args.py:271-293"),
+    "MEGATRON-DP-ALIGN": ("prompts per rollout divisible by DP, then by micro_batch_size; a completion per rank",
+                          "megatron_args.py:310-329"),
+    "MEGATRON-UNSUPPORTED": ("async_generate, sync_ref_model, num_iterations > 1, REAL without micro = k·G, VPP with a "
+                             "reference model, save_strategy no, save_total_limit < 2",
+                             "megatron_args.py:395-406, :861-862; grpo_trainer.py:644"),
+    "MEGATRON-USE-VLLM": ("Megatron GRPO without Ray needs use_vllm", "megatron_args.py:439-440"),
+    "MEGATRON-VLLM-MODE": ("vllm_mode given (no default on megatron rlhf)", "rollout_mixin.py:419"),
+    "RAY-BACKEND": ("Ray mode is launched on a Ray cluster, not by the SSH or Slurm node scripts",
+                    "swift/cli/main.py:74-98, swift/cli/_megatron/rlhf.py"),
+    "RAY-NNODES": ("each role's GPUs split evenly over nnodes", "swift/ray/megatron/driver_utils.py:77-84"),
+    "RAY-REPLICAS": ("rollout GPUs a whole number of vLLM TP × DP replicas", "swift/ray/megatron/rollout/replica.py:118-125"),
+    "RAY-VLLM-MODE": ("no vllm_mode in Ray mode (the placement decides)", "swift/megatron/pipelines/train/rlhf.py:48-67"),
+    "RAY-TRAIN-ITERS": ("Ray mode needs train_iters or num_train_epochs", "swift/ray/megatron/pipeline.py:103-112"),
+    "RAY-NO-EVAL": ("Ray mode has no evaluation loop", "swift/ray/megatron/driver_utils.py:228-238"),
     "ENV-SECRET-MOVED": ("token-like names in env become secret_env names, their values dropped", "SECURITY.md"),
 }
 
 Rule = Callable[[JobSpec, Resolved], Iterator[Finding]]
-_RULES: list[Rule] = []
+_RULES: list[tuple[Rule, tuple[str, ...]]] = []
 
 
-def rule(fn: Rule) -> Rule:
-    """Register a rule (each rule module's rules, in the order they are written)."""
-    _RULES.append(fn)
-    return fn
+def rule(fn: Rule | None = None, *, engines: tuple[str, ...] = SWIFT):
+    """Register a rule (each rule module's rules, in the order they are written) for the training engines whose
+    checks it mirrors: ``@rule`` for swift rlhf's, ``@rule(engines=ENGINES)`` for both, ``@rule(engines=MEGATRON)``
+    for megatron rlhf's."""
+    def register(fn: Rule) -> Rule:
+        _RULES.append((fn, engines))
+        return fn
+    return register(fn) if fn is not None else register
 
 
-def rules_in(module) -> list[Rule]:
-    """The rules ``module`` registered, in its order."""
-    return [fn for fn in _RULES if fn.__module__ == module.__name__]
+def rules_in(module, engine: str = "swift") -> list[Rule]:
+    """The rules ``module`` registered for ``engine``, in its order."""
+    return [fn for fn, engines in _RULES if fn.__module__ == module.__name__ and engine in engines]
 
 
 # What the rules say about the model (its effective values come from grpo_ui.spec.resolve)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from grpo_ui.checks.rules.base import rule
 from grpo_ui.core.findings import finding
+from grpo_ui.spec.fields import ENGINES
 from grpo_ui.spec.names import is_loopback
 
 
-@rule
+@rule(engines=ENGINES)
 def cluster(spec, eff):
     trainers, rollouts = spec.trainer_nodes(), spec.rollout_nodes()
     if not trainers:
@@ -20,7 +21,7 @@ def cluster(spec, eff):
         yield finding("TRAINER-GPU-COUNT", "error", "cluster.nodes",
                       f"Trainer nodes use different GPU counts ({detail}); NPROC_PER_NODE must be the same on every "
                       "node and equal to the visible GPUs.", "Give every trainer node the same number of GPUs.")
-    if rollouts and not eff.server:
+    if rollouts and eff.vllm_mode in ("none", "colocate"):  # (Ray mode's separate placement uses them)
         yield finding("CLUSTER-ROLLOUT-UNUSED", "warning", "rollout.vllm_mode",
                       f"{len(rollouts)} rollout node(s) are set but vllm_mode is not server; they would sit idle.",
                       "Switch to server mode, or remove the rollout nodes.", {"rollout.vllm_mode": "server"})
@@ -36,7 +37,7 @@ def cluster(spec, eff):
                               f"Rollout node {n.host} has {len(n.gpus)} GPUs but TP × DP uses {tp * dp}.",
                               f"Raise server.vllm_data_parallel_size to {len(n.gpus) // tp}.",
                               {"server.vllm_data_parallel_size": len(n.gpus) // tp})
-    ssh = spec.cluster.backend == "ssh"  # on Slurm the nodes' hosts are not used: Slurm picks the machines
+    ssh = spec.cluster.backend in ("ssh", "ray")  # on Slurm the nodes' hosts are not used: Slurm picks the machines
     seen: dict[str, tuple[int, set[int]]] = {}
     for i, n in enumerate(spec.cluster.nodes if ssh else []):
         key = n.routable

@@ -6,6 +6,7 @@ from __future__ import annotations
 from grpo_ui.checks.rules.base import rule
 from grpo_ui.core.findings import finding
 from grpo_ui.knowledge.credentials import REPORTERS, Credential, needed
+from grpo_ui.spec.fields import ENGINES
 from grpo_ui.spec.model import JobSpec
 
 GIVEN_BY_FLAG = {"SWANLAB_API_KEY": "--swanlab_token", "HF_TOKEN": "--hub_token",
@@ -36,7 +37,7 @@ def undeclared(spec: JobSpec) -> list[tuple[Credential, str]]:
     return [(c, why) for c, why in credentials_needed(spec) if c.env not in spec.secret_env]
 
 
-@rule
+@rule(engines=ENGINES)
 def credentials(spec, eff):
     missing = undeclared(spec)
     if not missing:

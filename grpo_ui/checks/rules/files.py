@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from grpo_ui.checks.rules.base import rule
 from grpo_ui.core.findings import finding
+from grpo_ui.spec.fields import ENGINES
 from grpo_ui.spec.files import job_files, node_workdir
 
 
-@rule
+@rule(engines=ENGINES)
 def relative_files(spec, eff):
     relative = [f for f in job_files(spec) if f.relative]
     runs_swift = [i for i, n in enumerate(spec.cluster.nodes) if n.role == "trainer" or eff.server]

@@ -5,9 +5,10 @@ from __future__ import annotations
 from grpo_ui.checks.rules.base import rule
 from grpo_ui.core.findings import finding
 from grpo_ui.knowledge.catalog import find_model
+from grpo_ui.spec.fields import ENGINES
 
 
-@rule
+@rule(engines=ENGINES)
 def required_inputs(spec, eff):
     t = spec.train
     if not (t.model or "").strip():
@@ -22,7 +23,7 @@ def required_inputs(spec, eff):
                       "Add a dataset: a hub id, optionally with #N samples, or a local .jsonl path.")
 
 
-@rule
+@rule(engines=ENGINES)
 def unresolved(spec, eff):
     for path, text in spec.unresolved.items():
         yield finding("IMPORT-UNRESOLVED", "error", path, f"{path} is `{text}` in the imported script: a value only "
@@ -30,7 +31,7 @@ def unresolved(spec, eff):
                       f"Fill in {path} with the value it has when the script runs.")
 
 
-@rule
+@rule(engines=ENGINES)
 def partial_import(spec, eff):
     """A draft kept from an import that was refused: what could not be read, until the field is filled in (or, for
     the script as a whole, until the user says the draft was checked against it)."""
@@ -45,7 +46,7 @@ def partial_import(spec, eff):
                           f"Fill in {path} with the value the script means.")
 
 
-@rule
+@rule(engines=ENGINES)
 def truncation(spec, eff):
     ts = spec.train.truncation_strategy
     if ts not in (None, "left", "delete"):
@@ -63,7 +64,7 @@ def ref_model_lora(spec, eff):
                       "Clear train.ref_model.", {"train.ref_model": None})
 
 
-@rule
+@rule(engines=ENGINES)
 def soft_overlong(spec, eff):
     t = spec.train
     if "soft_overlong" not in t.reward_funcs:

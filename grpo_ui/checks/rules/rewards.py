@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from grpo_ui.checks.rules.base import rule
 from grpo_ui.core.findings import finding
+from grpo_ui.spec.fields import ENGINES
 from grpo_ui.spec.swift_args import BUILTIN_REWARDS
 
 
-@rule
+@rule(engines=ENGINES)
 def rewards(spec, eff):
     t = spec.train
     sources = len(t.reward_funcs) + len(t.reward_model or [])

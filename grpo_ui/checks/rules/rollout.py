@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from grpo_ui.checks.rules.base import rule
 from grpo_ui.core.findings import Finding, finding
+from grpo_ui.spec.fields import ENGINES
 
 
 @rule
@@ -45,7 +46,7 @@ def _async_needs_own_gpus(spec, eff) -> Finding:
 
 
 @rule
-def server_mode(spec, eff):
+def async_generate(spec, eff):
     r = spec.rollout
     own_gpus = eff.version < (3, 5, 0) and (eff.spare_rollout_gpus or r.vllm_server_host)
     if r.async_generate and not eff.server and not own_gpus:
@@ -54,6 +55,11 @@ def server_mode(spec, eff):
         yield finding("ASYNC-MULTI-TURN", "error", ("rollout.async_generate", "train.multi_turn_scheduler"),
                       "async_generate is not supported with multi-turn rollouts.", "Turn async_generate off.",
                       {"rollout.async_generate": False})
+
+
+@rule(engines=ENGINES)
+def server_mode(spec, eff):
+    r = spec.rollout
     if not eff.server:
         return
     if not eff.server_endpoints:
@@ -78,7 +84,7 @@ def server_mode(spec, eff):
                       {"rollout.vllm_max_model_len": None, "server.vllm_max_model_len": r.vllm_max_model_len})
 
 
-@rule
+@rule(engines=ENGINES)
 def servers_outside(spec, eff):
     """Server mode with vllm_server_host and no rollout node: the servers are outside the job. ms-swift's external
     examples ship their swift rollout line as a comment (started by hand, in another terminal); imported as shipped,
@@ -114,7 +120,7 @@ def sleep_and_offload(spec, eff):
                       "Expect GAS 1, or use ms-swift ≥ 3.4.")
 
 
-@rule
+@rule(engines=ENGINES)
 def tensor_parallel(spec, eff):
     tp, world, nproc = spec.rollout.vllm_tensor_parallel_size, eff.world_size, eff.nproc_per_node
     if not eff.colocate or tp == 1 or not world:

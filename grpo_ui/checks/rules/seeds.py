@@ -6,6 +6,7 @@ from __future__ import annotations
 from grpo_ui.checks.rules.base import is_multimodal, model_size_b, rule, size_label
 from grpo_ui.core.findings import Finding, finding
 from grpo_ui.memory.report import MemoryReport
+from grpo_ui.spec.fields import ENGINES
 
 
 @rule
@@ -112,7 +113,7 @@ def seed_dataloader(spec, eff):
                       {"train.dataloader_num_workers": 4})
 
 
-@rule
+@rule(engines=ENGINES)
 def seed_node_differ(spec, eff):
     trainers = spec.numbered("trainer")
     if len(trainers) < 2:
@@ -141,7 +142,7 @@ def seed_ref_model(spec, eff):
                       "does.", {"train.beta": 0.0})
 
 
-@rule
+@rule(engines=ENGINES)
 def env_secret_moved(spec, eff):
     if spec.moved_secrets:
         names = ", ".join(spec.moved_secrets)
