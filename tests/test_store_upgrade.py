@@ -93,7 +93,7 @@ def stored(page: str, node: dict | None) -> dict | None:
         return {"kind": "alert", "id": alert[1]}
     if "children" in node:
         return {**node, "children": [c for c in (stored(page, c) for c in node["children"]) if c is not None]}
-    return node
+    return {k: v for k, v in node.items() if k != "options"}  # a picker's choices are the release's, its value stored
 
 
 def elements(node: dict | None, depth: int = 0) -> list[str]:
