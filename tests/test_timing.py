@@ -404,7 +404,7 @@ def test_the_inputs_follow_ms_swift_s_batch():
 def test_the_launch_plan_carries_the_prediction_and_the_store_keeps_it(tmp_path):
     """LaunchPlan.time is the CLI's time object with its assumptions (or why there is none), stored with the job
     for Monitor and History to compare with the measured pace."""
-    from grpo_ui.jobs.store import Store
+    from grpo_ui.jobs.store import Store, TimeAtLaunch
     from grpo_ui.launch.plan import make_plan
 
     spec = job(estimate__dataset_rows=1600)
@@ -412,8 +412,8 @@ def test_the_launch_plan_carries_the_prediction_and_the_store_keeps_it(tmp_path)
     report = predict_spec(spec)
     assert plan.time == {**report.to_dict(), "assumptions": report.assumptions}
     store = Store(tmp_path / "jobs.db")
-    store.set_time_estimate("t-1", plan.time)
-    assert store.time_estimate("t-1") == json.loads(json.dumps(plan.time))
+    store.set_time_estimate("t-1", TimeAtLaunch(plan.time))
+    assert store.time_estimate("t-1") == TimeAtLaunch(json.loads(json.dumps(plan.time)))
     cpu = make_plan(job(cluster__nodes=[{"host": "localhost", "gpus": [0], "gpu_memory_gib": 80.0}]), "t-2")
     assert cpu.time == {"error": "no step time: the trainer nodes' GPU model is not set; choose it "
                                  "(cluster.nodes[0].gpu_model) from the catalogue"}

@@ -8,12 +8,17 @@ import sys
 
 import yaml
 
+from grpo_ui.api.specs import (
+    RAY_CONFIG,
+    RAY_ENTRYPOINT,
+    load_spec,
+    ray_config,
+    resolve,
+    rollout_command,
+    train_command,
+)
 from grpo_ui.core.findings import format_findings, has_errors
 from grpo_ui.core.shell import join
-from grpo_ui.launch.render import RAY_CONFIG
-from grpo_ui.spec.resolve import resolve
-from grpo_ui.spec.swift_cli import RAY_ENTRYPOINT, ray_config, rollout_command, train_command
-from grpo_ui.spec.yaml_io import load_spec
 
 
 def add_parser(sub) -> None:

@@ -3,12 +3,9 @@ job's findings; exit 1 if any is an error (the files are written all the same, t
 
 from __future__ import annotations
 
-from grpo_ui.checks.assess import assess
+from grpo_ui.api.specs import assess, default_job_id, load_spec, render, write_bundle
 from grpo_ui.commands import job_id
 from grpo_ui.core.findings import format_findings, unique
-from grpo_ui.launch.plan import default_job_id
-from grpo_ui.launch.render import render, write_bundle
-from grpo_ui.spec.yaml_io import load_spec
 
 
 def add_parser(sub) -> None:
