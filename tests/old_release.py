@@ -1,5 +1,5 @@
 """The release before the job store was versioned (main at 15245c0), for the upgrade test (tests/test_store_upgrade.py):
-its tree (library, pages, templates), taken from this clone's git history, and — run as a script with that tree alone on PYTHONPATH — a job
+its tree (library, pages, templates), kept as an archive in tests/fixtures, and — run as a script with that tree alone on PYTHONPATH — a job
 database written by its own code: jobs launched, followed and sampled by its jobs service, watcher and telemetry,
 a draft saved, exactly as a user of that release would have left them.
 
@@ -12,35 +12,22 @@ CONFIG: {"db": path, "draft": {"name", "yaml"}, "jobs": [{"id", "spec": a job sp
 
 from __future__ import annotations
 
-import io
 import json
-import shutil
-import subprocess
 import sys
 import tarfile
 import time
 from pathlib import Path
 
 OLD = "15245c0"  # the last release whose job database has no schema version
-ROOT = Path(__file__).parent.parent
+ARCHIVE = Path(__file__).parent / "fixtures" / f"release-{OLD}.tar.xz"
 
 
 def old_tree(dest: Path) -> Path:
-    """The old release's library, pages, templates and spec fixtures under ``dest``. Fails (never skips) when git
-    or the commit is missing: a shallow CI clone must fetch its history (actions/checkout with fetch-depth: 0)."""
-    import pytest
-    if not shutil.which("git"):
-        pytest.fail(f"the upgrade test needs git, to take grpo-ui {OLD} from this clone's history: install git")
-    if subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{OLD}^{{commit}}"], capture_output=True).returncode:
-        shallow = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--is-shallow-repository"], capture_output=True,
-                                 text=True).stdout.strip() == "true"
-        pytest.fail(f"the upgrade test needs commit {OLD} (the release before the store was versioned) in this "
-                    f"clone's history, which lacks it" + (": this is a shallow clone; run `git fetch --unshallow` "
-                                                          "(CI: fetch-depth: 0)" if shallow else ""))
-    tar = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", OLD, "grpo_ui", "views", "templates", "app.py", ".streamlit",
-                          "tests/fixtures"],
-                         capture_output=True, check=True).stdout
-    with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
+    """The old release's library, pages, templates and spec fixtures under ``dest``, from
+    tests/fixtures/release-15245c0.tar.xz — made once with
+    ``git archive --format=tar 15245c0 grpo_ui views templates app.py .streamlit tests/fixtures | xz -9`` and kept,
+    so the test needs neither git nor a clone's full history (CI may clone shallow)."""
+    with tarfile.open(ARCHIVE) as archive:
         archive.extractall(dest, filter="data")
     return dest
 
