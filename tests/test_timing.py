@@ -305,6 +305,27 @@ def test_the_second_fresh_rows_are_as_frozen():
     assert len(lines) == 12 and digest in (ROOT / "tests/data/time_measurements.README.md").read_text()
 
 
+def test_the_third_fresh_rows_are_as_frozen():
+    """Round 3's fresh rows (split 'fresh3') were committed before the model's round 3; they stay byte-for-byte as the
+    data README's 'Fresh rows, round 3' section says."""
+    lines = [line for line in (ROOT / "tests/data/time_measurements.jsonl").read_text().splitlines()
+             if line.strip() and json.loads(line)["split"] == "fresh3"]
+    digest = hashlib.sha256(("\n".join(lines) + "\n").encode()).hexdigest()
+    assert len(lines) == 3 and digest in (ROOT / "tests/data/time_measurements.README.md").read_text()
+
+
+def test_the_engine_rows_are_as_frozen_and_split_by_the_memory_rows_rule():
+    """tests/data/engine_measurements.jsonl stays byte-for-byte as its README says, and each row's split is the one
+    the memory rows' rule gives its source (bench/calibration.held_out), decided before any constant was set."""
+    from bench.calibration import held_out
+    path = ROOT / "tests/data/engine_measurements.jsonl"
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert digest in (ROOT / "tests/data/engine_measurements.README.md").read_text()
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    assert [r["split"] for r in rows] == ["held_out" if held_out(r) else "fit" for r in rows]
+    assert {r["engine"] for r in rows} == {"deepspeed", "megatron"}
+
+
 def test_a_row_file_that_cannot_be_read_names_the_file_and_the_line(tmp_path):
     bad = tmp_path / "mine.jsonl"
     bad.write_text(json.dumps(CALIBRATION[0]) + "\n\n{not json\n")
