@@ -9,7 +9,7 @@ optimizer step (ms-swift's global_step); a row measured per generation round is 
 round feeds.
 
 The split is the rows' own (``split``): ``fit`` and ``held_out`` frozen before any model existed (the README's rule),
-``fresh`` collected and frozen after it, ``fresh2`` frozen before the model's round 2; rows of your own GPU
+``fresh`` collected and frozen after it, ``fresh2`` and ``fresh3`` frozen before the model's rounds 2 and 3; rows of your own GPU
 (bench/gpu/, ``own_gpu``) come in with ``--rows``. Efficiency constants (grpo_ui/timing/efficiency.py) and the completion-length
 prior (grpo_ui/timing/lengths.py) are fitted on the fit rows only (``fit``), plus a user's own rows when given
 (``python bench/time_calibration.py --fit --rows mine.jsonl``: rows ``python -m grpo_ui calibration export --only time``
@@ -312,7 +312,8 @@ def split_errors(rows: list[dict], extra: list[dict]) -> dict[str, tuple[int, fl
     """Split → (rows predicted, median, p90 absolute % error) under the constants as they are now."""
     parts = {"fit": [r for r in rows if r["split"] == "fit"], "held out (seen)": [
         r for r in rows if r["split"] == "held_out"], "fresh": [r for r in rows if r["split"] == "fresh"],
-        "fresh, round 2": [r for r in rows if r["split"] == "fresh2"]}
+        "fresh, round 2": [r for r in rows if r["split"] == "fresh2"],
+        "fresh, round 3": [r for r in rows if r["split"] == "fresh3"]}
     if extra:
         parts["your rows"] = extra
     out = {}
