@@ -30,6 +30,8 @@ from bench.time_calibration import (
     error,
     evaluate_all,
     fit,
+    fit_set,
+    inexpressible,
     length_prior,
     load,
     ranges,
@@ -138,8 +140,15 @@ def main(argv: list[str]) -> None:
     for split, part in by_split.items():
         print(line(SPLITS[split], part, rate))
     for split, part in by_split.items():
+        print(line(f"{SPLITS[split]}, shapes ms-swift can run", [r for r in part if not inexpressible(r.row)], rate))
+    for split, part in by_split.items():
         print(line(f"{SPLITS[split]}, mean length published", [r for r in part if r.inputs.completion_given], rate))
         print(line(f"{SPLITS[split]}, mean length assumed", [r for r in part if not r.inputs.completion_given], rate))
+    print("\nrows of a shape ms-swift cannot run (kept in their splits above, never in a fit: "
+          "bench/time_calibration.inexpressible):")
+    for r in results:
+        if inexpressible(r.row):
+            print(f"  {r.split:<8} {r.row['id']:<52} {inexpressible(r.row)}")
     for split in ("held_out", "fresh", "fresh2", "fresh3"):
         print(f"{SPLITS[split]} target (median ≤ {TARGET[0]} %, p90 ≤ {TARGET[1]} %, better than the baseline): "
               f"{'met' if met(by_split[split], rate) else 'NOT met'}")
@@ -157,7 +166,7 @@ def main(argv: list[str]) -> None:
         print(line(f"Megatron, {SPLITS[split]}", [r for r in megatron if r.split == split], rate))
     print("\n".join(megatron_calibration.time_report()))
     print("\n".join(engine_calibration.time_report()))
-    fit_rows = [r for r in rows if r["split"] == "fit"]
+    fit_rows = fit_set(rows)
     given, assumed = ranges(fit_rows)
     print(f"\nrange (measured ÷ predicted, fit rows' 10th-90th percentile): length given {given[0]:.2f}-{given[1]:.2f} "
           f"(timing.report.RANGE_GIVEN {RANGE_GIVEN[0]:.2f}-{RANGE_GIVEN[1]:.2f}), assumed {assumed[0]:.2f}-"
@@ -185,6 +194,8 @@ def main(argv: list[str]) -> None:
     for r in sorted(results, key=lambda r: (list(SPLITS).index(r.split), r.ours / r.measured)):
         length = "" if r.inputs.completion_given else "  (length assumed)"
         signed = (r.ours / r.measured - 1) * 100
+        if inexpressible(r.row):
+            length += "  (a shape ms-swift cannot run)"
         if not BAND[0] <= signed <= BAND[1]:
             length += f"  [{reason(r) or 'UNEXPLAINED'}]"
         print(f"  {r.split[:6]:<6} {r.row['framework']:<14} {r.row['id']:<52} {r.measured:8.1f} → {r.ours:8.1f} | "

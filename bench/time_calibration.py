@@ -160,6 +160,35 @@ def spec_of(row: dict, assume_length: bool = False) -> JobSpec:
     return megatron_calibration.as_megatron(row, spec) if megatron_calibration.time_row_layout(row) else spec
 
 
+# The fit set: fit rows of a shape ms-swift can run. A row whose shape ms-swift cannot express stays in its split and
+# is reported with the others, but no shared constant (efficiencies, the length prior, the ranges) is fitted on it,
+# so that a behaviour the model has no term for cannot pull the terms it has. Decided by the row's configuration as
+# its source documents it, never by its error; written down before its effect on any score was looked at.
+def inexpressible(row: dict) -> str | None:
+    """Why ms-swift cannot run a job of the row's shape, or None:
+
+    - PPO with a critic: a value model's forwards and training (ms-swift's GRPO trainer has no critic);
+    - an asynchronous rollout on Megatron-Core: megatron rlhf refuses async_generate, so ms-swift would run the job
+      on-policy, generation and training one after the other (NeMo RL's one-step-off rows);
+    - verl's fully asynchronous mode (its table's fully_async_policy: streamed, partial rollouts trained up to several
+      steps stale): ms-swift's async_generate overlaps one round at most.
+    A one-step-off rollout on the DeepSpeed/FSDP path is what ms-swift's async_generate does in server mode: kept."""
+    c = row["config"]
+    if row.get("algorithm") == "ppo":
+        return "PPO with a critic: a value model's forwards and training, which ms-swift's GRPO has not"
+    if c.get("async_generation") and megatron_calibration.time_row_layout(row):
+        return "asynchronous rollout on Megatron-Core: megatron rlhf refuses async_generate (ms-swift would run it on-policy)"
+    if c.get("async_generation") and "fully_async" in row.get("quote", ""):
+        return "verl's fully asynchronous rollout (streamed, partial, several steps stale): ms-swift's async_generate overlaps one round"
+    return None
+
+
+def fit_set(rows: list[dict], extra: list[dict] | None = None) -> list[dict]:
+    """The rows the shared constants are fitted on: the fit split's rows ms-swift can run (``inexpressible``), plus
+    every row of ``extra`` (a user's own, exported from ms-swift runs)."""
+    return [r for r in rows if r["split"] == "fit" and not inexpressible(r)] + (extra or [])
+
+
 def measured_step_s(row: dict) -> float:
     """Seconds per optimizer step: a generation round's seconds ÷ the optimizer steps it feeds."""
     m = row["measured"]
@@ -296,10 +325,10 @@ def constants() -> dict[str, float]:
 
 
 def fit(rows: list[dict], extra: list[dict] | None = None, rounds: int = 3) -> dict[str, float]:
-    """The length prior (``length_prior``), then coordinate descent over GRID, on the fit rows of ``rows`` plus every
-    row of ``extra`` (a user's own): each efficiency in turn set to the grid value with the least log_error,
-    ``rounds`` times over. Leaves the constants in grpo_ui.timing at the best values and returns them."""
-    fit_rows = [r for r in rows if r["split"] == "fit"] + (extra or [])
+    """The length prior (``length_prior``), then coordinate descent over GRID, on ``fit_set(rows, extra)`` (the fit
+    rows ms-swift can run, plus every row of a user's own): each efficiency in turn set to the grid value with the
+    least log_error, ``rounds`` times over. Leaves the constants in grpo_ui.timing at the best values and returns them."""
+    fit_rows = fit_set(rows, extra)
     lengths.FILL, lengths.TYPICAL_TOKENS = length_prior(fit_rows)
     for _ in range(rounds):
         for name in FITTED:
@@ -342,9 +371,9 @@ def main(argv: list[str]) -> int:
     before, errors_before = constants(), split_errors(rows, extra)
     after = fit(rows, extra)
     errors_after = split_errors(rows, extra)
-    fit_rows = [r for r in rows if r["split"] == "fit"] + extra
+    fit_rows = fit_set(rows, extra)
     given, assumed = ranges(fit_rows)
-    print(f"refit on {sum(r['split'] == 'fit' for r in rows)} published fit rows"
+    print(f"refit on {len(fit_set(rows))} published fit rows (the fit split's rows ms-swift can run)"
           + (f" + {len(extra)} of yours ({', '.join(files)})" if extra else "") + "\n")
     print(f"{'constant':<22} {'before':>10} {'after':>10}")
     for name in after:

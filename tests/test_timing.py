@@ -14,7 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from bench.time_calibration import FITTED, RowsError, evaluate_all, fit, length_prior, load, ranges
+from bench.time_calibration import (
+    FITTED,
+    RowsError,
+    evaluate_all,
+    fit,
+    fit_set,
+    inexpressible,
+    length_prior,
+    load,
+    ranges,
+)
 from grpo_ui.knowledge.catalog import find_model
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.paths import with_changes
@@ -284,7 +294,22 @@ def test_a_gpu_without_speed_facts_gets_no_number_and_says_why():
 CALIBRATION = load()
 
 
-FIT_ROWS = [row for row in CALIBRATION if row["split"] == "fit"]
+FIT_ROWS = fit_set(CALIBRATION)
+
+
+def test_the_fit_set_leaves_out_by_shape_what_ms_swift_cannot_run():
+    """A row ms-swift cannot express (PPO's critic, an asynchronous rollout on Megatron-Core, verl's fully
+    asynchronous mode) stays in its split but fits nothing; the decision reads the row's configuration, so a one-step-
+    off row on the DeepSpeed/FSDP path (ms-swift's async_generate in server mode) and every on-policy row stay in."""
+    left_out = {row["id"]: inexpressible(row) for row in CALIBRATION if inexpressible(row)}
+    assert all(row["algorithm"] == "ppo" or row["config"]["async_generation"] for row in CALIBRATION
+               if row["id"] in left_out)
+    assert {row["id"] for row in CALIBRATION if row["algorithm"] == "ppo"} <= set(left_out)
+    assert "verl-osop-7b-dapo-onestepoff-fsdp2-4+12xh20" not in left_out
+    assert "verl-fa-7b-dapo-fullyasync-16-16xh20" in left_out
+    assert {"nemo-v05-h100-llama31-8b-1off", "nemo-v05-h100-qwen3-32b-1off"} <= set(left_out)
+    assert [r["id"] for r in FIT_ROWS] == [r["id"] for r in CALIBRATION if r["split"] == "fit" and r["id"] not in left_out]
+    assert "Megatron-Core" in left_out["nemo-v05-h100-llama31-8b-1off"]
 
 
 def test_the_fresh_rows_are_as_frozen():
