@@ -72,6 +72,8 @@ REASONS = {
                                                    "way ms-swift has no equivalent for",
     "verl-fa-7b-dapo-fullyasync-16-16xh20": "verl's fully asynchronous rollout (partial rollouts, staleness) has no "
                                             "ms-swift equivalent",
+    "simplerl-zoo-qwen25-7b-16xh100": "length assumed (no mean published at the 8K cap), and the figure is a round "
+                                      "'approximately 100 steps over 15 hours' with validation and checkpoints",
     "maxrl-grpo-qwen3-4b-base-32xh200": "length assumed, and the figure is a round '~3 days for 1000 steps' with "
                                         "validation and checkpoints",
     **dict.fromkeys(("nemo-v05-h100-llama31-8b-1off", "nemo-v05-h100-qwen3-32b-1off", "nemo-v06-h100-qwen3-235b-1off-256",

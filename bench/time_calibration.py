@@ -305,9 +305,8 @@ def ranges(fit_rows: list[dict]) -> tuple[tuple[float, float], tuple[float, floa
     return measured_range(given), measured_range(evaluate_all(fit_rows, assume_length=True)[0])
 
 
-FITTED = ("MFU", "BANDWIDTH_EFFICIENCY", "GENERATE_KERNEL_S", "ROUND_OVERHEAD_S")
-GRID = {"MFU": [0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55],
-        "BANDWIDTH_EFFICIENCY": [0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9],
+FITTED = ("BANDWIDTH_EFFICIENCY", "GENERATE_KERNEL_S", "ROUND_OVERHEAD_S")
+GRID = {"BANDWIDTH_EFFICIENCY": [0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9],
         "GENERATE_KERNEL_S": [5e-6, 10e-6, 15e-6, 20e-6, 30e-6, 40e-6, 60e-6, 80e-6, 120e-6],
         "ROUND_OVERHEAD_S": [0.0, 1.0, 2.0, 4.0, 6.0, 8.0]}
 

@@ -10,6 +10,7 @@ import json
 import math
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -68,7 +69,7 @@ def test_each_phase_of_a_colocated_round_worked_by_hand():
     8 generations, completions of 512 tokens on average (cap 1024), prompts of 256, a reference model, sleep level 1."""
     r = predict_spec(job())
     got = per_round(r)
-    mfu_peak, bw = PEAK * eff.MFU, HBM * eff.BANDWIDTH_EFFICIENCY
+    infer_peak, train_peak, bw = PEAK * eff.INFERENCE_MFU, PEAK * eff.TRANSFORMERS_MFU, HBM * eff.BANDWIDTH_EFFICIENCY
     weights = P * 2
     # rollout: 4 × 8 × 4 = 128 completions on 8 engines = 16 each. KV budget 0.5 × 79.65 GiB − weights − 0.5 GiB holds
     # hundreds of 768-token sequences, max_num_seqs = 4 × 1 × 4 = 16: one wave of 16. The longest of 16 completions
@@ -77,23 +78,24 @@ def test_each_phase_of_a_colocated_round_worked_by_hand():
     # fixed cost per step. Prefix caching computes each of the 2 prompts once for its 8 completions; chunked prefill
     # puts that compute into the idle compute of the 1024 memory-bound steps, so nothing is left to add.
     read = weights + 8 * 512 * KV_TOKEN
-    compute = 8 * (2 * MATMUL + 4 * 28 * 512 * 3584) / mfu_peak
+    compute = 8 * (2 * MATMUL + 4 * 28 * 512 * 3584) / infer_peak
     step = max(read / bw, compute) + eff.DECODE_STEP_S
-    prefill = 2 * 256 * (2 * MATMUL + 4 * 28 * 128 * 3584) / mfu_peak
+    prefill = 2 * 256 * (2 * MATMUL + 4 * 28 * 128 * 3584) / infer_peak
     assert prefill < 1024 * (read / bw - compute)
     assert got["rollout"] == pytest.approx(1024 * step, rel=1e-3)
     assert r.details["waves"] == 1 and r.details["longest_completion"] == 1024
     # log-probs: 4 micro-batches of 4 sequences per rank, padded to the longest of 4 (512 · H4 = 1069 → 1024): 1280
-    # tokens, a forward each (2 · MATMUL + attention over 640 on average), plus ZeRO-3's gather of the weights.
+    # tokens, a forward each (2 · MATMUL + attention over 640 on average) at transformers' training efficiency, plus
+    # ZeRO-3's gather of the weights.
     gather = weights * 7 / 8 / NVLINK_ONE_WAY
     tokens = 4 * 1280
-    forward = tokens * (2 * MATMUL + 4 * 28 * 640 * 3584) / mfu_peak
+    forward = tokens * (2 * MATMUL + 4 * 28 * 640 * 3584) / train_peak
     assert got["old_logprobs"] == pytest.approx(4 * (forward + gather), rel=1e-3)
     assert got["ref_logprobs"] == pytest.approx(got["old_logprobs"], rel=1e-9)  # the reference: the same model
     # training: per micro-step forward + backward (×2) + recomputation = 4 passes of 2 · MATMUL, attention 4 times;
     # ZeRO-3 adds two gathers and a reduce-scatter of the 16-bit gradients (no prefetch: not hidden). Four optimizer
     # steps per round, AdamW on 1/8 of the parameters at 28 B each.
-    micro = tokens * (8 * MATMUL + 4 * 4 * 28 * 640 * 3584) / mfu_peak + 3 * gather
+    micro = tokens * (8 * MATMUL + 4 * 4 * 28 * 640 * 3584) / train_peak + 3 * gather
     adam = P / 8 * 28 / bw
     assert got["train"] == pytest.approx(4 * micro + 4 * adam, rel=1e-3)
     # weight sync (ms-swift's colocated path): gather, then vLLM's load_weights copies the bytes (read and write) and
@@ -114,8 +116,9 @@ def test_generate_without_vllm_worked_by_hand():
     weights, bw = P * 2, HBM * eff.BANDWIDTH_EFFICIENCY
     longest = 1024  # 512 · H16 capped
     read = weights + 16 * (256 + longest / 2) * KV_TOKEN
-    step = max(read / bw, 16 * (2 * MATMUL + 4 * 28 * 768 * 3584) / (PEAK * eff.MFU)) + 28 * 34 * eff.GENERATE_KERNEL_S
-    prefill = 16 * 256 * (2 * MATMUL + 4 * 28 * 128 * 3584) / (PEAK * eff.MFU)
+    step = max(read / bw, 16 * (2 * MATMUL + 4 * 28 * 768 * 3584) / (PEAK * eff.INFERENCE_MFU)) + (
+        28 * 34 * eff.GENERATE_KERNEL_S)
+    prefill = 16 * 256 * (2 * MATMUL + 4 * 28 * 128 * 3584) / (PEAK * eff.INFERENCE_MFU)
     gather = weights * 7 / 8 / NVLINK_ONE_WAY
     assert per_round(r)["rollout"] == pytest.approx(gather + prefill + longest * step, rel=1e-3)
     assert per_round(r)["weight_sync"] == 0 and per_round(r)["sleep_wake"] == 0
@@ -385,6 +388,30 @@ def test_the_efficiencies_are_the_fit_rows_best(monkeypatch):
     frozen = {**{name: getattr(eff, name) for name in FITTED}, "FILL": lengths.FILL,
               "TYPICAL_TOKENS": lengths.TYPICAL_TOKENS}
     assert fit(CALIBRATION) == frozen
+
+
+def test_the_training_efficiencies_are_what_the_engine_fit_rows_give():
+    """efficiency's per-engine training constants are the medians bench/engine_calibration.derive finds on the fit
+    rows of tests/data/engine_measurements.jsonl and megatron_measurements.jsonl (each row's value that reproduces its
+    s/it); the inference engines' share is transformers' (the same dense GEMMs)."""
+    from bench.engine_calibration import derive
+    values, per_row = derive()
+    assert values == {name: getattr(eff, name) for name in values}
+    assert all(per_row[name] for name in values)  # every constant rests on at least one fit row
+    assert eff.INFERENCE_MFU == eff.TRANSFORMERS_MFU
+
+
+def test_zero3_hides_its_gathers_only_when_it_prefetches():
+    """ms-swift's GRPO zeroes ZeRO-3's prefetch bucket, so a micro-step's gathers and reduce-scatter add to its
+    compute; with a prefetch bucket (swift sft's 'auto') they overlap it: the round is shorter by the smaller of the
+    two on every micro-step."""
+    from grpo_ui.timing.training import micro_step_s, train_s
+    t = time_inputs(job())
+    assert t.mem.stage == 3 and t.mem.zero3_prefetch == 0
+    prefetching = replace(t, mem=replace(t.mem, zero3_prefetch=0.9 * t.mem.arch.hidden_size ** 2))
+    compute, comm = micro_step_s(t)
+    micro = t.steps_per_generation * t.iterations
+    assert train_s(t) - train_s(prefetching) == pytest.approx(micro * min(compute, comm))
 
 
 def test_every_calibration_row_but_an_unmodelled_architecture_is_predicted():
