@@ -108,8 +108,8 @@ SOURCES: dict[str, tuple[Callable[[], list[dict]], tuple[float, float]]] = {
 
 
 def derive() -> tuple[dict[str, float], dict[str, dict[str, float | None]]]:
-    """(constant → its value, constant → each source row's implied value), in SOURCES' order, each later one with the
-    earlier ones at their derived values; the constants in grpo_ui.timing.efficiency are left as they were."""
+    """(constant → its value, constant → each source row's implied value), in SOURCES' order, each later one with
+    the earlier ones at their derived values; the constants in grpo_ui.timing.efficiency are left as they were."""
     saved = {name: getattr(efficiency, name) for name in SOURCES}
     values: dict[str, float] = {}
     per_row: dict[str, dict[str, float | None]] = {}

@@ -9,11 +9,13 @@ optimizer step (ms-swift's global_step); a row measured per generation round is 
 round feeds.
 
 The split is the rows' own (``split``): ``fit`` and ``held_out`` frozen before any model existed (the README's rule),
-``fresh`` collected and frozen after it, ``fresh2`` and ``fresh3`` frozen before the model's rounds 2 and 3; rows of your own GPU
-(bench/gpu/, ``own_gpu``) come in with ``--rows``. Efficiency constants (grpo_ui/timing/efficiency.py) and the completion-length
-prior (grpo_ui/timing/lengths.py) are fitted on the fit rows only (``fit``), plus a user's own rows when given
-(``python bench/time_calibration.py --fit --rows mine.jsonl``: rows ``python -m grpo_ui calibration export --only time``
-writes, every one of them used for fitting whatever its split); held-out and fresh rows never enter a fit.
+``fresh`` collected and frozen after it, ``fresh2`` and ``fresh3`` frozen before the model's rounds 2 and 3; rows of
+your own GPU (bench/gpu/, ``own_gpu``) come in with ``--rows``. The rollout's constants (grpo_ui/timing/efficiency.py)
+and the completion-length prior (grpo_ui/timing/lengths.py) are fitted on the fit set only (``fit_set``: the fit rows
+of a shape ms-swift can run), plus a user's own rows when given (``python bench/time_calibration.py --fit --rows
+mine.jsonl``: rows ``python -m grpo_ui calibration export --only time`` writes, every one of them used for fitting
+whatever its split); held-out and fresh rows never enter a fit. The training engines' efficiencies come from published
+training-step times instead (bench/engine_calibration.py).
 
 Baseline (what a user has without this model): one tokens-per-second-per-GPU figure, the median over the fit rows,
 scaled by the step's tokens (completions × (prompt + mean completion)) and the job's GPUs.
@@ -177,9 +179,11 @@ def inexpressible(row: dict) -> str | None:
     if row.get("algorithm") == "ppo":
         return "PPO with a critic: a value model's forwards and training, which ms-swift's GRPO has not"
     if c.get("async_generation") and megatron_calibration.time_row_layout(row):
-        return "asynchronous rollout on Megatron-Core: megatron rlhf refuses async_generate (ms-swift would run it on-policy)"
+        return ("asynchronous rollout on Megatron-Core: megatron rlhf refuses async_generate (ms-swift would run it "
+                "on-policy)")
     if c.get("async_generation") and "fully_async" in row.get("quote", ""):
-        return "verl's fully asynchronous rollout (streamed, partial, several steps stale): ms-swift's async_generate overlaps one round"
+        return ("verl's fully asynchronous rollout (streamed, partial, several steps stale): ms-swift's async_generate "
+                "overlaps one round")
     return None
 
 
@@ -326,7 +330,8 @@ def constants() -> dict[str, float]:
 def fit(rows: list[dict], extra: list[dict] | None = None, rounds: int = 3) -> dict[str, float]:
     """The length prior (``length_prior``), then coordinate descent over GRID, on ``fit_set(rows, extra)`` (the fit
     rows ms-swift can run, plus every row of a user's own): each efficiency in turn set to the grid value with the
-    least log_error, ``rounds`` times over. Leaves the constants in grpo_ui.timing at the best values and returns them."""
+    least log_error, ``rounds`` times over. Leaves the constants in grpo_ui.timing at the best values and returns
+    them."""
     fit_rows = fit_set(rows, extra)
     lengths.FILL, lengths.TYPICAL_TOKENS = length_prior(fit_rows)
     for _ in range(rounds):

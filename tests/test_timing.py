@@ -311,7 +311,8 @@ def test_the_fit_set_leaves_out_by_shape_what_ms_swift_cannot_run():
     assert "verl-osop-7b-dapo-onestepoff-fsdp2-4+12xh20" not in left_out
     assert "verl-fa-7b-dapo-fullyasync-16-16xh20" in left_out
     assert {"nemo-v05-h100-llama31-8b-1off", "nemo-v05-h100-qwen3-32b-1off"} <= set(left_out)
-    assert [r["id"] for r in FIT_ROWS] == [r["id"] for r in CALIBRATION if r["split"] == "fit" and r["id"] not in left_out]
+    assert [r["id"] for r in FIT_ROWS] == [r["id"] for r in CALIBRATION
+                                           if r["split"] == "fit" and r["id"] not in left_out]
     assert "Megatron-Core" in left_out["nemo-v05-h100-llama31-8b-1off"]
 
 

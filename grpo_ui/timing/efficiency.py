@@ -4,8 +4,9 @@ the fixed costs no datasheet gives (the completion length assumed when the user 
 Three groups, each from its own evidence so that one engine's rows cannot pull another engine's constants:
 
 - the training engines' efficiencies, set per engine from published training-step times (the fit rows of
-  tests/data/engine_measurements.jsonl and tests/data/megatron_measurements.jsonl; ``python bench/engine_calibration.py``
-  derives each: the median, over the rows it applies to, of the value that reproduces the row's s/it);
+  tests/data/engine_measurements.jsonl and tests/data/megatron_measurements.jsonl; ``python
+  bench/engine_calibration.py`` derives each: the median, over the rows it applies to, of the value that reproduces
+  the row's s/it);
 - the rollout's and the round's constants, fitted on the fit set of tests/data/time_measurements.jsonl (the fit rows of
   a shape ms-swift can run; ``python bench/time_calibration.py --fit`` searches them, with a user's own exported rows
   added by ``--rows``; held-out and fresh rows are never used);
@@ -22,16 +23,19 @@ Three groups, each from its own evidence so that one engine's rows cannot pull a
 TRANSFORMERS_MFU = 0.65
 # The same for Megatron-Core (megatron rlhf's trainer and its log-prob forwards), from ms-swift's megatron sft / dpo
 # figures of dense models whose lengths are given, without optimizer_cpu_offload (megatron_measurements.jsonl's fit
-# rows: Qwen2.5-14B TP4 at 8K and Qwen2.5-7B TP4 at 32K on A100/A800, Qwen3-4B DPO TP4 at 8K). For scale: Megatron-LM's
-# README reports "up to 47% Model FLOP Utilization (MFU) on H100 clusters" for pre-training with every overlap on; the
-# model counts recomputation's forward as work, so its share of the peak is a hardware-FLOPs share, higher than MFU.
+# rows: Qwen2.5-14B TP4 at 8K and Qwen2.5-7B TP4 at 32K on A100/A800, Qwen3-4B DPO TP4 at 8K). For scale:
+# github.com/NVIDIA/Megatron-LM's README reports "up to 47% Model FLOP Utilization (MFU) on H100 clusters" for
+# pre-training with every overlap on; the model counts recomputation's forward as work, so its share of the peak is a
+# hardware-FLOPs share, higher than MFU.
 MEGATRON_MFU = 0.66
 # The share of MEGATRON_MFU an MoE's routed-expert matmuls reach (grouped GEMMs over the few hundred tokens each local
 # expert receives, the token permutation around the all-to-alls, the router), from the MoE rows of the same file's fit
-# rows whose lengths are given (one: Qwen3-30B-A3B TP4 PP2 EP4, 3.0 s/it). For scale: NVIDIA's tuned Qwen3-30B-A3B pre-training (NeMo AutoModel, DeepEP, 8 H100)
-# reports 277 model TFLOPS per GPU, 28 % of the dense peak; ms-swift runs Megatron-Core without DeepEP or overlaps.
-# The transformers path has no such constant: the one published MoE figure (ZeRO-3 on 16 A800, 91.2 s/it) ran at the
-# card's capacity with transformers<5's expert loop, and no value reproduces it (bench/engine_calibration.py says so).
+# rows whose lengths are given (one: Qwen3-30B-A3B TP4 PP2 EP4, 3.0 s/it). For scale: NVIDIA's tuned Qwen3-30B-A3B
+# pre-training on 8 H100 with DeepEP reports 277 model TFLOPS per GPU, 28 % of the dense peak (NeMo AutoModel's
+# performance summary, docs.nvidia.com/nemo/automodel/performance/performance-summary.md); ms-swift runs Megatron-Core
+# without DeepEP or overlaps. The transformers path has no such constant: the one published MoE figure (ZeRO-3 on 16
+# A800, 91.2 s/it) ran at the card's capacity with transformers<5's expert loop, and no value reproduces it
+# (bench/engine_calibration.py says so).
 MEGATRON_EXPERT_EFFICIENCY = 0.44
 # Parameters Megatron-Core's HybridDeviceOptimizer updates per second on one node's host CPUs (optimizer_cpu_offload:
 # torch's Adam on the CPU share of the states), from the same file's fit rows with optimizer_cpu_offload, with the two

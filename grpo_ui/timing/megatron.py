@@ -7,8 +7,8 @@ backward once, attention's 4·layers·context·heads·head_dim), split over the 
 pipeline stage does 1/(TP·CP) of its layers' work (experts: the tokens it holds × k routed copies), each stage 1/PP
 of the layers. Recomputation adds a forward (full) or core attention's forward (selective). The work runs at the share
 of the peak Megatron-Core reaches (efficiency.MEGATRON_MFU) and an MoE's routed experts at a share of that
-(efficiency.MEGATRON_EXPERT_EFFICIENCY), both set from ms-swift's published megatron sft step times. On top, what Megatron-Core
-moves and does not hide by default (ms-swift 4.6 leaves tp_comm_overlap and overlap_grad_reduce off):
+(efficiency.MEGATRON_EXPERT_EFFICIENCY), both set from ms-swift's published megatron sft step times. On top, what
+Megatron-Core moves and does not hide by default (ms-swift 4.6 leaves tp_comm_overlap and overlap_grad_reduce off):
 
 - tensor parallelism: per layer and micro-batch two all-reduces of the micro-batch's hidden states forward (with
   sequence parallelism a reduce-scatter and an all-gather, the same bytes) and two backward, two more with full

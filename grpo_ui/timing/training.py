@@ -4,9 +4,9 @@ log-probs, reward models, forward/backward and the optimizer, with the collectiv
 Compute (Kaplan et al. 2020, Narayanan et al. 2021's accounting): a forward costs 2 FLOPs per matmul parameter and
 token (active parameters for an MoE) plus attention's 4 · layers · context · heads · head_dim; a full backward twice
 the forward; LoRA's backward only the gradient of the activations through the frozen weights (once the forward; the
-adapters' own are negligible); gradient checkpointing one more forward. At the share of their peak transformers' modules reach in training
-(efficiency.TRANSFORMERS_MFU, set from ms-swift's published swift sft step times), but never faster than reading the
-weights once per pass (small micro-batches are memory-bound).
+adapters' own are negligible); gradient checkpointing one more forward. At the share of their peak transformers'
+modules reach in training (efficiency.TRANSFORMERS_MFU, set from ms-swift's published swift sft step times), but never
+faster than reading the weights once per pass (small micro-batches are memory-bound).
 Sequences are padded to the longest in their micro-batch unless padding_free.
 Collectives (links.py): ZeRO-3 / FSDP gather the weights for every forward and backward and reduce-scatter the
 gradients each micro-step, so their cost is per micro-batch, whatever its size (the micro-batch effect: fewer, fuller
