@@ -134,11 +134,7 @@ def time_report(label_width: int = 46) -> list[str]:
     timed = [(r, step_time(r)) for r in rows()]
 
     def line(label: str, part: list) -> str:
-        if not part:
-            return f"{label:<{label_width}} {0:>3}"
-        errors = sorted(abs(signed(r, ours)) for r, ours in part)
-        p90 = errors[0] if len(errors) == 1 else statistics.quantiles(errors, n=10, method="inclusive")[8]
-        return f"{label:<{label_width}} {len(part):>3}   {statistics.median(errors):7.0f} {p90:6.0f}"
+        return megatron_calibration.error_line(label, [signed(r, ours) for r, ours in part], label_width)
 
     out = ["\nTraining steps per engine (tests/data/engine_measurements.jsonl: ms-swift's swift sft with DeepSpeed and "
            "megatron sft, s/it, the training step alone, no rollout):"]

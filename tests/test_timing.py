@@ -316,31 +316,15 @@ def test_the_fit_set_leaves_out_by_shape_what_ms_swift_cannot_run():
     assert "Megatron-Core" in left_out["nemo-v05-h100-llama31-8b-1off"]
 
 
-def test_the_fresh_rows_are_as_frozen():
-    """The fresh rows were committed before the model was changed or run on them; they stay byte-for-byte as the
-    data README's sha256 says (its 'Fresh rows' section), so the out-of-sample figure cannot drift."""
+@pytest.mark.parametrize("split,count", [("fresh", 16), ("fresh2", 12), ("fresh3", 3)])
+def test_the_fresh_rows_are_as_frozen(split, count):
+    """Each round's fresh rows were committed before the model was changed or run on them; they stay byte-for-byte as
+    the data README's sha256 says (its 'Fresh rows' sections: the split's lines in file order, each ending in a
+    newline), so the out-of-sample figures cannot drift."""
     lines = [line for line in (ROOT / "tests/data/time_measurements.jsonl").read_text().splitlines()
-             if line.strip() and json.loads(line)["split"] == "fresh"]
+             if line.strip() and json.loads(line)["split"] == split]
     digest = hashlib.sha256(("\n".join(lines) + "\n").encode()).hexdigest()
-    assert len(lines) == 16 and digest in (ROOT / "tests/data/time_measurements.README.md").read_text()
-
-
-def test_the_second_fresh_rows_are_as_frozen():
-    """Round 2's fresh rows (split 'fresh2') were committed before the model's round 2; they stay byte-for-byte as the
-    data README's 'Fresh rows, round 2' section says."""
-    lines = [line for line in (ROOT / "tests/data/time_measurements.jsonl").read_text().splitlines()
-             if line.strip() and json.loads(line)["split"] == "fresh2"]
-    digest = hashlib.sha256(("\n".join(lines) + "\n").encode()).hexdigest()
-    assert len(lines) == 12 and digest in (ROOT / "tests/data/time_measurements.README.md").read_text()
-
-
-def test_the_third_fresh_rows_are_as_frozen():
-    """Round 3's fresh rows (split 'fresh3') were committed before the model's round 3; they stay byte-for-byte as the
-    data README's 'Fresh rows, round 3' section says."""
-    lines = [line for line in (ROOT / "tests/data/time_measurements.jsonl").read_text().splitlines()
-             if line.strip() and json.loads(line)["split"] == "fresh3"]
-    digest = hashlib.sha256(("\n".join(lines) + "\n").encode()).hexdigest()
-    assert len(lines) == 3 and digest in (ROOT / "tests/data/time_measurements.README.md").read_text()
+    assert len(lines) == count and digest in (ROOT / "tests/data/time_measurements.README.md").read_text()
 
 
 def test_the_engine_rows_are_as_frozen_and_split_by_the_memory_rows_rule():
