@@ -312,8 +312,8 @@ def widget_keys(at) -> set[str]:
 
 
 def test_every_declared_field_is_on_the_form(tmp_path, monkeypatch):
-    """Each ms-swift argument in its section, the job settings in the sidebar, the cluster and Slurm settings of the
-    chosen backend below the node table, every node setting as a column of it, and the estimate's settings in the
+    """Each ms-swift argument in its section, the job settings in the sidebar, the cluster, Slurm and Ray settings of
+    the chosen backend (and only those) below the node table, every node setting as a column of it, and the estimate's settings in the
     step-time panel."""
     from grpo_ui.spec.form import FORM_FIELDS, NODE_FIELDS, ROW
 
@@ -325,11 +325,14 @@ def test_every_declared_field_is_on_the_form(tmp_path, monkeypatch):
         at.button_group(key="section").set_value(group).run()
         seen |= widget_keys(at)
     assert not at.exception
-    slurm = {f"f:{d.path}" for d in FORM_FIELDS if d.applies != "ssh"}
-    assert slurm <= seen and not {f"f:{d.path}" for d in FORM_FIELDS if d.applies == "ssh"} & seen
-    at.selectbox(key="f:cluster.backend").set_value("ssh").run()
     settings = [d for d in FORM_FIELDS if d.section in ("job", "cluster", "slurm", "estimate")]
-    assert {f"f:{d.path}" for d in settings if d.applies != "slurm"} <= widget_keys(at)
+    assert {f"f:{d.path}" for d in FORM_FIELDS if d.applies not in ("ssh", "ray")} <= seen
+    assert not {f"f:{d.path}" for d in settings if d.applies in ("ssh", "ray")} & seen
+    for backend in ("ssh", "ray"):
+        at.selectbox(key="f:cluster.backend").set_value(backend).run()
+        shown = widget_keys(at)
+        assert {f"f:{d.path}" for d in settings if d.applies in (None, backend)} <= shown
+        assert not {f"f:{d.path}" for d in settings if d.applies not in (None, backend)} & shown
     table = next(d for d in at.dataframe if d.key == "nodes")
     assert list(table.value.columns) == [d.name for d in NODE_FIELDS] + [ROW]
 

@@ -47,8 +47,6 @@ def test_the_first_capture_only_says_what_is_true_of_it():
 @pytest.mark.parametrize("capture,where,exit_text,error", [
     ("rank1_sigabrt.log", "rank 1 (local rank 1)", "signal 6 (SIGABRT)", "failed (exitcode: -6) local_rank: 1"),
     ("rank1_sigkill.log", "rank 1 (local rank 1)", "signal 9 (SIGKILL)", "failed (exitcode: -9) local_rank: 1"),
-    ("reward_raises.log", "rank 0 (local rank 0)", "exit code 1", "IndexError: list index out of range"),
-    ("disk_full.log", "rank 0 (local rank 0)", "exit code 1", "No space left on device (os error 28)"),
 ])
 def test_root_cause_is_torchruns_first_failure_with_its_error_line(capture, where, exit_text, error):
     found, snap = alerts(capture)
@@ -56,6 +54,23 @@ def test_root_cause_is_torchruns_first_failure_with_its_error_line(capture, wher
     assert failed.where == f"{capture}, {where}" and exit_text in failed.title and error in failed.explanation
     lines = failed.evidence.split("\n")  # the error line first, then the 30 lines before it
     assert error in lines[0] and lines[1] == "… the lines before it:" and len(lines) == 32
+    assert "TRACEBACK" not in found and snap.job_state == "failed"
+
+
+@pytest.mark.parametrize("capture,where,kind,error", [
+    ("reward_raises.log", "rank 0 (local rank 0)", "REWARD-FUNC-FAILED", "IndexError: list index out of range"),
+    ("disk_full.log", "rank 0 (local rank 0)", "DISK-FULL", "No space left on device (os error 28)"),
+])
+def test_an_error_with_a_finding_of_its_own_is_told_once(capture, where, kind, error):
+    """NODE-FAILED names the rank torchrun saw fail first and points at the finding of its error, which shows the
+    error line and its traceback: no line of that finding again in NODE-FAILED (issue 32: a report that showed one
+    OOM's traceback twice and its line four times)."""
+    found, snap = alerts(capture)
+    failed, own = found["NODE-FAILED"], found[kind]
+    assert failed.where == f"{capture}, {where}" and "exit code 1" in failed.title and kind in failed.explanation
+    assert error in own.evidence.splitlines()[0] and error not in failed.explanation + failed.evidence
+    shown = {line.strip() for line in own.evidence.splitlines()}
+    assert not shown & {line.strip() for line in failed.evidence.splitlines()}
     assert "TRACEBACK" not in found and snap.job_state == "failed"
 
 

@@ -29,10 +29,9 @@ def test_the_manifest_names_real_lines_of_its_files():
 
 
 def fitted(results):
-    """The corpus and fresh rounds 1 and 2: what the rules were written and fixed against (fresh round 3, collected
-    before the last fixes and never looked at for them, is reported by the fixture, not asserted: asserting it would
-    make it a target)."""
-    return [r for r in results if r.entry.get("fresh") in (None, "round 1", "round 2")]
+    """The corpus and fresh rounds 1, 2 and 4: what the rules were written and fixed against (fresh round 3, never
+    looked at for any fix, is reported by the fixture, not asserted: asserting it would make it a target)."""
+    return [r for r in results if r.entry.get("fresh") in (None, "round 1", "round 2", "round 4")]
 
 
 def test_every_excerpt_belongs_to_the_corpus_or_a_fresh_round():
@@ -42,12 +41,12 @@ def test_every_excerpt_belongs_to_the_corpus_or_a_fresh_round():
 def test_at_least_90_percent_of_the_failing_excerpts_fixed_against_are_diagnosed(results):
     hit, failing, _, _ = score(fitted(results))
     misses = [r.entry["file"] for r in fitted(results) if not r.ok and not r.healthy]
-    assert failing >= 78 and hit >= 0.9 * failing, misses
+    assert failing >= 92 and hit >= 0.9 * failing, misses  # 065 relabelled healthy, round 4's 15 (issue 32)
 
 
 def test_no_error_or_warning_on_a_healthy_log(results):
     _, _, alarms, healthy = score(fitted(results))
-    assert healthy >= 10 and alarms == 0, [(r.entry["file"], [a.id for a in r.alerts]) for r in fitted(results)
+    assert healthy >= 13 and alarms == 0, [(r.entry["file"], [a.id for a in r.alerts]) for r in fitted(results)
                                           if r.healthy and not r.ok]
 
 

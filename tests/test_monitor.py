@@ -17,6 +17,7 @@ from grpo_ui.backends.remote.gpu import PROCESSES, TICK, AppsReader, SmiChannel,
 from grpo_ui.backends.remote.runner import LocalRunner, SshRunner
 from grpo_ui.backends.remote.ssh import Pool
 from grpo_ui.doctor.diagnose import Snapshot, diagnose
+from grpo_ui.doctor.gpu_window import GpuWindow
 from grpo_ui.doctor.logs import LogTail, LogWindow, fold_cr
 from grpo_ui.doctor.metrics import (
     completions_file,
@@ -28,6 +29,7 @@ from grpo_ui.doctor.metrics import (
 )
 from grpo_ui.jobs.follow import Watcher
 from grpo_ui.jobs.store import Store
+from grpo_ui.jobs.telemetry import Collector
 from grpo_ui.spec.yaml_io import validate_spec
 from tests.hosts import launched
 
@@ -534,6 +536,24 @@ def test_watcher_alerts_on_stored_gpu_samples_with_the_jobs_settings(sleeper_job
     alert = next(a for a in Watcher(jobs).poll(job)["alerts"] if a["id"] == "GPU-UNDERUSED")
     assert "sleep_level 0, offload_model False" in alert["fix"] and "(now 0.9)" in alert["fix"]
     assert jobs.store.alerts(job)[0]["evidence"] == alert["evidence"]
+
+
+def test_the_watcher_judges_the_gpus_from_the_running_window_when_telemetry_keeps_one(sleeper_job):
+    """With the app's telemetry on, the samples reach the doctor through the job's running window (GpuWindow), not a
+    re-read of the store: here the store holds none. The collector stands in for the channels that feed it, which need
+    GPUs (tests/test_telemetry.py runs them with an nvidia-smi stand-in)."""
+    jobs, job, _ = sleeper_job
+    window = GpuWindow(gpu_series(lambda t, g: (t // 20) % 2 == 0, time.time()))
+
+    class Fed(Collector):
+        def follow(self, *args):  # no channels to open: the window is given
+            pass
+
+        def window(self, job_id):
+            return window if job_id == job else None
+    jobs.collector = Fed(jobs.store)
+    alert = next(a for a in Watcher(jobs).poll(job)["alerts"] if a["id"] == "GPU-UNDERUSED")
+    assert "8 of 8 GPUs" in alert["explanation"] and not jobs.store.gpu_samples(job)
 
 
 def test_a_moving_tqdm_bar_without_a_new_line_counts_as_progress(sleeper_job):

@@ -99,8 +99,11 @@ def test_the_service_samples_a_running_jobs_gpus_on_its_node_and_ends_that_with_
         assert wait_for(lambda: len(jobs.store.gpu_samples(job)) >= 6 and jobs.store.gpu_processes(job), 120)
         assert {(s["host"], s["gpu_index"]) for s in jobs.store.gpu_samples(job)} == {(h.name, 1), (h.name, 3)}
         assert sorted({p["gpu_index"] for p in jobs.store.gpu_processes(job)}) == [1, 3]
+        held = {(r["host"], r["gpu_index"], r["ts"]) for r in jobs.collector.window(job).recent(time.time(), 300)}
+        stored = {(r["host"], r["gpu_index"], r["ts"]) for r in jobs.store.gpu_samples(job)}
+        assert held and held <= stored  # each sample stored also lands in the job's running window
         assert jobs.stop(job, grace=3) == {h.name: "stopped"}
-        assert jobs.collector.following(job) == []
+        assert jobs.collector.following(job) == [] and jobs.collector.window(job) is None
         assert wait_for(lambda: not samplers(standin), 60), "a sampler outlived its job"
     finally:
         jobs.close()

@@ -1,9 +1,9 @@
-"""The execution-backend interface: what grpo-ui asks of any place that runs a job (SSH hosts, Slurm, later
-Kubernetes or Ray).
+"""The execution-backend interface: what grpo-ui asks of any place that runs a job (SSH hosts, Slurm, Ray; later
+Kubernetes).
 
 A backend instance is one job spec bound to a way of running it. It does backend work only: it receives the launch
 plan (grpo_ui.launch.plan: validated, estimated and rendered once), starts it and returns its Handle (SSH: each node's
-pid, process group and start time; Slurm: the job id), which the jobs service (grpo_ui.jobs.service) stores with the
+pid, process group and start time; Slurm: the job id; Ray: the submission id and the Jobs API address), which the jobs service (grpo_ui.jobs.service) stores with the
 job as JSON and hands back later, so a restarted app can poll and stop the job again. It never touches the store: job
 rows, the state machine, root causes, log offsets, metrics and alerts are the service's.
 
@@ -65,6 +65,8 @@ class JobStatus:
     reason: str | None = None          # why it waits, while queued
     queue_position: int | None = None  # 1 = next to start in its queue, while queued
     error: str | None = None           # a failure no node accounts for, in the backend's words (and output)
+    remains: str | None = None         # what of an ended job still runs beside its nodes, for the service to stop
+    #                                    (Backend.stop): the Ray cluster grpo-ui started for it
 
 
 @dataclass
@@ -101,7 +103,8 @@ class Handle:
 
 
 class Backend(ABC):
-    """One way of running a job: ``grpo_ui.backends.ssh.SshBackend``, ``grpo_ui.backends.slurm.SlurmBackend``."""
+    """One way of running a job: ``grpo_ui.backends.ssh.SshBackend``, ``grpo_ui.backends.slurm.SlurmBackend``,
+    ``grpo_ui.backends.ray.RayBackend``."""
 
     name: str
     places_nodes: bool = False  # the backend, not the spec, chooses each node's machine (known once it runs)

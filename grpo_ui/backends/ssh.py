@@ -85,17 +85,22 @@ class SshHandle(Handle):
         return cls(data["job"], data["run_dir"], data["tag"], [SshNode(**n) for n in data["nodes"]])
 
 
-def run_token(handle: SshHandle, node: SshNode) -> str:
-    """The environment entry every process of the node inherits."""
+def run_token(handle, node) -> str:
+    """The environment entry every process of the node inherits (an SshHandle or RayHandle and one of its nodes)."""
     who = f"{node.role}{node.rank if node.role == 'trainer' else node.index}"
     return f"{RUN_TOKEN}={handle.job}/{who}@{handle.tag}"
 
 
-def _payload(plan: LaunchPlan, n: PlannedNode, secrets: dict[str, str]) -> bytes:
-    """A tar archive of what the node needs: its script (0755) and, if any, its secrets file (0600)."""
+def node_files(plan: LaunchPlan, n: PlannedNode, secrets: dict[str, str]) -> dict[str, tuple[str, int]]:
+    """What a node needs in its run directory: its script (0755) and, if any, its secrets file (0600)."""
     files = {n.script: (plan.bundle.files[n.script], 0o755)}
     if secrets:
         files[n.secrets] = ("".join(f"{k}={shell.quote(v)}\n" for k, v in secrets.items()), 0o600)
+    return files
+
+
+def tar_payload(files: dict[str, tuple[str, int]]) -> bytes:
+    """A tar archive of the files (name → (text, mode)), unpacked on the node with ``tar -x``."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for name, (text, mode) in files.items():
@@ -106,23 +111,69 @@ def _payload(plan: LaunchPlan, n: PlannedNode, secrets: dict[str, str]) -> bytes
     return buf.getvalue()
 
 
-class SshBackend(Backend):
-    """One job spec run on its nodes over SSH (or on the dashboard's own machine); see the module docstring."""
+def stop_marked(runner: Runner, token: str, grace: float, remove: str = "",
+                group: tuple[int, str] | None = None) -> str:
+    """SIGTERM the processes that carry the environment entry ``token`` on the runner's machine, SIGKILL after the
+    grace period (again while any is left, up to five times), verify nothing is left; 'gone', 'stopped', 'killed' or 'left PID…'. ``remove``: a file to delete
+    first (a secrets file a start never got to read). ``group``: (process group, its leader's start time): its
+    members are signalled too while its leader is still that process (same pid and start time, so a recycled pid is
+    never signalled): a child that cleared its environment (`env -i`) is still in the group. Once verified, the group
+    number stays ours as long as it has members, so the wait loop may keep using it."""
+    members = (f"g={int(group[0])}; s=$(cat /proc/$g/stat 2>/dev/null) && set -- ${{s##*) }} && "
+               f"[ \"${{20}}\" = {shell.quote(group[1])} ] && grp=1; " if group else "")
+    cmd = ((f"rm -f -- {remove}; " if remove else "")
+           + FIND + f"t={shell.quote(token)}; grp=; {members}"
+           'members() { find_job "$t"; [ -n "$grp" ] && ps -eo pid=,pgid=,stat= | '
+           'awk -v g="$g" \'$2 == g && $3 !~ /^Z/ {print $1}\'; }; '
+           'pids=$(members); [ -z "$pids" ] && echo gone && exit 0; '
+           f"kill -TERM $pids 2>/dev/null; for _ in $(seq {int(grace * 5)}); do sleep 0.2; "
+           '[ -z "$(members)" ] && echo stopped && exit 0; done; '
+           # SIGKILL again while members are left: a process may start one more (Ray's raylet starts workers)
+           'for _ in 1 2 3 4 5; do left=$(members); [ -z "$left" ] && break; kill -KILL $left 2>/dev/null; '
+           'sleep 0.5; done; left=$(members); [ -z "$left" ] && echo killed || echo "left" $left')
+    return runner.run(cmd, timeout=grace + 30).out.strip()
 
-    name = "ssh"
+
+class OnSpecHosts(Backend):
+    """A backend whose nodes run on the hosts the spec names, reached over SSH (SSH, Ray): each node's files in its
+    run directory there, its processes marked with its run token. Its handle has ``node(index)`` (with ``script``),
+    ``job``, ``tag`` and ``run_dir``."""
 
     def runner(self, node: int) -> Runner:
         return runner_for(self.spec.cluster.nodes[node], self.pool)
 
-    def node_shell(self, handle: SshHandle, node: int, host: str) -> Runner:
+    def node_shell(self, handle, node: int, host: str) -> Runner:
         gpus = ",".join(map(str, self.spec.cluster.nodes[node].gpus))
         return Wrapped(self.runner(node), lambda command: f"export CUDA_VISIBLE_DEVICES={shell.quote(gpus)}; {command}")
 
-    def process_marker(self, handle: SshHandle, node: int) -> str:
+    def process_marker(self, handle, node: int) -> str:
         return run_token(handle, handle.node(node))
 
-    def launched_file(self, handle: SshHandle, node: int) -> str:
+    def launched_file(self, handle, node: int) -> str:
         return f"{handle.run_dir}/{handle.node(node).script}"
+
+    def _connect(self, plan: LaunchPlan, progress: Progress) -> dict[int, Runner]:
+        """A runner for every node of the plan, connected in parallel; BackendError names the nodes that failed."""
+        def connect(n: PlannedNode) -> Runner:
+            progress(n.host, "connecting")
+            return self.runner(n.index)
+        connected = parallel(connect, plan.nodes)
+        self._fail(connected)
+        return {n.index: r for n, r in connected}
+
+    @staticmethod
+    def _fail(results: list[tuple[PlannedNode, object]]) -> None:
+        """Raise BackendError naming every node whose result is an exception."""
+        failed = [(n, e) for n, e in results if isinstance(e, Exception)]
+        if failed:
+            raise BackendError("; ".join(str(e) if isinstance(e, SshError) else f"{n.host}: {describe(e)}"
+                                         for n, e in failed), tuple(n.index for n, _ in failed))
+
+
+class SshBackend(OnSpecHosts):
+    """One job spec run on its nodes over SSH (or on the dashboard's own machine); see the module docstring."""
+
+    name = "ssh"
 
     def prepare(self, eff: Resolved, progress: Progress) -> tuple[list[HostFacts], list[Finding]]:
         """Every node in parallel (remote.preflight): versions, GPUs, ports, paths, disk, clock."""
@@ -135,13 +186,7 @@ class SshBackend(Backend):
         handle = SshHandle(plan.job_id, plan.run_dir, os.urandom(6).hex(),
                            [SshNode(n.index, n.role, n.rank, n.script) for n in plan.nodes])
 
-        def connect(n: PlannedNode) -> Runner:
-            progress(n.host, "connecting")
-            return self.runner(n.index)
-
-        connected = parallel(connect, plan.nodes)
-        self._fail([(n, e) for n, e in connected if isinstance(e, Exception)])
-        runners = {n.index: runner for n, runner in connected}
+        runners = self._connect(plan, progress)
         trainer0 = plan.role("trainer")[0]
         for group in (plan.role("rollout"), plan.role("trainer")):
             for n in group:
@@ -159,12 +204,6 @@ class SshBackend(Backend):
                 save(handle)
                 self._fail(self._wait_healthy(plan, handle, group, runners, trainer0, progress))
         return handle, JobStatus("running", nodes=[self._status(handle, n, "running") for n in handle.nodes])
-
-    @staticmethod
-    def _fail(failed: list[tuple[PlannedNode, Exception]]) -> None:
-        if failed:
-            raise BackendError("; ".join(str(e) if isinstance(e, SshError) else f"{n.host}: {describe(e)}"
-                                         for n, e in failed), tuple(n.index for n, _ in failed))
 
     def _start(self, plan: LaunchPlan, handle: SshHandle, n: PlannedNode, runner: Runner, secrets: dict[str, str],
                progress) -> tuple[int, int, str]:
@@ -192,7 +231,7 @@ class SshBackend(Backend):
                f"read -r stat 2> /dev/null < /proc/$pid/stat && set -- ${{stat##*) }} && [ $1 != Z ] && "
                f'[ -z "$unread" ] && echo "started $pid $3 ${{20}}" || '
                f'{{ echo "exited $pid ${{unread:+secrets-unread}}"; tail -n 20 {log}; }}')
-        res = runner.run(cmd, timeout=SECRETS_READ + 30, stdin=_payload(plan, n, secrets))
+        res = runner.run(cmd, timeout=SECRETS_READ + 30, stdin=tar_payload(node_files(plan, n, secrets)))
         words = res.out.split(maxsplit=4)
         if res.rc or len(words) < 4 or words[0] != "started":
             detail = res.err.strip() or ("it did not read its secrets file within "
@@ -296,22 +335,8 @@ class SshBackend(Backend):
         return outcome
 
     def _kill(self, handle: SshHandle, n: SshNode, grace: float) -> str:
-        """SIGTERM the node's processes, SIGKILL after the grace period, verify nothing is left.
-
-        The node's processes are those carrying its env token, plus its process group when the group's leader is
-        still the recorded process (same pid and start time, so a recycled pid is never signalled): a child that
-        cleared its environment (`env -i`) is still in the group. Once verified, the group number stays ours as
-        long as it has members, so the wait loop may keep using it.
-        """
-        group = (f"g={int(n.pgid)}; s=$(cat /proc/$g/stat 2>/dev/null) && set -- ${{s##*) }} && "
-                 f"[ \"${{20}}\" = {shell.quote(n.start)} ] && grp=1; " if n.pgid else "")
-        cmd = (f"rm -f -- {shell.path(handle.run_dir)}/{shell.quote(n.files.secrets)}; "  # a start that never got to it
-               + FIND + f"t={shell.quote(run_token(handle, n))}; grp=; {group}"
-               'members() { find_job "$t"; [ -n "$grp" ] && ps -eo pid=,pgid=,stat= | '
-               'awk -v g="$g" \'$2 == g && $3 !~ /^Z/ {print $1}\'; }; '
-               'pids=$(members); [ -z "$pids" ] && echo gone && exit 0; '
-               f"kill -TERM $pids 2>/dev/null; for _ in $(seq {int(grace * 5)}); do sleep 0.2; "
-               '[ -z "$(members)" ] && echo stopped && exit 0; done; '
-               'kill -KILL $(members) 2>/dev/null; sleep 0.5; left=$(members); '
-               '[ -z "$left" ] && echo killed || echo "left" $left')
-        return self.runner(n.index).run(cmd, timeout=grace + 30).out.strip()
+        """SIGTERM the node's processes (its token, and its process group while the recorded process leads it),
+        SIGKILL after the grace period, verify nothing is left (stop_marked)."""
+        return stop_marked(self.runner(n.index), run_token(handle, n), grace,
+                           f"{shell.path(handle.run_dir)}/{shell.quote(n.files.secrets)}",
+                           (n.pgid, n.start) if n.pgid else None)

@@ -30,8 +30,10 @@ def add_parser(sub) -> None:
 def describe_plan(plan: LaunchPlan) -> str:
     """What will be launched, in a few lines: where, the estimate it is launched with, what validation said."""
     spec, trainers, rollouts = plan.spec, plan.role("trainer"), plan.role("rollout")
-    where = (f"Slurm via {spec.cluster.login}" if spec.cluster.backend == "slurm"
-             else ", ".join(n.host for n in plan.nodes))
+    hosts = ", ".join(n.host for n in plan.nodes)
+    where = {"slurm": f"Slurm via {spec.cluster.login}",
+             "ray": f"Ray at {spec.cluster.ray_address} ({hosts})" if spec.cluster.ray_address else
+             f"a Ray cluster started on {hosts}"}.get(spec.cluster.backend, hosts)
     gpus = len(spec.cluster.nodes[trainers[0].index].gpus) if trainers else 0
     lines = [f"plan {plan.job_id}: {len(trainers)} trainer node(s) × {gpus} GPU(s)"
              + (f", {len(rollouts)} rollout server(s)" if rollouts else "") + f" on {where}; run dir {plan.run_dir}"]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from grpo_ui.core.findings import SEVERITY_ORDER
 from grpo_ui.doctor import curves, failures  # noqa: F401 - failures registers the rules on log lines
+from grpo_ui.doctor.gpu_window import BUSY, Activity
 from grpo_ui.doctor.rootcause import Failure
 from grpo_ui.doctor.signatures import REPORT
 from grpo_ui.doctor.snapshot import RULES, Alert, Snapshot, last, overdue, rule
@@ -156,6 +157,23 @@ def kl_blowup(s):
 NAN_WATCHED = re.compile(r"(?:^|/)(?:\w*loss|grad_norm|kl(?:_loss)?|rewards?|reward_std|score|logps|entropy)(?:/|$)|"
                          r"^rewards/")
 NAN_TEXT = re.compile(r"\b(?:nan|NaN|inf|Infinity)\b")
+# metrics that are a term of the loss (GRPO's loss adds beta × KL in TRL, ms-swift and verl's kl_loss): NaN in one
+# at a step whose loss is finite cannot have entered the loss. At every step shown (more than one: a single NaN may
+# be that step's own) it says the trainer does not compute it under the run's settings (TRL and ms-swift log kl only
+# when beta ≠ 0 — TRL's default beta is 0 since 0.19 — and a notebook's table shows the missing value as nan)
+LOSS_TERMS = ("kl",)
+
+
+def _not_computed(s: Snapshot, key: str) -> bool:
+    """Whether a metric is one the trainer does not compute under the run's settings: a loss term the settings
+    switch off (beta 0), or one that is NaN/inf beside a finite loss at every step shown (two or more)."""
+    if key not in LOSS_TERMS:
+        return False
+    if s.beta == 0:
+        return True
+    loss, series = dict(s.metrics.get("loss", [])), s.metrics.get(key, [])
+    return len(series) > 1 and all(not math.isfinite(v) and math.isfinite(loss.get(step, math.nan))
+                                   for step, v in series)
 
 
 def _not_finite_since(series: list[tuple[int, float]]) -> list[tuple[int, float]]:
@@ -170,22 +188,44 @@ def _not_finite_since(series: list[tuple[int, float]]) -> list[tuple[int, float]
     return [series[k] for k in dict.fromkeys([onset, *bad])]
 
 
+def _nan_lines(s: Snapshot) -> list:
+    """The lines that tell of NaN/inf in some process (a crash on NaN probabilities, autograd's anomaly report),
+    first first: by the time they carry, else in log order."""
+    order = {node: k for k, node in enumerate(s.events)}
+    found = [e for events in s.events.values() for e in events if e.sig.id == "NAN-METRICS"]
+    return sorted(found, key=lambda e: (e.line.stamp is None, e.line.stamp or (), order[e.log], e.index))
+
+
+def _first_seen(found: list) -> str:
+    """Where NaN/inf showed first, and where after it."""
+    places = list(dict.fromkeys(e.where for e in found))
+    if not places:
+        return ""
+    return f" First seen on {places[0]}" + (f"; then on {', '.join(places[1:6])}." if places[1:] else ".")
+
+
 @rule
 def nan_metrics(s):
     """NaN or inf in a training metric, or a crash on non-finite model outputs (sampling from NaN probabilities);
-    the evidence starts where the values stopped being finite."""
+    the evidence starts where the values stopped being finite, and the process (rank) that showed it first is
+    named. A metric the run's settings do not compute is not a failure (_not_computed)."""
     bad = sorted(((k, step, v) for k, series in s.metrics.items() if NAN_WATCHED.search(k)
-                  for step, v in _not_finite_since(series)), key=lambda b: b[1])
-    crash = next((e for events in s.events.values() for e in events if e.sig.id == "NAN-METRICS"), None)
-    if not bad and not crash:
+                  if not _not_computed(s, k) for step, v in _not_finite_since(series)),
+                 key=lambda b: b[1])
+    found = _nan_lines(s)
+    if not bad and not found:
         return
+    first = found[0] if found else None
     numbers = ", ".join(f"{k} {v} at step {step}" for k, step, v in bad[:8])
-    evidence = quoted(s, sorted({step for _, step, _ in bad}), numbers, NAN_TEXT) if bad else crash.evidence()
-    yield Alert("NAN-METRICS", "error", "NaN/inf in training", "Loss, gradients or rewards are no longer finite "
-                "numbers: once they are, every later update is garbage (and sampling from the model fails).",
+    evidence = (quoted(s, sorted({step for _, step, _ in bad}), numbers, NAN_TEXT) if bad else first.evidence())
+    if bad and first:
+        evidence += "\n… the first process to show it:\n" + first.line.text.strip()
+    yield Alert("NAN-METRICS", "error", "NaN/inf in training" + (f", first on {first.where}" if first else ""),
+                "Loss, gradients or rewards are no longer finite numbers: once they are, every later update is "
+                f"garbage (and sampling from the model fails).{_first_seen(found)}",
                 evidence, "Resume from the last finite checkpoint with a lower learning_rate (warmup_ratio helps), "
                 "keep max_grad_norm on, use bf16 rather than fp16, and check that reward functions never return NaN "
-                "or inf.", crash.where if crash and not bad else "")
+                "or inf.", first.where if first else "")
 
 
 def _falling(values: list[float], ratio: float) -> bool:
@@ -259,7 +299,7 @@ def reward_latency(s):
 
 
 def _gpu_signature(s: Snapshot) -> str:
-    recent = [g for g in s.gpu if g["ts"] >= s.now - 120]
+    recent = s.gpus.recent(s.now, 120)
     if not recent:
         return ""
     util = statistics.mean(g["util"] for g in recent)
@@ -294,50 +334,6 @@ def hang(s):
                 "Look at the ranks that disagree (or that node's last lines); common causes are a rank that crashed "
                 "silently, a weight sync or vLLM sleep/wake that never returned, or mismatched node settings. Stop "
                 "the job to free the GPUs.", first_quiet if first_quiet != "?" else "")
-
-
-BUSY, IDLE = 40.0, 10.0   # utilisation %: a GPU turns busy at ≥ BUSY and idle below IDLE (hysteresis between)
-DUTY_WINDOW_S = 300.0
-MIN_SPAN_S = 120.0        # less evidence than this after start-up says nothing
-MAX_GAP_S = 10.0          # a longer gap between samples (channel reconnecting) counts as this long
-
-
-@dataclass
-class Activity:
-    """One GPU over the window: the share of time busy, how often it switched busy ↔ idle, its stretch lengths."""
-
-    host: str
-    gpu: int
-    span: float
-    duty: float
-    switches: int
-    busy_s: list[float]
-    idle_s: list[float]
-
-
-def activity(rows: list[dict], first_step_at: float | None, now: float) -> Activity | None:
-    """Duty cycle of one GPU's samples (sorted by time) over the last DUTY_WINDOW_S. An idle stretch that opens the
-    window and ends before any step was logged is start-up (loading the model) and left out. None when there is
-    too little left to judge."""
-    rows = [r for r in rows if r["ts"] >= now - DUTY_WINDOW_S and r.get("util") is not None]
-    first_busy = next((k for k, r in enumerate(rows) if r["util"] >= BUSY), len(rows))
-    started = first_step_at is not None and (first_busy == len(rows) or first_step_at < rows[first_busy]["ts"])
-    if first_busy and not started:
-        rows = rows[first_busy:]
-    if len(rows) < 2 or rows[-1]["ts"] - rows[0]["ts"] < MIN_SPAN_S:
-        return None
-    stretches: list[list] = []  # [busy?, seconds]
-    busy = rows[0]["util"] >= BUSY
-    for a, b in itertools.pairwise(rows):
-        busy = a["util"] >= BUSY or (busy and a["util"] >= IDLE)
-        dt = min(b["ts"] - a["ts"], MAX_GAP_S)
-        if stretches and stretches[-1][0] == busy:
-            stretches[-1][1] += dt
-        else:
-            stretches.append([busy, dt])
-    span = sum(t for _, t in stretches)
-    return Activity(rows[0]["host"], rows[0]["gpu_index"], span, sum(t for b, t in stretches if b) / span,
-                    len(stretches) - 1, [t for b, t in stretches if b], [t for b, t in stretches if not b])
 
 
 def _underused(a: Activity) -> bool:
@@ -378,13 +374,11 @@ def _levers(s: Snapshot, idle: list[float]) -> str:
 def gpu_duty_cycle(s):
     if s.job_state != "running" or not s.now:
         return
-    per_gpu: dict[tuple, list[dict]] = {}
-    for g in sorted(s.gpu, key=lambda g: g["ts"]):
-        per_gpu.setdefault((g["host"], g["gpu_index"]), []).append(g)
-    found = [a for rows in per_gpu.values() if (a := activity(rows, s.first_step_at, s.now)) and _underused(a)]
+    judged, sampled = s.gpus.activities(s.first_step_at, s.now)
+    found = [a for a in judged if _underused(a)]
     if not found:
         return
-    found.sort(key=lambda a: a.duty)
+    found.sort(key=lambda a: (a.duty, a.host, a.gpu))
     idle = [t for a in found for t in a.idle_s]
     lines = [f"{a.host} GPU {a.gpu}: busy {a.duty:.0%} of the last {a.span / 60:.0f} min, {a.switches} busy↔idle "
              f"switches; median busy stretch {_median(a.busy_s)}, idle stretch {_median(a.idle_s)}" for a in found[:8]]
@@ -393,7 +387,7 @@ def gpu_duty_cycle(s):
     oscillating = sum(a.switches >= 4 for a in found)
     yield Alert("GPU-UNDERUSED", "warning", "GPUs are idle much of the time"
                 + (", alternating busy and idle" if oscillating else ""),
-                f"{len(found)} of {len(per_gpu)} GPUs were busy (utilisation ≥ {BUSY:.0f} %) less than they could "
+                f"{len(found)} of {sampled} GPUs were busy (utilisation ≥ {BUSY:.0f} %) less than they could "
                 "be: they wait on something else (rollout ↔ training hand-over, weight sync, host offload, data "
                 "loading) for a large share of the last minutes (field report 002).",
                 "\n".join(lines), _levers(s, idle))

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 
 from grpo_ui.doctor import signatures as sig
+from grpo_ui.doctor import vllm_profile
 from grpo_ui.doctor.lines import Line, parse
 from grpo_ui.doctor.signatures import CAUSE, CONSEQUENCE, NOISE, REPORT, Signature
 
@@ -26,6 +27,9 @@ LAUNCHER_FILES = re.compile(r"torch/distributed/(?:run|launcher|elastic)|runpy\.
 # RayTaskError names the class the remote task raised in parentheses (ray/exceptions.py: RayTaskError.__str__)
 EXCEPTION = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure)|Exception))"
                        r"(?:\((?P<inner>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\))?(?::\s?(?P<message>.*))?$")
+# an exception class named inside a line that is not an exception line: the paste mangled the traceback's last
+# line (glued to the code line before it, the class repeated inside its message, words in front of it)
+EXCEPTION_INSIDE = re.compile(r"(?<![\w.])(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))\b(?::\s?(?P<message>.*))?")
 # a frame's code line that raises an exception with a message written out (``raise ValueError("No available …"``)
 RAISE = re.compile(r"^\s+raise (?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\(\s*f?(?P<quote>[\"'])(?P<message>.*)")
 STRING_LITERAL = re.compile(r"""[rbfRBF]*(["'])((?:\\.|(?!\1).)*)\1""")
@@ -82,6 +86,11 @@ ARGS_FILES = re.compile(r"/arguments?/|_args\.py$|arguments\.py$|_config\.py$|sw
 DEEPSPEED_WORDS = re.compile(r"\bZeRO\b|ZeRO\w*(?:Exception|Error)|DeepSpeed|deepspeed|"
                              r"\{'id': \d+, 'status': '(?:NOT_AVAILABLE|AVAILABLE|INFLIGHT)'|"  # ZeRO-3 ds_summary()
                              r"Gradient computed twice for this partition")  # ZeRO-1/2 stage_1_and_2.py
+# vLLM's KV-cache set-up (v0 worker/executor, v1 gpu_worker/kv_cache_utils): profiling the memory, sizing the
+# cache and allocating it
+KV_SETUP_FRAMES = re.compile(r"^(?:determine_num_available_blocks|determine_available_memory|profile_run|"
+                             r"_initialize_kv_caches|initialize_cache|_allocate_kv_cache|initialize_kv_cache\w*|"
+                             r"get_kv_cache_configs?|_?check_enough_kv_cache_memory|_init_cache_engine)$")
 NEAR = 8          # lines around an error that tell what the run was doing
 SLEEP_NEAR = 30   # a crash this close after vLLM's sleep/wake lines happened at the switch
 MAX_TRACEBACK = 400
@@ -217,26 +226,96 @@ def _traceback(parsed: list[Line], i: int) -> tuple[list[int], list[int], list[t
     return sorted(span), sorted(chained), frames[::-1]
 
 
-def _chained_on(parsed: list[Line], i: int) -> bool:
-    """Whether the exception line ``parsed[i]`` hands over to an exception chained after it."""
+def _next_line(parsed: list[Line], i: int) -> int | None:
+    """The next non-blank line of ``parsed[i]``'s rank after it."""
     rank = parsed[i].rank
-    k = next((k for k in range(i + 1, min(len(parsed), i + 50))
-              if _same_rank(parsed[k], rank) and parsed[k].body.strip()), None)
-    return k is not None and parsed[k].body.strip().startswith(TB_CHAIN)
+    return next((k for k in range(i + 1, min(len(parsed), i + 50))
+                 if _same_rank(parsed[k], rank) and parsed[k].body.strip()), None)
 
 
-def _cut_traceback(parsed: list[Line], i: int) -> list[tuple[str, str, str]] | None:
-    """The frames of a traceback that starts at ``parsed[i]`` and never reaches its exception line (the excerpt
-    ends, or other output follows); None when it does reach one."""
-    rank, frames = parsed[i].rank, []
-    for ln in parsed[i + 1:i + MAX_TRACEBACK]:
+def _chained_on(parsed: list[Line], i: int) -> bool:
+    """Whether the exception line ``parsed[i]`` hands over to an exception chained after it that the excerpt shows
+    (a chain cut before its next exception line leaves this one the last error told)."""
+    k = _next_line(parsed, i)
+    if k is None or not parsed[k].body.strip().startswith(TB_CHAIN):
+        return False
+    j = _next_line(parsed, k)  # Python's 'Traceback' line, or Ray's 'ray::Actor.method()' of a remote chain
+    if j is None:
+        return False
+    if EXCEPTION.match(parsed[j].body):
+        return True
+    _, stop = _frame_run(parsed, j + 1, parsed[i].rank)
+    return stop is not None and bool(EXCEPTION.match(parsed[stop].body))
+
+
+def _frame_run(parsed: list[Line], start: int, rank: int | None) -> tuple[list[tuple[str, str, str]], int | None]:
+    """The frames from ``parsed[start]`` on (frames, their code, carets; other ranks' lines skipped) and the index
+    of the first line of the rank that does not continue them (None: the excerpt ends first)."""
+    frames = []
+    for k in range(start, min(len(parsed), start + MAX_TRACEBACK)):
+        ln = parsed[k]
         if not _same_rank(ln, rank):
             continue
         if frame := frame_of(ln.body):
             frames.append(frame)
         elif not _continues(ln.body):
-            return None if EXCEPTION.match(ln.body) else frames
-    return frames
+            return frames, k
+    return frames, None
+
+
+def _cut_traceback(parsed: list[Line], i: int) -> list[tuple[str, str, str]] | None:
+    """The frames of a traceback that starts at ``parsed[i]`` and never reaches its exception line (the excerpt
+    ends, or other output follows); None when it does reach one."""
+    frames, stop = _frame_run(parsed, i + 1, parsed[i].rank)
+    return None if stop is not None and EXCEPTION.match(parsed[stop].body) else frames
+
+
+def _remote_exception_follows(parsed: list[Line], i: int, klass: str) -> bool:
+    """Whether the remote traceback Ray prints after its ``RayTaskError(klass)`` line at ``parsed[i]`` reaches the
+    exception line of that class (ray/exceptions.py: RayTaskError's header, then the task's own traceback)."""
+    _, stop = _frame_run(parsed, i + 1, parsed[i].rank)
+    m = EXCEPTION.match(parsed[stop].body) if stop is not None else None
+    return bool(m) and m["type"].rsplit(".", 1)[-1] == klass.rsplit(".", 1)[-1]
+
+
+def _starts_frames(parsed: list[Line], i: int) -> bool:
+    """Whether the frame line ``parsed[i]`` opens a traceback the excerpt shows without its 'Traceback' line: no
+    line of its rank before it belongs to a traceback."""
+    rank = parsed[i].rank
+    k = next((k for k in range(i - 1, max(-1, i - 50), -1)
+              if _same_rank(parsed[k], rank) and parsed[k].body.strip()), None)
+    if k is None:
+        return True
+    body = parsed[k].body
+    return not (TB_START in body or frame_of(body) or _continues(body) or body.strip().startswith(TB_CHAIN))
+
+
+def _mangled(parsed: list[Line], start: int, stop: int | None) -> int | None:
+    """The index of the line that should have been a traceback's exception line and was mangled in the paste (an
+    exception class inside it, not at its start): the line that ends the frames, else the run's last code line."""
+    candidates = [stop] if stop is not None else []
+    rank = parsed[start].rank
+    last = next((k for k in range(min(len(parsed), start + MAX_TRACEBACK) - 1, start - 1, -1)
+                 if _same_rank(parsed[k], rank) and parsed[k].body.strip()), None)
+    if stop is None and last is not None and not frame_of(parsed[last].body):
+        candidates.append(last)
+    return next((k for k in candidates if EXCEPTION_INSIDE.search(parsed[k].body.strip())), None)
+
+
+def _innermost_code(parsed: list[Line], start: int, stop: int | None) -> int | None:
+    """The code line of the last frame a traceback run shows (the deepest call the excerpt has)."""
+    rank, found = parsed[start].rank, None
+    end = stop if stop is not None else min(len(parsed), start + MAX_TRACEBACK)
+    for k in range(start, end):
+        if _same_rank(parsed[k], rank) and frame_of(parsed[k].body):
+            found = next((j for j in range(k + 1, end) if _same_rank(parsed[j], rank)), None)
+    return found if found is not None and not frame_of(parsed[found].body) else None
+
+
+def _in_kv_setup(frames: list[tuple[str, str, str]]) -> bool:
+    """Whether a traceback's innermost frames are vLLM's KV-cache set-up: a set-up frame, and only vLLM's after it."""
+    at = [k for k, (_, _, fn) in enumerate(frames) if KV_SETUP_FRAMES.match(fn.rsplit(".", 1)[-1])]
+    return bool(at) and all("vllm" in f for f, _, _ in frames[at[-1]:])
 
 
 def _innermost_of_cut(parsed: list[Line], i: int) -> bool:
@@ -321,6 +400,9 @@ def _refine(found: Signature | None, exception: bool, context: frozenset[str], m
     if found is not None:
         if found.id in ("NCCL-ERROR", "DIST-INIT") and "sync" in context:
             return sig.SYNC_FAILED
+        if found is sig.VLLM_METHOD:  # a worker's failed method is classed by what it was doing
+            return next((s for name, s in (("sync", sig.SYNC_FAILED), ("save", sig.SAVE_FAILED)) if name in context),
+                        found)
         if found.id == "NATIVE-CRASH" and "sleep" in context:
             return sig.SLEEP_CRASH
         return found
@@ -354,9 +436,14 @@ def scan(log: str, lines: list[str], group_ports: set[int] = frozenset()) -> lis
     skip = args_dump_lines(lines)
     events: list[Event] = []
     announced: list[Event] = []  # signatures on WARNING lines: kept where a failure follows
+    heads: Event | None = None   # the last line that heads the traceback printed after it
     for i, ln in enumerate(parsed):
         body = ln.body
-        if i in skip or ln.level == "info" or not body.strip() or FRAME.match(body) or PY_WARNING.match(body):
+        if i in skip or ln.level == "info" or not body.strip() or PY_WARNING.match(body):
+            continue
+        if FRAME.match(body):
+            if _starts_frames(parsed, i) and (event := _frames_event(log, parsed, i, i, group_ports)):
+                events.append(event)  # a traceback whose 'Traceback' line the excerpt does not show
             continue
         if body[:1] in (" ", "\t") and i and FRAME.match(parsed[i - 1].body):
             if RAISE.match(body) and _innermost_of_cut(parsed, i):
@@ -366,6 +453,8 @@ def scan(log: str, lines: list[str], group_ports: set[int] = frozenset()) -> lis
         exc = EXCEPTION.match(body) if not warning else None
         if exc and _chained_on(parsed, i):
             continue  # told with the exception chained after it
+        if exc and exc["inner"] and _remote_exception_follows(parsed, i, exc["inner"]):
+            continue  # Ray's header of a remote task's traceback: its exception line follows and tells
         found = _message_sign(body) if not IPY_HEADER.match(body) else None  # the type again at the end
         if warning and (found is None or found.role not in (CAUSE, CONSEQUENCE)):
             continue
@@ -376,16 +465,100 @@ def scan(log: str, lines: list[str], group_ports: set[int] = frozenset()) -> lis
             context = _context(parsed, i, [], native, body, group_ports)
             event = Event(log, i, ln, _refine(found, False, context, body), False, [], context,
                           before=_before(parsed, i))
-        elif TB_START in body and (frames := _cut_traceback(parsed, i)) is not None:
-            launcher = bool(frames) and all(LAUNCHER_FILES.search(f) for f, _, _ in frames)
-            event = Event(log, i, ln, sig.NOISE_SIGNS if launcher else sig.TRACEBACK_CUT, False, frames,
-                          before=_before(parsed, i))
+        elif TB_START in body and (event := _frames_event(log, parsed, i, i + 1, group_ports)):
+            if heads and _heads_this(parsed, heads.index, i):
+                heads.traceback = event.traceback or _block(parsed, i, _frame_run(parsed, i + 1, ln.rank)[1])
+                continue  # the traceback the line before it announced
         else:
             continue
+        if found is not None and found.heads:
+            heads = event
         if event.sig.id in ("NCCL-ERROR", "WEIGHT-SYNC-FAILED"):
             event.detail = _nccl_detail(parsed, event.index)
         (announced if warning else events).append(event)
-    return _merge_details(_with_announcements(events, announced, lines))
+    return _merge_details(_with_announcements(_profiled(parsed, events), announced, lines))
+
+
+def _heads_this(parsed: list[Line], at: int, i: int) -> bool:
+    """Whether the traceback starting at ``parsed[i]`` is the one the line ``parsed[at]`` heads: the next line of
+    its process."""
+    return 0 < i - at <= 2 and parsed[i].process == parsed[at].process and _same_rank(parsed[i], parsed[at].rank)
+
+
+def _block(parsed: list[Line], first: int, stop: int | None, leave: int | None = None) -> list[str]:
+    """A traceback's lines of its rank from ``parsed[first]`` to the line that ends it (``leave``: one left out)."""
+    rank = parsed[first].rank
+    end = stop if stop is not None else min(len(parsed), first + MAX_TRACEBACK)
+    return [_unglued(parsed[k]) for k in range(first, end) if _same_rank(parsed[k], rank) and k != leave]
+
+
+def _frames_event(log: str, parsed: list[Line], first: int, start: int, group_ports) -> Event | None:
+    """The event of a traceback whose frames start at ``parsed[start]`` (``first``: its 'Traceback' line, or its
+    first frame when the excerpt begins inside it) and that never reaches a clean exception line: the exception
+    line the paste mangled, read for what it says; a cut traceback inside vLLM's KV-cache set-up; else a traceback
+    without its exception line (a launcher's own is noise). None when its exception line follows."""
+    rank = parsed[first].rank
+    frames, stop = _frame_run(parsed, start, rank)
+    if stop is not None and EXCEPTION.match(parsed[stop].body):
+        return None
+    if frames and all(LAUNCHER_FILES.search(f) for f, _, _ in frames):
+        return Event(log, first, parsed[first], sig.NOISE_SIGNS, False, frames, before=_before(parsed, first))
+    if (k := _mangled(parsed, start, stop)) is not None:
+        m = EXCEPTION_INSIDE.search(parsed[k].body.strip())
+        message, klass = (m["message"] or "").strip(), m["type"].rsplit(".", 1)[-1]
+        context = _context(parsed, k, frames, [], message, group_ports, first)
+        found = _refine(_message_sign(message), True, context, message, klass)
+        return Event(log, k, parsed[k], found, True, frames, context, [], _block(parsed, first, stop, k))
+    if _in_kv_setup(frames) and (k := _innermost_code(parsed, start, stop)) is not None:
+        if RAISE.match(parsed[k].body):
+            return None  # the raise statement says what it raised (_raised_in_code)
+        return Event(log, k, parsed[k], sig.KV_SETUP_CUT, False, frames, frozenset({"kv"}), [],
+                     _block(parsed, first, stop, k))
+    return Event(log, first, parsed[first], sig.TRACEBACK_CUT, False, frames, before=_before(parsed, first))
+
+
+PROFILE_REACH = 200  # lines before a failure in which vLLM's start-up profile counts
+
+
+def _traceback_start(parsed: list[Line], i: int) -> int:
+    """The first line of the traceback ``parsed[i]`` belongs to: its 'Traceback' line, or its first frame."""
+    rank = parsed[i].rank
+    while i > 0:
+        k = next((k for k in range(i - 1, -1, -1) if _same_rank(parsed[k], rank)), None)
+        if k is None or TB_START in parsed[i].body:
+            break
+        body = parsed[k].body
+        if not (TB_START in body or frame_of(body) or (_continues(body) and body.strip())):
+            break
+        i = k
+    return i
+
+
+def _profiled(parsed: list[Line], events: list[Event]) -> list[Event]:
+    """A traceback cut before its exception line (an engine that died as it started) that follows an impossible
+    memory profile of vLLM in the same process, with no progress in between, is that profile's failure: the
+    profile line that shows it is the evidence, the traceback follows."""
+    out = []
+    for e in events:
+        if e.sig not in (sig.TRACEBACK_CUT, sig.KV_SETUP_CUT):
+            out.append(e)
+            continue
+        start = _traceback_start(parsed, e.index)
+        before = [k for k in range(max(0, start - PROFILE_REACH), start)
+                  if parsed[k].process == parsed[e.index].process]
+        progress = [k for k in before if PROGRESS.search(parsed[k].raw)]
+        before = [k for k in before if not progress or k > progress[-1]]
+        found = vllm_profile.profile([parsed[k].body for k in before], before)
+        problem = found.problem()
+        if problem is None:
+            out.append(e)
+            continue
+        at = problem[1]
+        shown = sorted(set(found.lines.values()) - {at})
+        block = e.traceback or _block(parsed, e.index, _frame_run(parsed, e.index + 1, parsed[e.index].rank)[1])
+        out.append(Event(e.log, at, parsed[at], sig.VLLM_PROFILE, False, e.frames, e.context | {"profile"},
+                         [parsed[k].text for k in shown], block))
+    return out
 
 
 def _with_announcements(events: list[Event], announced: list[Event], lines: list[str]) -> list[Event]:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import re
 
+from grpo_ui.doctor import vllm_profile
 from grpo_ui.doctor.events import Event
+from grpo_ui.doctor.lines import parse
 from grpo_ui.doctor.signatures import CAUSE, CONSEQUENCE, NOISE, REPORT, SAVE_FAILED, TRACEBACK
 from grpo_ui.doctor.snapshot import Alert, Snapshot, overdue, rule
 from grpo_ui.doctor.stacks import classify
@@ -29,6 +31,11 @@ ZERO_SHARD = re.compile(r"zero_pp_rank_(\d+)_mp_rank_\d+_(?:optim|model)_states\
 WORK_NCCL = re.compile(r"WorkNCCL\(SeqNum=(\d+), OpType=([A-Z_]+)")
 TIMEOUT_MS = re.compile(r"Timeout\(ms\)=(\d+)")
 OWN_RULES = {"NAN-METRICS"}  # signatures whose alert another rule writes (with the metrics beside the crash)
+# TRL's vLLM client polling a rollout server's /health/ (trl extras/vllm_client.py: check_server), and its success
+SERVER_RETRY = re.compile(r"Server is not up yet\. Retrying in ([\d.]+) seconds")
+SERVER_UP = re.compile(r"Server is up!")
+RETRIES_SHOWN = 3       # retries an excerpt must end in (what a user pastes when the trainer just waits)
+RETRY_PATIENCE_S = 120  # seconds of retries before a followed run's wait is a finding (TRL gives up at 240 by default)
 
 
 def bounded(lines: list[str]) -> list[str]:
@@ -110,6 +117,12 @@ def event_alert(e: Event, same: list[Event]) -> Alert:
         explanation += _oom_phase(e)
     elif e.sig.id == "NCCL-TIMEOUT":
         explanation += _timeouts(same)
+    elif "profile" in e.context:
+        lines = [e.line.raw, *e.detail]
+        found = vllm_profile.profile([parse(line).body for line in lines], list(range(len(lines))))
+        problem = found.problem()
+        explanation += (f" Here {problem[0] if problem else 'the profile is off'} ({found.said()}), and the "
+                        "engine's start-up traceback follows it, cut before its exception.")
     elif e.sig.id == "REWARD-FUNC-FAILED":
         own = e.own_frame
         at = f"{own[0].rsplit('/', 1)[-1]}:{own[1]} in {own[2]}" if own else "It"
@@ -122,15 +135,14 @@ def event_alert(e: Event, same: list[Event]) -> Alert:
                  e.sig.fix, e.where)
 
 
-@rule
-def log_signatures(s):
-    """One alert per kind of failure the logs show, from its first line. A consequence (a collective timing out, a
-    dead vLLM engine, an unreachable server) is left out when a failure of its own came before it; noise and
-    death reports are NODE-FAILED's."""
+def signature_events(s: Snapshot) -> list[Event]:
+    """The events log_signatures writes an alert for: the first of each kind of failure. A consequence (a
+    collective timing out, a dead vLLM engine, an unreachable server) is left out when a failure of its own came
+    before it; noise and death reports are NODE-FAILED's."""
     events = all_events(s)
     firsts = [e for e in events if e.sig.role in (CAUSE, REPORT)]
     failed = s.root_cause
-    done = set(OWN_RULES)
+    done, out = set(OWN_RULES), []
     for e in events:
         if e.sig.id in done or e.sig.role in (NOISE, REPORT):
             continue
@@ -141,7 +153,54 @@ def log_signatures(s):
         if group_port_timeout(s, e.line.raw):
             continue  # WEIGHT-SYNC-STALL names the port
         done.add(e.sig.id)
+        out.append(e)
+    return out
+
+
+@rule
+def log_signatures(s):
+    """One alert per kind of failure the logs show, from its first line (signature_events)."""
+    events = all_events(s)
+    for e in signature_events(s):
         yield event_alert(e, [x for x in events if x.sig.id == e.sig.id])
+
+
+def _retrying(lines: list[str]) -> tuple[int, float, int] | None:
+    """Of a log whose last word from TRL's vLLM client is a retry: (retries, seconds waited, first retry's line)."""
+    retries = [(i, float(m[1])) for i, line in enumerate(lines) if (m := SERVER_RETRY.search(line))]
+    if not retries or any(SERVER_UP.search(line) for line in lines[retries[-1][0]:]):
+        return None
+    return len(retries), sum(wait for _, wait in retries), retries[0][0]
+
+
+@rule
+def rollout_server_not_up(s):
+    """The trainer waits for a rollout server that never answers: TRL's vLLM client retrying its health check
+    (printed at INFO level, so no error line tells) until the log ends — an excerpt that ends in a few retries, or
+    a followed run that has waited RETRY_PATIENCE_S: a warning, as TRL has not given up yet. Left to log_signatures
+    once the client gave up with an error."""
+    if any(e.sig.id == "ROLLOUT-UNREACHABLE" for e in all_events(s)):
+        return
+    for node, lines in s.logs.items():
+        found = _retrying(lines)
+        if found is None:
+            continue
+        count, waited, first = found
+        if count < RETRIES_SHOWN or (not s.excerpt and waited < RETRY_PATIENCE_S):
+            continue
+        yield Alert("ROLLOUT-UNREACHABLE", "warning", "The trainer waits for a vLLM server that does not answer",
+                    f"TRL's vLLM client asked the rollout server's /health/ {count} time(s), about {waited:.0f} s "
+                    "in all, and got no answer: no `trl vllm-serve` is running at vllm_server_host / "
+                    "vllm_server_port, it is still loading the model, or a proxy or firewall is in the way. The "
+                    "trainer gives up after vllm_server_timeout (240 s by default).",
+                    "\n".join(bounded([lines[first].strip(), f"… {count - 1} more retries, the last:",
+                                        next(line for line in reversed(lines) if SERVER_RETRY.search(line)).strip()]
+                                       if count > 1 else [lines[first].strip()])),
+                    "Start the server first, on GPUs the trainer does not use (CUDA_VISIBLE_DEVICES=… trl vllm-serve "
+                    "--model …), wait for its 'Application startup complete', and point the trainer at it "
+                    "(vllm_server_host, vllm_server_port; unset http_proxy for it); or use vllm_mode colocate.",
+                    node)
+        return
 
 
 def _after(s: Snapshot, first) -> str:
@@ -152,6 +211,18 @@ def _after(s: Snapshot, first) -> str:
         if node != first.node and e:
             later.append(f"{e.where}: {e.sig.title}")
     return f" After it: {'; '.join(later[:6])}." if later else ""
+
+
+def _failed_evidence(f, shown: bool) -> str:
+    """The lines that show where a run failed first: its error line and the lines before it; when the error has a
+    finding of its own, only the lines before it that the finding does not show already (one report, no line
+    twice)."""
+    if not shown:
+        return "\n".join([f.error.strip(), "… the lines before it:", *f.context] if f.context else [f.error])
+    quoted = {line.strip() for line in f.event.evidence().splitlines()}
+    rest = [line for line in f.context if line.strip() and line.strip() not in quoted
+            and parse(line).text.strip() not in quoted]
+    return "\n".join(["… the lines before its error:", *rest]) if rest else ""
 
 
 @rule
@@ -171,11 +242,13 @@ def node_failed(s):
         how = f" ({f.exit})" if f.exit else ""
         what = f": {f.event.sig.title}" if f.event and f.event.sig.role != REPORT else ""
         seen = f" The launcher saw: {s.job_error.splitlines()[0]}." if s.job_error else ""
+        shown = f.event in signature_events(s)  # its error line and traceback are that finding's evidence
+        said = (f"Its error is the {f.event.sig.id} finding, with its lines." if shown
+                else f"Error line: {f.error.strip()[:400]}.")
         yield Alert("NODE-FAILED", "error", f"{f.where} failed first{how}{what}",
-                    f"Error line: {f.error.strip()[:400]}. Errors after it in other ranks and processes are "
-                    f"consequences (peers closing connections, collectives timing out, torchrun stopping the "
-                    f"others).{_after(s, f)}{seen}",
-                    "\n".join([f.error.strip(), "… the lines before it:", *f.context] if f.context else [f.error]),
+                    f"{said} Errors after it in other ranks and processes are consequences (peers closing "
+                    f"connections, collectives timing out, torchrun stopping the others).{_after(s, f)}{seen}",
+                    _failed_evidence(f, shown),
                     ("See the finding for this error for its fix" if what else "Find why it died in the lines "
                      "before the error (a signal: the OOM killer — dmesg on that host — or a crash in native "
                      "code)") + f"; then {relaunch}.", f.where)

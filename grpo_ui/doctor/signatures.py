@@ -98,6 +98,36 @@ MESSAGE_SIGNS = [
             r"Insufficient memory for KV cache",
             r"Cannot auto-fit max_model_len: not enough GPU memory"),  # vLLM v1 kv_cache_utils: auto-fit
         fatal=True),
+    VLLM_PROFILE := Signature(
+        "VLLM-MEMORY-PROFILE", "vLLM's memory profile went wrong",
+        "vLLM sizes its KV cache from a profile of the GPU it takes as it starts: the weights it loaded, the peak "
+        "of a trial forward pass and what gpu_memory_utilization × the card leaves. That profile cannot be right "
+        "here — weights measured as 0 GiB, memory another process took or freed while vLLM measured, or nothing "
+        "left for the cache — so the engine fails as it starts. It happens when vLLM shares its GPU with a trainer "
+        "(colocate mode), above all under DeepSpeed ZeRO-3, whose partitioning can take over the parameters vLLM "
+        "creates.",
+        "Leave the trainer room and give vLLM a settled card: a lower vllm_gpu_memory_utilization (0.9, vLLM's own "
+        "default, assumes the card is vLLM's alone), ZeRO-2 instead of ZeRO-3 while testing, or a rollout server "
+        "on GPUs of its own (vllm_mode server); update TRL/ms-swift and vLLM to the versions the ms-swift release "
+        "recommends.",
+        _rx(r"Error in memory profiling"),             # vLLM worker: determine_num_available_blocks' assertion
+        fatal=True),
+    Signature(
+        "HOST-OOM", "Out of host memory",
+        "The node's own memory (RAM, not the GPU's) ran out and a process was killed for it: Ray's memory monitor "
+        "kills the most recently scheduled worker once the node passes its threshold (0.95 by default), the Linux "
+        "OOM killer kills the largest process. Loading every model of the run on the CPU first, offloading "
+        "(ZeRO offload, offload_model/offload_optimizer, vLLM's swap and sleep mode) and many data-loader "
+        "workers all take host memory.",
+        "Give the processes less to hold on the host: fewer models loaded on one node at a time (colocate fewer "
+        "roles, or load them one after the other), less offload, dataloader_num_workers down, or a node with more "
+        "memory; with Ray, RAY_memory_usage_threshold only moves the line. dmesg on that host names what the OOM "
+        "killer took.",
+        _rx(r"exceeds the memory usage threshold of [\d.]+\. Ray killed this worker",  # Ray memory monitor
+            r"killed due to the node running low on memory",  # Ray: OutOfMemoryError / a worker's exit detail
+            r"Out of memory: Kill(?:ed)? process \d+",          # the Linux kernel's OOM killer (dmesg)
+            r"Detected \d+ oom[-_]kill events?"),              # slurmstepd: a step's cgroup OOM
+        fatal=True),
     Signature(
         "OOM", "Out of GPU memory", "A process asked the GPU for more memory than was free.",
         "Open the memory estimate on the Configure page and apply one of its make-it-fit changes (lower "
@@ -130,7 +160,8 @@ MESSAGE_SIGNS = [
         "(and sampling from the model fails).",
         "Resume from the last finite checkpoint with a lower learning_rate (warmup_ratio helps), keep max_grad_norm "
         "on, use bf16 rather than fp16, and check that reward functions never return NaN or inf.",
-        _rx(r"contains either `inf`, `nan`", r"oss (?:is|became) (?:nan|NaN|inf)\b")),
+        _rx(r"contains either `inf`, `nan`", r"oss (?:is|became) (?:nan|NaN|inf)\b",
+            r"returned nan values in its \d+\w* output")),  # torch autograd engine: validate_outputs (anomaly mode)
     Signature(
         "GPU-DUPLICATE", "Two ranks on the same GPU",
         "NCCL found two ranks of one communicator on the same CUDA device: the ranks' device mapping is wrong "
@@ -188,6 +219,18 @@ MESSAGE_SIGNS = [
         "the last N checkpoints, save_only_model skips the optimizer states.",
         _rx(r"No space left on device", r"os error 28", r"Errno 28", r"Disk quota exceeded")),
     Signature(
+        "CHECKPOINT-INCOMPLETE", "A checkpoint file could not be written (or read back)",
+        "PyTorch's serializer (the zip writer behind torch.save, which checkpoint saves use) failed on a checkpoint "
+        "file: a write the file system refused or cut short (full, over quota, a network file system dropping a "
+        "write, the file removed underneath), or — when reading — a file a save left incomplete. The checkpoint is "
+        "partial and cannot be resumed from.",
+        "Check free space and quota on output_dir's file system (df -h, and the network file system's own limits), "
+        "save to a local or more reliable volume, keep fewer checkpoints (save_total_limit, save_only_model); "
+        "resume from the last checkpoint that was written completely.",
+        _rx(r"\[enforce fail at inline_container\.cc:\d+\]",     # caffe2/serialize/inline_container.cc (c10 enforce)
+            r"PytorchStreamWriter failed", r"PytorchStreamReader failed reading",
+            r"unexpected pos \d+ vs \d+")),
+    Signature(
         "DIST-INIT", "The processes could not find each other",
         "torch.distributed could not set up the job: the nodes did not all reach the master address and port in "
         "time (a node that never started, a wrong MASTER_ADDR or port, a hostname that does not resolve, a "
@@ -239,10 +282,37 @@ MESSAGE_SIGNS = [
         "are reachable from trainer rank 0; unset http_proxy/https_proxy.",
         _rx(r"Servers not reachable",                   # ms-swift rlhf_trainers/vllm_client.py: check_health
             r"did not answer /health/", r"Failed to connect to vLLM server",
-            r"[Ss]erver (?:is )?not (?:up|reachable) after \d+",  # TRL extras/vllm_client.py: check_server
+            r"[Ss]erver (?:is )?not (?:up|reachable) after \d+",
+            r"vLLM server can't be reached at \S+ after",     # TRL extras/vllm_client.py: check_server
             r"Max retries exceeded with url: /(?:infer|generate|chat|health|get_world_size|init_communicator|"
             r"update_\w+|close_communicator)/"),
         CONSEQUENCE),
+    Signature(
+        "RIGHT-PADDING", "Batched generation with right padding",
+        "The prompts of a generation batch were padded on the right, so a decoder-only model continues after pad "
+        "tokens: the completions are garbage and score no reward. transformers refuses it outright for "
+        "flash-attention (the ValueError) and only warns in generate() otherwise.",
+        "Pad on the left for generation: tokenizer.padding_side = 'left' (or padding_side='left' when loading the "
+        "tokenizer) in the code that tokenizes the prompts — a custom trainer, reward model or evaluation loop; "
+        "TRL and ms-swift set it themselves, so a right-padded batch points at code of your own or an old version.",
+        _rx(r"batched generation with padding_side='right'"),  # transformers models/*/modeling_*: flash-attention
+        fatal=True),
+    Signature(
+        "RIGHT-PADDING", "Generation on right-padded prompts",
+        "transformers' generate() found pad tokens at the end of the prompts of a batch: a decoder-only model then "
+        "continues after the padding, so those completions are garbage and score no reward.",
+        "Pad on the left for generation: tokenizer.padding_side = 'left' (or padding_side='left' when loading the "
+        "tokenizer) in the code that tokenizes the prompts; TRL and ms-swift set it for their own generation.",
+        _rx(r"right-padding was detected"),                    # transformers generation/utils.py: generate()
+        severity="warning", warning_level=True),
+    VLLM_METHOD := Signature(
+        "VLLM-WORKER-FAILED", "A vLLM worker failed in a call from its engine",
+        "One of vLLM's workers raised an exception in a method its engine (or the trainer, through it) called; "
+        "the traceback printed after this line ends in the exception that says why.",
+        "Find the end of that traceback (the worker's log): its last line is the cause. The method named says "
+        "what was being done (update_weight: the weight sync; init_device, load_model: start-up).",
+        _rx(r"Error executing method '?\w+'?\. This might cause deadlock"),  # vLLM worker_base.py: execute_method
+        CONSEQUENCE, heads=True),
     Signature(
         "PACKAGE-MISSING", "A package is missing in the environment",
         "The program could not import a package this configuration needs.",
@@ -307,6 +377,14 @@ SLEEP_CRASH = Signature(
     "weights and KV cache between rollout and training, and a bug or a memory clash there kills the process.",
     "Try sleep_level 0 (no sleep mode) or 1 instead of 2, keep offload_model/offload_optimizer off while testing, "
     "and update vLLM to the version the ms-swift release recommends (preflight compares them).", fatal=True)
+KV_SETUP_CUT = Signature(
+    "KV-CACHE-TOO-SMALL", "vLLM failed while setting up its KV cache",
+    "The traceback is cut before its exception, but its innermost frames are vLLM's KV-cache set-up (profiling "
+    "the memory, sizing the cache, allocating it): what fails there is the room for the cache — no memory left "
+    "for it, or out of memory allocating it.",
+    "Raise vllm_gpu_memory_utilization where the GPU is vLLM's alone (in colocate mode lower it instead: the "
+    "trainer needs the rest), or lower vllm_max_model_len / max_num_seqs; the end of this traceback in the full "
+    "log names the exception.", fatal=True)
 TRACEBACK = Signature(
     "TRACEBACK", "A process ended with an exception", "A Python exception ended a process.",
     "Read the exception line and the last frame in your own code (shown); fix that call and run again.")

@@ -8,6 +8,7 @@ from functools import cached_property
 from grpo_ui.core.findings import Finding, finding
 from grpo_ui.doctor import liveness
 from grpo_ui.doctor.events import Event, scan
+from grpo_ui.doctor.gpu_window import GpuWindow
 from grpo_ui.doctor.rootcause import Failure, root_cause
 from grpo_ui.doctor.stacks import RankStack
 from grpo_ui.spec.resolve import DEFAULT_BETA, GROUP_PORT, Resolved
@@ -57,6 +58,13 @@ class Snapshot:
     source: str = "job"     # "job": a run grpo-ui launched and follows; "logs": log files given to the doctor
     excerpt: bool = False   # the logs show no start of a run (a pasted excerpt): every step they show counts
     metric_lines: dict[int, list[str]] = field(default_factory=dict)  # step → the log lines its metrics came from
+    gpu_window: GpuWindow | None = None  # the samples' running aggregates, where the caller keeps them (the watcher)
+
+    @cached_property
+    def gpus(self) -> GpuWindow:
+        """The GPU samples of the last DUTY_WINDOW_S per GPU, with their duty cycles: the caller's running window,
+        else one built from ``gpu``."""
+        return self.gpu_window if self.gpu_window is not None else GpuWindow(self.gpu)
 
     @cached_property
     def sync_ports(self) -> frozenset[int]:

@@ -19,7 +19,8 @@ from grpo_ui.backends.remote.ssh import SshError
 from grpo_ui.core import shell
 from grpo_ui.core.errors import describe
 from grpo_ui.doctor import curves, liveness, stacks
-from grpo_ui.doctor.diagnose import DUTY_WINDOW_S, Snapshot, diagnose
+from grpo_ui.doctor.diagnose import Snapshot, diagnose
+from grpo_ui.doctor.gpu_window import DUTY_WINDOW_S, PEAK_STEPS
 from grpo_ui.doctor.logs import LogTail
 from grpo_ui.doctor.metrics import (
     completions_file,
@@ -201,19 +202,26 @@ class Watcher:
         step_times = self.store.step_times(job_id)
         first, last = (step_times[0][1], step_times[-1][1]) if step_times else (None, None)
         spec = eff.spec
+        window = self.jobs.collector.window(job_id) if self.jobs.collector else None  # kept as samples arrive
         snap = Snapshot(metrics=metrics, logs=logs, now=now, last_step_at=last, first_step_at=first,
-                        last_output_at=last_out, started_at=job["started"],
-                        gpu=self.store.gpu_samples(job_id, now - DUTY_WINDOW_S), job_state=job["state"],
+                        last_output_at=last_out, started_at=job["started"], gpu_window=window,
+                        gpu=[] if window else self.store.gpu_samples(job_id, now - DUTY_WINDOW_S), job_state=job["state"],
                         job_error=job["error"], settings={**_settings(spec), "world_size": eff.world_size},
                         **job_settings(eff),
-                        gpu_by_step=curves.memory_per_gpu(  # the last steps are enough to see memory climb
-                            self.store.gpu_samples(job_id, step_times[-8][1] if len(step_times) > 8 else 0),
-                            step_times))
+                        gpu_by_step=self._step_peaks(job_id, window, step_times))
         snap.stacks = self._stacks(job_id, spec, nodes, snap)
         alerts = diagnose(snap)
         for a in alerts:
             self.store.upsert_alert(job_id, a.id, a.severity, a.title + ": " + a.explanation, a.evidence, a.fix)
         return [a.__dict__ for a in alerts]
+
+    def _step_peaks(self, job_id: str, window, step_times: list[tuple[int, float]]) -> dict:
+        """Each GPU's memory peak per step over the last steps (enough to see memory climb): kept by the job's
+        running window as samples arrive, else read from the stored samples."""
+        if window is not None:
+            return window.step_peaks(step_times, history=lambda since: self.store.gpu_samples(job_id, since))
+        since = step_times[-PEAK_STEPS][1] if len(step_times) > PEAK_STEPS else 0
+        return curves.memory_per_gpu(self.store.gpu_samples(job_id, since), step_times)
 
     def _stacks(self, job_id: str, spec: JobSpec, nodes: list[dict], snap: Snapshot) -> list[stacks.RankStack]:
         """While a hang is suspected: py-spy dumps of every rank on every node (again at most every

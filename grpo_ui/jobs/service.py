@@ -25,6 +25,7 @@ from pathlib import Path
 
 from grpo_ui.backends.base import Backend, Handle, JobStatus, NodeStatus, Progress
 from grpo_ui.backends.preflight import HostFacts
+from grpo_ui.backends.ray import RayBackend
 from grpo_ui.backends.remote.runner import Runner
 from grpo_ui.backends.remote.ssh import Pool, SshError
 from grpo_ui.backends.slurm import SlurmBackend
@@ -42,7 +43,7 @@ from grpo_ui.spec.resolve import resolve
 from grpo_ui.spec.yaml_io import spec_to_yaml
 
 HANDLE, STATUS, OWNER, OVERRIDE = "backend_handle", "backend_status", "launcher", "override"  # job_meta keys
-BACKENDS: dict[str, type[Backend]] = {"ssh": SshBackend, "slurm": SlurmBackend}
+BACKENDS: dict[str, type[Backend]] = {"ssh": SshBackend, "slurm": SlurmBackend, "ray": RayBackend}
 UNALLOCATED = "(not allocated)"  # a node's host until the backend places it
 ABANDONED_AFTER = 600.0  # seconds; preflight's own timeouts end it well before
 STORE_STATE = {"queued": "starting", "running": "running", "succeeded": "succeeded", "failed": "failed",
@@ -249,10 +250,10 @@ class Jobs:
         return state
 
     def _stop_rest(self, job_id: str, backend: Backend, handle: Handle, status: JobStatus) -> str:
-        """Stop whatever of an ended job still runs (after a failure, or a succeeded job's rollout servers);
-        '' or '; ' + why that could not be verified."""
+        """Stop whatever of an ended job still runs (after a failure, a succeeded job's rollout servers, what the
+        backend says remains); '' or '; ' + why that could not be verified."""
         rest = [n for n in status.nodes if n.state in ("pending", "running", "unknown")]
-        if not rest:
+        if not rest and not status.remains:
             return ""
         try:
             backend.stop(handle, grace=5)

@@ -89,6 +89,17 @@ class PlannedNode:
 
 
 @dataclass(frozen=True)
+class DriverEntry:
+    """A job that one driver command runs, not a script per node: ms-swift's Ray mode (``megatron rlhf --use_ray true
+    --config <the rendered YAML>``). Node 0's script is rendered with that command where the others have swift's
+    (its environment, secrets and exit code as every node script has them), and reads ``config``, a file of the
+    bundle shipped beside it into the run directory. The Ray backend runs that script as the Ray job's entrypoint on
+    node 0; Ray places the workers, no other node runs a script."""
+
+    config: str
+
+
+@dataclass(frozen=True)
 class LaunchPlan:
     job_id: str
     assessment: Assessment       # the job's values, findings and memory report, computed once for all of the below
@@ -96,6 +107,7 @@ class LaunchPlan:
     estimate: dict               # the memory estimate kept with the job: MemoryReport.to_dict(), or {"error": why}
     nodes: list[PlannedNode]     # trainers and rollout servers, in cluster.nodes order
     run_dir: str                 # the job's run directory on every node
+    driver: DriverEntry | None = None  # one driver command instead of the node scripts (the Ray backend alone runs it)
 
     @property
     def spec(self) -> JobSpec:

@@ -1,7 +1,7 @@
-"""The files of a job's run directory, by name: each node's script, log, exit code, pid and secrets file, and the
-Slurm job's own (its batch script, the hosts Slurm allocated). The renderer writes them and the templates name them
-(with the node's number as a shell expression: "$NODE_RANK", Slurm's "%n"); the plan, the backends and the watcher
-read them. All of them ask here.
+"""The files of a job's run directory, by name: each node's script, log, exit code, pid and secrets file, the
+Slurm job's own (its batch script, the hosts Slurm allocated) and the Ray job's (its driver and plan). The renderer
+writes them and the templates name them (with the node's number as a shell expression: "$NODE_RANK", Slurm's "%n");
+the plan, the backends and the watcher read them. All of them ask here.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ SBATCH = "job.sbatch"               # the Slurm batch script
 HOSTS = "hosts"                     # Slurm: line k + 1 names the node of NODE_RANK k
 ROLLOUT_HOSTS = "rollout_hosts"     # Slurm: line k + 1 names the node of rollout server k
 SBATCH_OUTPUT = "slurm-%j.out"      # the batch script's own output (%j: the Slurm job id)
+RAY_DRIVER = "ray_driver.py"        # Ray: the job's driver (grpo_ui/backends/ray_driver.py), on node 0
+RAY_PLAN = "ray_plan.json"          # Ray: what the driver runs where
 
 
 def secrets_file(script: str) -> str:

@@ -9,7 +9,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from grpo_ui.knowledge.catalog import gpus
 from grpo_ui.spec.estimate import DEFAULT_INTERNODE_GBS
 from grpo_ui.spec.fields import setting
-from grpo_ui.spec.names import RESERVED_ENV, check_env_names, check_host, check_no_secrets, is_loopback
+from grpo_ui.spec.names import (
+    RESERVED_ENV,
+    check_env_names,
+    check_host,
+    check_jobs_address,
+    check_no_secrets,
+    is_loopback,
+)
 
 
 def _gpu_names() -> list[str]:
@@ -86,9 +93,10 @@ class ClusterSpec(BaseModel):
                                      "this job (by you, before launching): the trainers wait for them, preflight "
                                      "checks that each answers /health/ (over SSH).")
     run_root: str = setting("~/.grpo-ui/runs", "Where each node keeps its run directories.")
-    backend: Literal["ssh", "slurm"] = setting(
+    backend: Literal["ssh", "slurm", "ray"] = setting(
         "ssh", "ssh: grpo-ui starts every node over SSH. slurm: one sbatch job; Slurm picks the machines (the trainer "
-        "nodes then say how many nodes with how many GPUs, their hosts are unused).")
+        "nodes then say how many nodes with how many GPUs, their hosts are unused). ray: one Ray job runs each node's "
+        "script on its node, on a Ray cluster grpo-ui starts on the nodes over SSH or on the one ray_address names.")
     internode_gbs: float | None = setting(
         None, "Network bandwidth between two nodes in GB/s (one direction, all of a node's NICs together), for the "
         f"step-time prediction. Unset: {DEFAULT_INTERNODE_GBS:g} GB/s (one 200 Gb/s port); 8 × 400 Gb/s InfiniBand is "
@@ -96,6 +104,22 @@ class ClusterSpec(BaseModel):
     login: str = setting("localhost", "Where sbatch, squeue and scancel run: a hostname or ~/.ssh/config alias "
                          "reached over SSH, or localhost when the app runs on a login node. run_root must be on a "
                          "file system the compute nodes share.", applies="slurm", pattern=r"^[A-Za-z0-9_.-]+$")
+
+    ray_address: str | None = setting(
+        None, "The Jobs API address of a running Ray cluster to use (http://HEAD:8265, what KubeRay exposes); its "
+        "nodes are the job's nodes, reached over SSH for their files. Unset: grpo-ui starts Ray on the job's nodes "
+        "(node 0 the head) and stops it when the job ends.", applies="ray")
+    ray_port: int = setting(6379, "The port of the Ray cluster grpo-ui starts (its GCS, on node 0).", applies="ray",
+                            ge=1, le=65535)
+    ray_dashboard_port: int = setting(8265, "The port of the dashboard and Jobs API of the Ray cluster grpo-ui starts, "
+                                      "bound to node 0's address only.", applies="ray", ge=1, le=65535)
+    ray_keep: bool = setting(False, "Keep the Ray cluster grpo-ui started running once the job ends (point "
+                             "ray_address at it to run the next job there).", applies="ray")
+
+    @field_validator("ray_address")
+    @classmethod
+    def _ray_address_ok(cls, v: str | None) -> str | None:
+        return None if v is None else check_jobs_address(v.strip())
 
     @field_validator("master_addr")
     @classmethod

@@ -85,7 +85,7 @@ def _default(default: Any) -> dict:
     return {"default": default}
 
 
-def setting(default: Any, help: str, *, applies: Literal["ssh", "slurm"] | None = None,
+def setting(default: Any, help: str, *, applies: Literal["ssh", "slurm", "ray"] | None = None,
             widget: Literal["lines", "csv", "text"] | None = None, options: Callable[[], list[str]] | None = None,
             **constraints) -> Any:
     """Declare one grpo-ui setting: of the job, its cluster, a node or its Slurm request (not an ms-swift argument).
@@ -112,7 +112,7 @@ class Decl:
     annotation: Any
     bounds: dict
     widget: str | None = None  # 'lines' / 'csv': how a list or mapping is written as text; 'text': a multi-line box
-    applies: str | None = None  # the backend ('ssh', 'slurm') or vLLM mode ('colocate', 'server') that alone uses it
+    applies: str | None = None  # the backend ('ssh', 'slurm', 'ray') or vLLM mode ('colocate', 'server') that alone uses it
     choices: tuple | None = None  # suggestions for a free-text field (arg())
     options: Callable[[], list[str]] | None = None  # the values to choose from (setting())
     required: bool = False

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from urllib.parse import urlsplit
 
 from grpo_ui.spec.errors import SpecError
 
@@ -92,3 +93,19 @@ def check_host(value: str, alias: bool = False) -> str:
     if alias and _ALIAS.fullmatch(value) and not value.replace(".", "").isdigit():
         return value
     raise ValueError(f"{value!r} is not {forms}")
+
+
+def check_jobs_address(value: str) -> str:
+    """A Ray Jobs API address: http(s)://HOST:PORT with HOST as check_host accepts it (an IPv6 address in brackets, as
+    URLs write it), nothing else (no user, path, query or fragment). ValueError says what is wrong."""
+    try:
+        url = urlsplit(value)
+        port = url.port
+    except ValueError as e:
+        raise ValueError(f"{value!r} is not an http://HOST:PORT address: {e}") from None
+    if url.scheme not in ("http", "https") or not url.hostname or port is None or url.username or url.password \
+            or url.path not in ("", "/") or url.query or url.fragment or any(c.isspace() for c in value):
+        raise ValueError(f"{value!r} is not a Ray Jobs API address: write http://HOST:PORT (e.g. http://10.0.0.1:8265), "
+                         "with no user, path or query")
+    check_host(url.hostname)
+    return value.rstrip("/")

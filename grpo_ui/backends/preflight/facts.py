@@ -18,8 +18,8 @@ from grpo_ui.spec.files import job_files, node_workdir
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.resolve import resolve
 
-PACKAGES = ("ms-swift", "torch", "vllm", "trl", "transformers", "deepspeed")
-MUST_MATCH = ("ms-swift", "torch", "vllm")
+PACKAGES = ("ms-swift", "torch", "vllm", "trl", "transformers", "deepspeed", "ray")
+MUST_MATCH = ("ms-swift", "torch", "vllm", "ray")  # Ray refuses a node whose Ray or Python differs from the head's
 PROBE = r"""
 import json, os, re, shutil, sys, time
 from importlib import metadata, util

@@ -174,11 +174,32 @@ def _major_minor(version: str) -> tuple[int, ...]:
 def consistency(spec: JobSpec, facts: list[HostFacts]) -> list[Finding]:
     out = []
     ok = [f for f in facts if f.versions]
+    on_ray = spec.cluster.backend == "ray"
+    if on_ray:
+        out += _ray_versions(ok)
     for pkg in PACKAGES:
+        if pkg == "ray" and not on_ray:
+            continue
         seen = {f.host: f.versions.get(pkg) for f in ok}
         if len(set(seen.values())) > 1:
             detail = ", ".join(f"{h}: {v or 'missing'}" for h, v in seen.items())
             out.append(finding("PREFLIGHT-VERSION-MISMATCH", "error" if pkg in MUST_MATCH else "warning",
                                "cluster.nodes", f"{pkg} differs between nodes ({detail}).",
                                f"Install the same {pkg} version on every node (field report 003)."))
+    return out
+
+
+def _ray_versions(facts: list[HostFacts]) -> list[Finding]:
+    """A Ray job needs Ray on every node, and one Python version everywhere (Ray refuses a node whose Ray or Python
+    differs from the head's; the Ray versions are compared with the other packages')."""
+    out = [finding("PREFLIGHT-RAY-MISSING", "error", "cluster.nodes",
+                   f"Ray is not installed in the node environment of {', '.join(f.host for f in facts if not f.versions.get('ray'))}.",
+                   "Install ray[default] (the version of the other nodes) into each node's python_env.")
+           ] if any(not f.versions.get("ray") for f in facts) else []
+    pythons = {f.host: f.python for f in facts}
+    if len(set(pythons.values())) > 1:
+        out.append(finding("PREFLIGHT-RAY-PYTHON", "error", "cluster.nodes",
+                           "Python differs between nodes (" + ", ".join(f"{h}: {v}" for h, v in pythons.items())
+                           + "): Ray refuses to join a node whose Python differs from the head's.",
+                           "Use the same Python version in every node's python_env."))
     return out

@@ -15,9 +15,10 @@ LISTEN = ("import socket, sys, time\nsocks = []\nfor p in sys.argv[1:]:\n    s =
           "    s.listen(16)\n    socks.append(s)\ntime.sleep(15)")
 
 
-def _taken(runner: Runner, ports: list[int]) -> list[int]:
-    """The ports something already listens on (on the node itself)."""
-    cmd = f"for p in {shell.join(ports)}; do (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null && echo $p; done"
+def taken(runner: Runner, ports: list[int], host: str = "127.0.0.1") -> list[int]:
+    """The ports something already listens on (on the node itself, at ``host``: a listener bound to one address
+    answers there only)."""
+    cmd = f"for p in {shell.join(ports)}; do (exec 3<>/dev/tcp/{shell.quote(host)}/$p) 2>/dev/null && echo $p; done"
     return [int(p) for p in runner.run(cmd, timeout=15).out.split()]
 
 
@@ -43,7 +44,7 @@ def _master_checks(eff: Resolved, runners: dict[int, Runner], trainers: list[int
     """MASTER_PORT free on the master and reachable from every other trainer node."""
     spec = eff.spec
     master, port, addr = trainers[0], eff.master_port, eff.master_addr
-    if _taken(runners[master], [port]):
+    if taken(runners[master], [port]):
         return [finding("PREFLIGHT-PORT-TAKEN", "error", "cluster.master_port",
                         f"MASTER_PORT {port} is already in use on {spec.cluster.nodes[master].host}.",
                         "Pick another master_port, or stop what listens there.")]
@@ -79,12 +80,12 @@ def _rollout_checks(eff: Resolved, runners: dict[int, Runner], rank0: int) -> li
                                    "if that server is not started yet.",
                                    f"Check that {h} accepts connections on {p} from {r0}."))
             continue
-        taken = _taken(runners[index], list(ports))
-        for p in taken:
+        busy = taken(runners[index], list(ports))
+        for p in busy:
             out.append(finding("PREFLIGHT-PORT-TAKEN", "error", ports[p][1],
                                f"{ports[p][0].capitalize()} {p} is already in use on rollout node {nodes[index].host} "
                                "(an old server still running?).", "Stop what listens there, or pick another port."))
-        free = [p for p in ports if p not in taken]
+        free = [p for p in ports if p not in busy]
         if not free:
             continue
         pid = _listen(runners[index], nodes[index], free)
@@ -109,7 +110,7 @@ def _sync_port_checks(eff: Resolved, runners: dict[int, Runner], trainers: list[
     out, nodes = [], spec.cluster.nodes
     own = [] if spec.rollout.vllm_server_host else [i for i, n in enumerate(nodes) if n.role == "rollout"]
     for (host, _), port, index in zip(eff.server_endpoints, eff.group_ports, own, strict=False):
-        if index not in runners or len(trainers) < 2 or _taken(runners[index], [port]):
+        if index not in runners or len(trainers) < 2 or taken(runners[index], [port]):
             continue  # a taken port is reported by _rollout_checks
         pid = _listen(runners[index], nodes[index], [port])
         try:

@@ -37,7 +37,7 @@ def cluster(spec, eff):
                               f"Rollout node {n.host} has {len(n.gpus)} GPUs but TP × DP uses {tp * dp}.",
                               f"Raise server.vllm_data_parallel_size to {len(n.gpus) // tp}.",
                               {"server.vllm_data_parallel_size": len(n.gpus) // tp})
-    ssh = spec.cluster.backend == "ssh"  # on Slurm the nodes' hosts are not used: Slurm picks the machines
+    ssh = spec.cluster.backend in ("ssh", "ray")  # on Slurm the nodes' hosts are not used: Slurm picks the machines
     seen: dict[str, tuple[int, set[int]]] = {}
     for i, n in enumerate(spec.cluster.nodes if ssh else []):
         key = n.routable
