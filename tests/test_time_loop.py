@@ -143,7 +143,7 @@ def test_exported_rows_load_and_refit_the_constants(tmp_path, monkeypatch):
                           capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr
     assert f"+ 1 of yours ({mine})" in done.stdout
-    for label in ("MFU", "TYPICAL_TOKENS", "fit", "held out (seen)", "fresh", "your rows", "range"):
+    for label in ("BANDWIDTH_EFFICIENCY", "TYPICAL_TOKENS", "fit", "held out (seen)", "fresh", "your rows", "range"):
         assert label in done.stdout
     unreadable = subprocess.run([sys.executable, "bench/time_calibration.py", "--fit", "--rows", str(tmp_path / "no")],
                                 capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
