@@ -206,17 +206,23 @@ def step_time(row: dict) -> float:
     return megatron.train_s(t) + reference
 
 
+def error_line(label: str, signed: list[float], label_width: int = 46) -> str:
+    """A report line: the label, how many rows, and the median and p90 of their absolute % errors (``signed``: each
+    row's (ours ÷ measured − 1) × 100; p90 by linear interpolation, one row's own error)."""
+    if not signed:
+        return f"{label:<{label_width}} {0:>3}"
+    errors = sorted(abs(e) for e in signed)
+    p90 = errors[0] if len(errors) == 1 else statistics.quantiles(errors, n=10, method="inclusive")[8]
+    return f"{label:<{label_width}} {len(errors):>3}   {statistics.median(errors):7.0f} {p90:6.0f}"
+
+
 def time_report(label_width: int = 46) -> list[str]:
     """The Megatron lines of bench/time_accuracy.py: the s/it figures of this file's training-only rows, each split
     and by whether its lengths are given."""
     timed = [(r, step_time(r), r["measured_s_per_it"]) for r in rows() if "measured_s_per_it" in r]
 
     def line(label: str, part: list) -> str:
-        if not part:
-            return f"{label:<{label_width}} {0:>3}"
-        errors = sorted(abs(ours / measured - 1) * 100 for _, ours, measured in part)
-        p90 = errors[0] if len(errors) == 1 else statistics.quantiles(errors, n=10, method="inclusive")[8]
-        return f"{label:<{label_width}} {len(part):>3}   {statistics.median(errors):7.0f} {p90:6.0f}"
+        return error_line(label, [(ours / measured - 1) * 100 for _, ours, measured in part], label_width)
 
     out = ["\nMegatron training steps (tests/data/megatron_measurements.jsonl: ms-swift's Megatron example headers' "
            "s/it, SFT/DPO runs: the training step alone, no rollout):"]

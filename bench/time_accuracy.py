@@ -3,7 +3,8 @@
 Seconds per optimizer step, predicted for each row as the same shape run on ms-swift (bench/time_calibration.py), on
 each split: the fit rows (the constants are fitted on them), the held-out rows (frozen before the model existed, but
 looked at while it was built, so no longer unseen) and the fresh rows (collected and frozen after the model existed,
-never tuned on: the out-of-sample figure; ``fresh2``, a second such round frozen before the model's round 2). Median and p90 absolute % error of ours, next to the naive baseline (one
+never tuned on: the out-of-sample figure; ``fresh2`` and ``fresh3``, such rounds frozen before the model's rounds 2 and
+3). Median and p90 absolute % error of ours, next to the naive baseline (one
 tokens-per-second-per-GPU figure fitted on the fit rows, measured in the same run); the same per framework the rows
 come from; the rows whose source gives the mean completion length apart from those where the model assumes it
 (timing.lengths' prior), since the length is the input the prediction depends on most; the measured ranges the
@@ -12,7 +13,8 @@ Targets: median ≤ 25 %, p90 ≤ 60 %, and better than the baseline.
 
 The Megatron-Core rows (NeMo RL's tables, ms-swift's and verl's Megatron runs) are predicted as megatron rlhf jobs
 and also reported on their own lines, with the training-step time of tests/data/megatron_measurements.jsonl's s/it
-figures (bench/megatron_calibration.py).
+figures (bench/megatron_calibration.py), and the training steps per engine of tests/data/engine_measurements.jsonl
+(bench/engine_calibration.py).
 
 ``--fit`` first refits the constants on the fit rows (bench/time_calibration.fit) and prints them.
 """
@@ -22,12 +24,14 @@ from __future__ import annotations
 import sys
 from collections import defaultdict
 
-from bench import megatron_calibration
+from bench import engine_calibration, megatron_calibration
 from bench.time_calibration import (
     baseline_rate,
     error,
     evaluate_all,
     fit,
+    fit_set,
+    inexpressible,
     length_prior,
     load,
     ranges,
@@ -36,7 +40,8 @@ from bench.time_calibration import (
 from grpo_ui.timing import lengths
 from grpo_ui.timing.report import RANGE_ASSUMED, RANGE_GIVEN
 
-SPLITS = {"fit": "fit", "held_out": "held out (seen)", "fresh": "fresh", "fresh2": "fresh, round 2"}
+SPLITS = {"fit": "fit", "held_out": "held out (seen)", "fresh": "fresh", "fresh2": "fresh, round 2",
+          "fresh3": "fresh, round 3"}
 TARGET = (25, 60)  # median and p90 absolute % error
 BAND = (-50, 100)  # signed % error a published row should stay within; outside it the row or REASONS says why
 # Why a row outside BAND is not expected within it, for rows that do not carry their own 'reason' (the fit, held-out
@@ -67,10 +72,13 @@ REASONS = {
                                                    "way ms-swift has no equivalent for",
     "verl-fa-7b-dapo-fullyasync-16-16xh20": "verl's fully asynchronous rollout (partial rollouts, staleness) has no "
                                             "ms-swift equivalent",
+    "simplerl-zoo-qwen25-7b-16xh100": "length assumed (no mean published at the 8K cap), and the figure is a round "
+                                      "'approximately 100 steps over 15 hours' with validation and checkpoints",
     "maxrl-grpo-qwen3-4b-base-32xh200": "length assumed, and the figure is a round '~3 days for 1000 steps' with "
                                         "validation and checkpoints",
     **dict.fromkeys(("nemo-v05-h100-llama31-8b-1off", "nemo-v05-h100-qwen3-32b-1off", "nemo-v06-h100-qwen3-235b-1off-256",
-                     "nemo-v06-gb200-qwen3-235b-1off-128", "nemo-v06-gb200-qwen3-30b-a3b-1off-16"),
+                     "nemo-v06-gb200-qwen3-235b-1off-128", "nemo-v06-gb200-qwen3-30b-a3b-1off-16",
+                     "nemo-v04-h100-llama31-8b-1off-pp2"),
                     "NeMo RL's one-step-off asynchrony (the next round generated while this one trains) has no megatron "
                     "rlhf equivalent (Megatron GRPO refuses async_generate): predicted as ms-swift would run the job, "
                     "on-policy"),
@@ -134,25 +142,33 @@ def main(argv: list[str]) -> None:
     for split, part in by_split.items():
         print(line(SPLITS[split], part, rate))
     for split, part in by_split.items():
+        print(line(f"{SPLITS[split]}, shapes ms-swift can run", [r for r in part if not inexpressible(r.row)], rate))
+    for split, part in by_split.items():
         print(line(f"{SPLITS[split]}, mean length published", [r for r in part if r.inputs.completion_given], rate))
         print(line(f"{SPLITS[split]}, mean length assumed", [r for r in part if not r.inputs.completion_given], rate))
-    for split in ("held_out", "fresh", "fresh2"):
+    print("\nrows of a shape ms-swift cannot run (kept in their splits above, never in a fit: "
+          "bench/time_calibration.inexpressible):")
+    for r in results:
+        if inexpressible(r.row):
+            print(f"  {r.split:<8} {r.row['id']:<52} {inexpressible(r.row)}")
+    for split in ("held_out", "fresh", "fresh2", "fresh3"):
         print(f"{SPLITS[split]} target (median ≤ {TARGET[0]} %, p90 ≤ {TARGET[1]} %, better than the baseline): "
               f"{'met' if met(by_split[split], rate) else 'NOT met'}")
     by_framework = defaultdict(list)
     for r in results:
         by_framework[r.row["framework"]].append(r)
-    print()
+    print(f"\nper framework (its rows in {'/'.join(SPLITS)}):")
     for name in sorted(by_framework):
         part = by_framework[name]
         split_counts = "/".join(str(sum(r.split == s for r in part)) for s in SPLITS)
-        print(line(f"{name} (fit/held/fresh/fresh2 {split_counts})", part, rate))
+        print(line(f"{name} ({split_counts})", part, rate))
     megatron = [r for r in results if megatron_calibration.time_row_layout(r.row)]
     print("\nMegatron-Core runs, predicted as megatron rlhf jobs of their layout (bench/megatron_calibration.as_megatron):")
     for split in by_split:
         print(line(f"Megatron, {SPLITS[split]}", [r for r in megatron if r.split == split], rate))
     print("\n".join(megatron_calibration.time_report()))
-    fit_rows = [r for r in rows if r["split"] == "fit"]
+    print("\n".join(engine_calibration.time_report()))
+    fit_rows = fit_set(rows)
     given, assumed = ranges(fit_rows)
     print(f"\nrange (measured ÷ predicted, fit rows' 10th-90th percentile): length given {given[0]:.2f}-{given[1]:.2f} "
           f"(timing.report.RANGE_GIVEN {RANGE_GIVEN[0]:.2f}-{RANGE_GIVEN[1]:.2f}), assumed {assumed[0]:.2f}-"
@@ -180,9 +196,11 @@ def main(argv: list[str]) -> None:
     for r in sorted(results, key=lambda r: (list(SPLITS).index(r.split), r.ours / r.measured)):
         length = "" if r.inputs.completion_given else "  (length assumed)"
         signed = (r.ours / r.measured - 1) * 100
+        if inexpressible(r.row):
+            length += "  (a shape ms-swift cannot run)"
         if not BAND[0] <= signed <= BAND[1]:
             length += f"  [{reason(r) or 'UNEXPLAINED'}]"
-        print(f"  {r.split[:5]:<5} {r.row['framework']:<14} {r.row['id']:<52} {r.measured:8.1f} → {r.ours:8.1f} | "
+        print(f"  {r.split[:6]:<6} {r.row['framework']:<14} {r.row['id']:<52} {r.measured:8.1f} → {r.ours:8.1f} | "
               f"{r.baseline(rate):8.1f}  {(r.ours / r.measured - 1) * 100:+6.0f} %{length}")
 
 

@@ -9,11 +9,13 @@ optimizer step (ms-swift's global_step); a row measured per generation round is 
 round feeds.
 
 The split is the rows' own (``split``): ``fit`` and ``held_out`` frozen before any model existed (the README's rule),
-``fresh`` collected and frozen after it, ``fresh2`` frozen before the model's round 2; rows of your own GPU
-(bench/gpu/, ``own_gpu``) come in with ``--rows``. Efficiency constants (grpo_ui/timing/efficiency.py) and the completion-length
-prior (grpo_ui/timing/lengths.py) are fitted on the fit rows only (``fit``), plus a user's own rows when given
-(``python bench/time_calibration.py --fit --rows mine.jsonl``: rows ``python -m grpo_ui calibration export --only time``
-writes, every one of them used for fitting whatever its split); held-out and fresh rows never enter a fit.
+``fresh`` collected and frozen after it, ``fresh2`` and ``fresh3`` frozen before the model's rounds 2 and 3; rows of
+your own GPU (bench/gpu/, ``own_gpu``) come in with ``--rows``. The rollout's constants (grpo_ui/timing/efficiency.py)
+and the completion-length prior (grpo_ui/timing/lengths.py) are fitted on the fit set only (``fit_set``: the fit rows
+of a shape ms-swift can run), plus a user's own rows when given (``python bench/time_calibration.py --fit --rows
+mine.jsonl``: rows ``python -m grpo_ui calibration export --only time`` writes, every one of them used for fitting
+whatever its split); held-out and fresh rows never enter a fit. The training engines' efficiencies come from published
+training-step times instead (bench/engine_calibration.py).
 
 Baseline (what a user has without this model): one tokens-per-second-per-GPU figure, the median over the fit rows,
 scaled by the step's tokens (completions × (prompt + mean completion)) and the job's GPUs.
@@ -160,6 +162,37 @@ def spec_of(row: dict, assume_length: bool = False) -> JobSpec:
     return megatron_calibration.as_megatron(row, spec) if megatron_calibration.time_row_layout(row) else spec
 
 
+# The fit set: fit rows of a shape ms-swift can run. A row whose shape ms-swift cannot express stays in its split and
+# is reported with the others, but no shared constant (efficiencies, the length prior, the ranges) is fitted on it,
+# so that a behaviour the model has no term for cannot pull the terms it has. Decided by the row's configuration as
+# its source documents it, never by its error; written down before its effect on any score was looked at.
+def inexpressible(row: dict) -> str | None:
+    """Why ms-swift cannot run a job of the row's shape, or None:
+
+    - PPO with a critic: a value model's forwards and training (ms-swift's GRPO trainer has no critic);
+    - an asynchronous rollout on Megatron-Core: megatron rlhf refuses async_generate, so ms-swift would run the job
+      on-policy, generation and training one after the other (NeMo RL's one-step-off rows);
+    - verl's fully asynchronous mode (its table's fully_async_policy: streamed, partial rollouts trained up to several
+      steps stale): ms-swift's async_generate overlaps one round at most.
+    A one-step-off rollout on the DeepSpeed/FSDP path is what ms-swift's async_generate does in server mode: kept."""
+    c = row["config"]
+    if row.get("algorithm") == "ppo":
+        return "PPO with a critic: a value model's forwards and training, which ms-swift's GRPO has not"
+    if c.get("async_generation") and megatron_calibration.time_row_layout(row):
+        return ("asynchronous rollout on Megatron-Core: megatron rlhf refuses async_generate (ms-swift would run it "
+                "on-policy)")
+    if c.get("async_generation") and "fully_async" in row.get("quote", ""):
+        return ("verl's fully asynchronous rollout (streamed, partial, several steps stale): ms-swift's async_generate "
+                "overlaps one round")
+    return None
+
+
+def fit_set(rows: list[dict], extra: list[dict] | None = None) -> list[dict]:
+    """The rows the shared constants are fitted on: the fit split's rows ms-swift can run (``inexpressible``), plus
+    every row of ``extra`` (a user's own, exported from ms-swift runs)."""
+    return [r for r in rows if r["split"] == "fit" and not inexpressible(r)] + (extra or [])
+
+
 def measured_step_s(row: dict) -> float:
     """Seconds per optimizer step: a generation round's seconds ÷ the optimizer steps it feeds."""
     m = row["measured"]
@@ -276,9 +309,8 @@ def ranges(fit_rows: list[dict]) -> tuple[tuple[float, float], tuple[float, floa
     return measured_range(given), measured_range(evaluate_all(fit_rows, assume_length=True)[0])
 
 
-FITTED = ("MFU", "BANDWIDTH_EFFICIENCY", "GENERATE_KERNEL_S", "ROUND_OVERHEAD_S")
-GRID = {"MFU": [0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55],
-        "BANDWIDTH_EFFICIENCY": [0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9],
+FITTED = ("BANDWIDTH_EFFICIENCY", "GENERATE_KERNEL_S", "ROUND_OVERHEAD_S")
+GRID = {"BANDWIDTH_EFFICIENCY": [0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9],
         "GENERATE_KERNEL_S": [5e-6, 10e-6, 15e-6, 20e-6, 30e-6, 40e-6, 60e-6, 80e-6, 120e-6],
         "ROUND_OVERHEAD_S": [0.0, 1.0, 2.0, 4.0, 6.0, 8.0]}
 
@@ -296,10 +328,11 @@ def constants() -> dict[str, float]:
 
 
 def fit(rows: list[dict], extra: list[dict] | None = None, rounds: int = 3) -> dict[str, float]:
-    """The length prior (``length_prior``), then coordinate descent over GRID, on the fit rows of ``rows`` plus every
-    row of ``extra`` (a user's own): each efficiency in turn set to the grid value with the least log_error,
-    ``rounds`` times over. Leaves the constants in grpo_ui.timing at the best values and returns them."""
-    fit_rows = [r for r in rows if r["split"] == "fit"] + (extra or [])
+    """The length prior (``length_prior``), then coordinate descent over GRID, on ``fit_set(rows, extra)`` (the fit
+    rows ms-swift can run, plus every row of a user's own): each efficiency in turn set to the grid value with the
+    least log_error, ``rounds`` times over. Leaves the constants in grpo_ui.timing at the best values and returns
+    them."""
+    fit_rows = fit_set(rows, extra)
     lengths.FILL, lengths.TYPICAL_TOKENS = length_prior(fit_rows)
     for _ in range(rounds):
         for name in FITTED:
@@ -312,7 +345,8 @@ def split_errors(rows: list[dict], extra: list[dict]) -> dict[str, tuple[int, fl
     """Split → (rows predicted, median, p90 absolute % error) under the constants as they are now."""
     parts = {"fit": [r for r in rows if r["split"] == "fit"], "held out (seen)": [
         r for r in rows if r["split"] == "held_out"], "fresh": [r for r in rows if r["split"] == "fresh"],
-        "fresh, round 2": [r for r in rows if r["split"] == "fresh2"]}
+        "fresh, round 2": [r for r in rows if r["split"] == "fresh2"],
+        "fresh, round 3": [r for r in rows if r["split"] == "fresh3"]}
     if extra:
         parts["your rows"] = extra
     out = {}
@@ -341,9 +375,9 @@ def main(argv: list[str]) -> int:
     before, errors_before = constants(), split_errors(rows, extra)
     after = fit(rows, extra)
     errors_after = split_errors(rows, extra)
-    fit_rows = [r for r in rows if r["split"] == "fit"] + extra
+    fit_rows = fit_set(rows, extra)
     given, assumed = ranges(fit_rows)
-    print(f"refit on {sum(r['split'] == 'fit' for r in rows)} published fit rows"
+    print(f"refit on {len(fit_set(rows))} published fit rows (the fit split's rows ms-swift can run)"
           + (f" + {len(extra)} of yours ({', '.join(files)})" if extra else "") + "\n")
     print(f"{'constant':<22} {'before':>10} {'after':>10}")
     for name in after:

@@ -40,6 +40,13 @@ def megatron_python() -> Path:
 
 
 @pytest.fixture
+def home(tmp_path, monkeypatch):
+    """grpo-ui's data directory (its database and drafts) in tmp_path."""
+    monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture
 def store_with_job(tmp_path, monkeypatch):
     """A store of the app's own (GRPO_UI_HOME and GRPO_UI_DB in tmp_path) holding job ``job-a``, the first preset, in
     the given state: ``store, spec = store_with_job("failed")``."""

@@ -208,9 +208,9 @@ def stop_active_jobs(db_path) -> None:
     jobs = Jobs(Store(db_path))
     for job in jobs.store.jobs(active_only=True):
         try:
-            jobs.stop(job["id"], grace=3)
+            jobs.stop(job.id, grace=3)
         except Exception as e:  # noqa: BLE001 - report, keep tearing down
-            print(f"teardown: could not stop {job['id']}: {e}")
+            print(f"teardown: could not stop {job.id}: {e}")
     jobs.close()
 
 

@@ -22,13 +22,13 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.hosts import TestHost, sh
+from tests.wait import wait_for
 
 DAEMONS = ("/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/sbin/munged", "/usr/bin/sbatch")
 IFACE = "eth0"
@@ -124,12 +124,11 @@ def _start_munge(d: Path) -> None:
 
 
 def _wait_idle(cluster: SlurmCluster, nodes: int, timeout: float = 60.0) -> None:
-    end = time.time() + timeout
-    while time.time() < end:
-        out = cluster.run("sinfo", "-h", "-N", "-o", "%N %t", check=False).stdout.split()
-        if out.count("idle") == nodes:
-            return
-        time.sleep(0.3)
+    def states() -> list[str]:
+        return cluster.run("sinfo", "-h", "-N", "-o", "%N %t", check=False).stdout.split()
+    if wait_for(lambda: states().count("idle") == nodes, timeout, 0.3):
+        return
+    out = states()
     logs = "\n".join(p.read_text()[-1500:] for p in sorted((cluster.dir / "log").glob("*.log")))
     raise RuntimeError(f"Slurm nodes did not come up: {out}\n{logs}")
 
@@ -139,19 +138,15 @@ def _teardown(d: Path) -> None:
     env = {**os.environ, "SLURM_CONF": str(d / "slurm.conf")}
     if (d / "slurmctld.pid").exists():
         subprocess.run(["scancel", "--full", "--user=root"], env=env, capture_output=True, timeout=30)
-        end = time.time() + 30
-        while time.time() < end and subprocess.run(["squeue", "-h"], env=env, capture_output=True,
-                                                   text=True).stdout.strip():
-            time.sleep(0.5)
+        wait_for(lambda: not subprocess.run(["squeue", "-h"], env=env, capture_output=True, text=True).stdout.strip(),
+                 30, 0.5)
     pids = [_pid(p) for p in [*d.glob("slurmd-*.pid"), d / "slurmctld.pid", d / "munge/pid"]]
     for pid in filter(None, pids):
         try:
             os.kill(pid, 15)
         except OSError:
             pass
-    end = time.time() + 15
-    while time.time() < end and any(pid and Path(f"/proc/{pid}").exists() for pid in pids):
-        time.sleep(0.1)
+    wait_for(lambda: not any(pid and Path(f"/proc/{pid}").exists() for pid in pids), 15, 0.1)
     shutil.rmtree(d, ignore_errors=True)
 
 

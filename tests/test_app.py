@@ -12,7 +12,8 @@ from streamlit.testing.v1 import AppTest
 
 from grpo_ui.core.findings import SEVERITY_ICON
 from grpo_ui.jobs.drafts import latest_spec as load_draft
-from grpo_ui.jobs.store import Store
+from grpo_ui.jobs.memory_loop import record_peaks
+from grpo_ui.jobs.store import MemoryAtLaunch, Store
 from grpo_ui.memory.estimate import estimate_spec
 from grpo_ui.spec.model import ARGS, ARGS_BY_PATH
 
@@ -208,9 +209,10 @@ def test_every_page_renders_with_a_job_in_the_store(tmp_path, store_with_job):
     store.set_gpu_processes("job-a", {"host": "localhost", "ts": 1.0, "processes": [
         {"gpu_index": 0, "gpu_uuid": "GPU-a", "pid": 4242, "used_mib": 61234.0}]})
     host = spec.trainer_nodes()[0].host
-    store.set_memory_estimate("job-a", estimate_spec(spec).to_dict())
+    store.set_memory_estimate("job-a", MemoryAtLaunch(estimate_spec(spec).to_dict()))
     store.add_gpu_samples("job-a", [{"host": host, "gpu_index": 0, "ts": 1.0, "mem_used": 61234.0}])
     store.add_metrics("job-a", 2, {"memory(GiB)": 65.09})
+    record_peaks(store, "job-a", spec)  # as the watcher's last pass over the job did: the pages only read them
     import streamlit as st
     st.cache_resource.clear()  # the app's jobs service is cached per process: open this test's store
     for page, expect in (("cluster", "Preflight"), ("launch", "Launch"), ("monitor", "Alerts (1)"),
@@ -286,7 +288,7 @@ def test_opening_configure_saves_nothing_and_an_edit_keeps_the_node_fields_it_do
     tmp_path.chmod(0o755)  # a data directory others can list: tightened
     (tmp_path / "draft.yaml").write_text(DRAFT)
     at = AppTest.from_file(APP, default_timeout=60).run()
-    assert not at.exception and Store().drafts()[0]["spec_yaml"] == DRAFT  # migrated as it was, opened, not re-saved
+    assert not at.exception and Store().drafts()[0].spec_yaml == DRAFT  # migrated as it was, opened, not re-saved
     assert (tmp_path / "draft.yaml.migrated").read_text() == DRAFT and not (tmp_path / "draft.yaml").exists()
     field(at, "train.num_generations").set_value("8").run()
     saved = load_draft()

@@ -81,10 +81,10 @@ def feed_gpu_side(db: Path) -> str:
 
     store = Store(db)
     job = store.jobs()[0]
-    host = spec_from_yaml(job["spec_yaml"]).trainer_nodes()[0].host
+    host = spec_from_yaml(job.spec_yaml).trainer_nodes()[0].host
     line = (ROOT / "tests/data/nvidia-smi/busy.csv").read_text().splitlines()[0]
-    store.add_gpu_samples(job["id"], [parse_smi_line(line, host, time.time())])
-    store.add_metrics(job["id"], 1, {"memory(GiB)": 65.09})
+    store.add_gpu_samples(job.id, [parse_smi_line(line, host, time.time())])
+    store.add_metrics(job.id, 1, {"memory(GiB)": 65.09})
     return f"{61234 / 1024:.1f}"
 
 

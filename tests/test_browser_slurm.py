@@ -119,7 +119,7 @@ def test_a_slurm_job_configured_queued_watched_and_stopped_in_the_browser(slurm_
         }""")
         shot(page, "monitor-slurm-gpus")
         store = Store(tmp_path / "db.sqlite")
-        job = json.loads(store.meta(store.jobs()[0]["id"], HANDLE))["job"]
+        job = json.loads(store.meta(store.jobs()[0].id, HANDLE))["job"]
         click(page, page.get_by_role("button", name="Stop this job on every node"), part="live")
         expect(page.get_by_text("Stopped: s0: stopped")).to_be_visible()
         assert not (left := slurm_env.job_pids(job)), describe(left)

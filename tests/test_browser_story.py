@@ -13,7 +13,7 @@ from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.presets import presets
 from grpo_ui.spec.yaml_io import spec_to_yaml
 from tests.browser import choose, click, fill, nav, new_page, open_page, serve, shot
-from tests.test_no_surprises import UNCLOSED
+from tests.test_import_scripts import UNCLOSED
 
 pytestmark = pytest.mark.slow
 ROLLOUT = list(presets().values())[2]  # server mode with a rollout node: a trainer and a rollout GPU metric

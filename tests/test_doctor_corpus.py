@@ -15,7 +15,7 @@ def results():
     found = evaluate()
     print("\n" + table(found))
     for key, part in rounds(found).items():
-        print(report(part, ROUNDS[key]))  # fresh round 3 is reported, not asserted: it measures
+        print(report(part, ROUNDS[key]))
     return found
 
 
@@ -29,9 +29,9 @@ def test_the_manifest_names_real_lines_of_its_files():
 
 
 def fitted(results):
-    """The corpus and fresh rounds 1, 2 and 4: what the rules were written and fixed against (fresh round 3, never
-    looked at for any fix, is reported by the fixture, not asserted: asserting it would make it a target)."""
-    return [r for r in results if r.entry.get("fresh") in (None, "round 1", "round 2", "round 4")]
+    """The corpus and every fresh round: each was scored unseen once (the corpus README keeps those figures), then
+    looked at and fixed against — round 3 and round 5 together, after round 5's unseen score (issue 32)."""
+    return [r for r in results if r.entry.get("fresh") in ROUNDS]
 
 
 def test_every_excerpt_belongs_to_the_corpus_or_a_fresh_round():
@@ -41,12 +41,12 @@ def test_every_excerpt_belongs_to_the_corpus_or_a_fresh_round():
 def test_at_least_90_percent_of_the_failing_excerpts_fixed_against_are_diagnosed(results):
     hit, failing, _, _ = score(fitted(results))
     misses = [r.entry["file"] for r in fitted(results) if not r.ok and not r.healthy]
-    assert failing >= 92 and hit >= 0.9 * failing, misses  # 065 relabelled healthy, round 4's 15 (issue 32)
+    assert failing >= 121 and hit >= 0.9 * failing, misses  # with rounds 3 (9) and 5 (20), issue 32
 
 
 def test_no_error_or_warning_on_a_healthy_log(results):
     _, _, alarms, healthy = score(fitted(results))
-    assert healthy >= 13 and alarms == 0, [(r.entry["file"], [a.id for a in r.alerts]) for r in fitted(results)
+    assert healthy >= 19 and alarms == 0, [(r.entry["file"], [a.id for a in r.alerts]) for r in fitted(results)
                                           if r.healthy and not r.ok]
 
 

@@ -23,8 +23,9 @@ from grpo_ui.jobs.store import Store
 from grpo_ui.knowledge.compat import conflicts, row_for, satisfies
 from grpo_ui.spec.yaml_io import validate_spec
 from tests.hosts import stop_active_jobs
-from tests.test_launcher import job_pids, launch, wait_for
+from tests.test_launcher import job_pids, launch
 from tests.tiny_job import SWIFT_VENV
+from tests.wait import wait_for
 
 ROOT = Path(__file__).parent.parent
 PY_SPY = Path(sys.executable).parent / "py-spy"  # from requirements-test.txt (PyPI)
@@ -75,8 +76,8 @@ def test_stacks_of_a_real_hung_job_show_each_ranks_phase_and_who_waits(ssh_env, 
         assert len(job_pids(job, store)) >= 3  # reading the stacks left the job as it was
         # the watcher dumps them by itself once the job is silent for too long (here: any silence is too long)
         monkeypatch.setattr(liveness, "allowed_silence", lambda gap: -1.0)
-        polled = next(a for a in Watcher(jobs).poll(job)["alerts"] if a["id"] == "HANG")
-        assert "wait in a collective for" in polled["explanation"] and store.meta(job, STACKS).count("## node 0") == 2
+        polled = next(a for a in Watcher(jobs).poll(job).alerts if a.id == "HANG")
+        assert "wait in a collective for" in polled.explanation and store.meta(job, STACKS).count("## node 0") == 2
     finally:
         jobs.close()
         stop_active_jobs(tmp_path / "db.sqlite")

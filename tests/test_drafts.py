@@ -20,7 +20,7 @@ def test_a_save_from_an_older_version_writes_nothing(tmp_path):
     first = store.create_draft("a", spec_to_yaml(spec))
     assert store.save_draft(first, "name: one\n", 1) == 2
     assert store.save_draft(first, "name: two\n", 1) is None  # another editor saved version 2 meanwhile
-    assert store.draft(first)["spec_yaml"] == "name: one\n" and store.draft(first)["version"] == 2
+    assert store.draft(first).spec_yaml == "name: one\n" and store.draft(first).version == 2
     store.delete_draft(first)
     assert store.save_draft(first, "name: three\n", 2) is None and store.drafts() == []
 
@@ -33,7 +33,7 @@ def test_the_old_draft_file_becomes_a_draft_once(tmp_path, monkeypatch):
     assert notice is None and draft.name == "old-one" and draft.spec == spec
     assert (tmp_path / "draft.yaml.migrated").exists() and not (tmp_path / "draft.yaml").exists()
     open_draft(Store())
-    assert [d["name"] for d in Store().drafts()] == ["old-one"] and latest_spec() == spec
+    assert [d.name for d in Store().drafts()] == ["old-one"] and latest_spec() == spec
 
 
 def open_tab(browser, url):
@@ -67,8 +67,8 @@ def test_two_tabs_on_one_draft_never_overwrite_each_other(browser, url, tmp_path
     set_text(a, "max_completion_length", "777")  # saved once its run has finished
     set_text(b, "temperature", "0.55")
     expect(b.get_by_text("was changed in another tab")).to_be_visible()
-    assert Store(tmp_path / "db.sqlite").draft(int(first))["spec_yaml"].count("max_completion_length: 777") == 1
-    assert "temperature: 0.55" not in Store(tmp_path / "db.sqlite").draft(int(first))["spec_yaml"]
+    assert Store(tmp_path / "db.sqlite").draft(int(first)).spec_yaml.count("max_completion_length: 777") == 1
+    assert "temperature: 0.55" not in Store(tmp_path / "db.sqlite").draft(int(first)).spec_yaml
     click(b, b.get_by_role("button", name="Keep my edits as a new draft"))
     second = re.search(r"draft=(\d+)", b.url).group(1)
     assert second != first
@@ -79,19 +79,19 @@ def test_two_tabs_on_one_draft_never_overwrite_each_other(browser, url, tmp_path
     for page in (a, b):
         assert "changed in another tab" not in body_text(page)
     store = Store(tmp_path / "db.sqlite")
-    one, two = (store.draft(int(i))["spec_yaml"] for i in (first, second))
+    one, two = (store.draft(int(i)).spec_yaml for i in (first, second))
     assert "max_completion_length: 777" in one and "num_generations: 16" in one and "temperature: 0.55" not in one
     assert "temperature: 0.55" in two and "max_completion_length: 333" in two
     # Launch in tab B uses tab B's draft
     nav(b, "Launch")
-    expect(b.get_by_text(f"Draft {store.draft(int(second))['name']} (this tab's")).to_be_visible()
+    expect(b.get_by_text(f"Draft {store.draft(int(second)).name} (this tab's")).to_be_visible()
 
 
 def test_drafts_are_created_switched_renamed_and_deleted_from_the_sidebar(tmp_path, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
+    from tests.pages import draft_of
     from tests.test_app import APP, field
-    from tests.test_defects import draft_of
     monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
     at = AppTest.from_file(APP, default_timeout=60).run()
     first = at.selectbox(key="draft_pick").value
@@ -101,8 +101,8 @@ def test_drafts_are_created_switched_renamed_and_deleted_from_the_sidebar(tmp_pa
     second = at.selectbox(key="draft_pick").value
     assert second != first and field(at, "train.model").value == presets()["2-7b-full-8x80gb"].train.model
     at.text_input(key=f"draft_name:{second}").set_value(" full run ").run()
-    assert Store().draft(second)["name"] == "full run"
+    assert Store().draft(second).name == "full run"
     at.selectbox(key="draft_pick").set_value(first).run()
     assert field(at, "train.num_generations").value == "16" and draft_of(at) == str(first)
     at.button(key="delete_draft").click().run()
-    assert [d["id"] for d in Store().drafts()] == [second] and at.selectbox(key="draft_pick").value == second
+    assert [d.id for d in Store().drafts()] == [second] and at.selectbox(key="draft_pick").value == second

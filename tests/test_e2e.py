@@ -21,9 +21,10 @@ from grpo_ui.jobs.store import Store
 from grpo_ui.jobs.time_loop import no_prediction
 from grpo_ui.spec.yaml_io import spec_to_yaml, validate_spec
 from tests.hosts import stop_active_jobs
-from tests.test_launcher import job_pids, wait_for
+from tests.test_launcher import job_pids
 from tests.test_monitor import collect
 from tests.tiny_job import ASSETS, tiny_spec_data
+from tests.wait import wait_for
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).parent.parent
@@ -91,7 +92,7 @@ def memory_closed_loop(cli, h, tmp_path):
     (tests/data/nvidia-smi/busy.csv); a CPU run logs no memory(GiB), so only the nvidia-smi row comes out."""
     store = Store(tmp_path / "db.sqlite")
     estimate = store.memory_estimate("e2e-one")
-    assert estimate and estimate["roles"][0]["role"] == "trainer" and estimate["roles"][0]["peak_gib"] > 0
+    assert estimate and estimate.roles[0].role == "trainer" and estimate.roles[0].peak_gib > 0
     standin = tmp_path / "smi" / "nvidia-smi"
     standin.parent.mkdir()
     standin.write_text(f"#!/bin/bash\nhead -n 8 {ROOT / 'tests/data/nvidia-smi/busy.csv'}\nsleep 5\n")
@@ -109,7 +110,7 @@ def memory_closed_loop(cli, h, tmp_path):
     assert out.returncode == 0, out.stderr
     (row,) = [json.loads(line) for line in out.stdout.splitlines()]
     assert (row["compare"], row["measured_gib"]) == ("peak", round(61234 / 1024, 3))  # GPU 0: the job's only GPU
-    assert row["estimated_gib"] == estimate["roles"][0]["peak_gib"] and problems(row) == []
+    assert row["estimated_gib"] == estimate.roles[0].peak_gib and problems(row) == []
 
 
 def time_closed_loop(cli, tmp_path, monkeypatch):
@@ -134,7 +135,7 @@ def time_closed_loop(cli, tmp_path, monkeypatch):
     if reason:  # no prediction: the reason, beside the measurement
         assert shown["predicted s/step"] == "—" and reason[0].upper() + reason[1:] + "." in captions
     else:
-        predicted = store.time_estimate("e2e-one")["step_s"]
+        predicted = store.time_estimate("e2e-one").step_s
         assert shown["measured / predicted"] == f"{measured['median_s'] / predicted:.2f}×"
 
 
@@ -192,8 +193,8 @@ def test_scenario3_a_node_dies_and_is_named_first(cli, ssh_env, tmp_path):
     assert out, cli("status", "e2e-die").stdout
     assert f"({hosts[1].name}, rank 1) failed first" in out
     assert "NODE-FAILED" in out
-    failed = next(a for a in Store(tmp_path / "db.sqlite").alerts("e2e-die") if a["alert_id"] == "NODE-FAILED")
+    failed = next(a for a in Store(tmp_path / "db.sqlite").alerts("e2e-die") if a.alert_id == "NODE-FAILED")
     # the test kills rank 1's whole torchrun on h1: no error there; h0's rank 0 only loses its peer (gloo)
-    assert failed["message"].startswith(f"node 1 ({hosts[1].name}, rank 1) failed first")
+    assert failed.message.startswith(f"node 1 ({hosts[1].name}, rank 1) failed first")
     assert wait_for(lambda: not job_pids("e2e-die", Store(tmp_path / "db.sqlite")), 60)
     print(f"scenario 3 took {time.time() - start:.0f} s")

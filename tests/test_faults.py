@@ -21,7 +21,8 @@ from grpo_ui.jobs.service import Jobs, LaunchError
 from grpo_ui.jobs.store import Store
 from grpo_ui.spec.yaml_io import spec_to_yaml, validate_spec
 from tests.hosts import stop_active_jobs
-from tests.test_launcher import env_dir, job_pids, jobs, launch, wait_for, workload_spec  # noqa: F401 - fixtures
+from tests.test_launcher import env_dir, job_pids, jobs, launch, workload_spec  # noqa: F401 - fixtures
+from tests.wait import wait_for
 
 ROOT = Path(__file__).parent.parent
 CHATTY = """#!/bin/bash
@@ -81,8 +82,8 @@ def test_broken_jobs_each_fail_alone_and_status_shows_every_job(jobs, ssh_env, e
         assert state == {healthy: "running", full_job: "failed", lost: "failed", far: "running"}, out.stdout
         assert any(f"job {far}, node 0 ({gone.name}): {gone.name}: cannot connect" in line for line in lines), out.stdout
         store = Store(tmp_path / "db.sqlite")
-        assert "its exit_code.0 file is empty: the disk of " + full.name + " may be full" in store.job(full_job)["error"]
-        assert store.job(lost)["error"].startswith(f"node 0 ({unreadable.name}, rank 0) failed first: process gone")
+        assert "its exit_code.0 file is empty: the disk of " + full.name + " may be full" in store.job(full_job).error
+        assert store.job(lost).error.startswith(f"node 0 ({unreadable.name}, rank 0) failed first: process gone")
         got, written = stored_lines(store, full_job), complete_lines(disk / full_job / "node_0.log")
         assert len(written) > 1000 and got == written[-5000:] and store.log_lines(full_job, 0, 1)[0][0] == len(written)
         assert not job_pids(full_job, store) and not job_pids(lost, store)
@@ -115,7 +116,7 @@ def test_ssh_killed_mid_launch_leaves_nothing_once_the_host_answers_again(jobs, 
         launch(jobs, spec, "f-ssh-dies", secrets={"API_TOKEN": "t0ken"})
     assert f"{h1.name}: the connection dropped while a command ran" in str(e.value)
     assert f"could not verify that nothing is left on {h1.name}" in str(e.value)
-    assert jobs.store.job("f-ssh-dies")["state"] == "failed"
+    assert jobs.store.job("f-ssh-dies").state == "failed"
     h1.start_sshd()
     assert jobs.stop("f-ssh-dies", grace=3)[h1.name] in ("stopped", "killed")
     assert not job_pids("f-ssh-dies", jobs.store)
@@ -144,9 +145,9 @@ def test_ssh_killed_mid_stream_loses_and_repeats_no_line_and_two_watchers_agree(
         return data
     monkeypatch.setattr(SshRunner, "read", read_then_cut)
     first = Watcher(jobs).poll(job)
-    assert first["errors"] and first["errors"][0].startswith(f"job {job}, node 0 ({h.name}): {h.name}: ")
+    assert first.errors and first.errors[0].startswith(f"job {job}, node 0 ({h.name}): {h.name}: ")
     monkeypatch.setattr(SshRunner, "read", real_read)
-    assert Watcher(jobs).poll(job)["errors"] == []
+    assert Watcher(jobs).poll(job).errors == []
     assert stored_lines(jobs.store, job) == complete_lines(log)[-5000:]
     assert jobs.store.log_lines(job, 0, 1)[0][0] == 30000  # line numbers: every line counted once
 
@@ -200,10 +201,10 @@ def test_the_cli_killed_mid_launch_is_cleaned_up_on_reattach(ssh_env, env_dir, t
         os.kill(cli.pid, signal.SIGKILL)
         cli.wait(10)
         store = Store(tmp_path / "db.sqlite")
-        assert store.job("f-cli-killed")["state"] == "starting" and job_pids("f-cli-killed", store)
+        assert store.job("f-cli-killed").state == "starting" and job_pids("f-cli-killed", store)
         lz = Jobs(store)
         assert lz.reattach() == {"f-cli-killed": "failed"}
-        assert "interrupted during starting" in store.job("f-cli-killed")["error"]
+        assert "interrupted during starting" in store.job("f-cli-killed").error
         assert not job_pids("f-cli-killed", store)  # the server, and the health probe on the trainer's host
         lz.close()
     finally:
@@ -219,7 +220,7 @@ def test_a_job_that_ended_unwatched_is_fetched_once_after_a_restart(jobs, ssh_en
     jobs.close()  # the app is gone; the job ends meanwhile
     again = Jobs(Store(tmp_path / "db.sqlite"))
     assert Watcher(again).reattach() == {job: []}
-    assert again.store.job(job)["state"] == "succeeded"
+    assert again.store.job(job).state == "succeeded"
     assert stored_lines(again.store, job) == [f"line {i} " for i in range(200)]
     assert Watcher(again).reattach() == {}  # fetched once: nothing left to do for it
     again.close()

@@ -9,7 +9,6 @@ SSH would carry); the sshd test hosts run them in test_launcher and test_faults.
 import os
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from grpo_ui.jobs.store import Store
 from grpo_ui.spec.errors import SpecError
 from grpo_ui.spec.swift_cli import train_command
 from grpo_ui.spec.yaml_io import spec_from_yaml, spec_to_yaml, validate_spec
+from tests.wait import wait_for
 
 ROOT = Path(__file__).parent.parent
 
@@ -183,13 +183,6 @@ sleep 1
 """
 
 
-def wait_for(fn, timeout=30.0):
-    end = time.time() + timeout
-    while time.time() < end and not fn():
-        time.sleep(0.2)
-    return fn()
-
-
 @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
 @example(value="d$(touch pwned)`touch pwned`;touch pwned;'\"\ntouch pwned\n")
 @example(value="d#")  # ms-swift's dataset syntax: a file named d# is read as d#, not as d with an empty sample
@@ -224,7 +217,7 @@ def test_hostile_values_reach_every_remote_command_as_data(tmp_path_factory, val
             ("USER_VALUE", "NODE_VALUE", "API_TOKEN"), value)
         assert (run_root / job / "exit_code.0").read_text().strip() == "0"
         assert not list((run_root / job).glob("*secrets*"))
-        assert Watcher(jobs).poll(job)["errors"] == []
+        assert Watcher(jobs).poll(job).errors == []
         facts, _ = preflight(spec, jobs.pool)
         assert facts[0].error is None and {k: facts[0].paths.get(k) for k in ("./" + value, "workdir")} == {
             "./" + value: True, "workdir": True}

@@ -16,10 +16,11 @@ import pytest
 
 from grpo_ui.backends.remote.ssh import Connection
 from grpo_ui.jobs.service import HANDLE, Jobs, LaunchError
-from grpo_ui.jobs.store import Store
+from grpo_ui.jobs.store import MemoryAtLaunch, Store
 from grpo_ui.spec.yaml_io import validate_spec
 from tests.hosts import stop_active_jobs
 from tests.tiny_job import SWIFT_VENV
+from tests.wait import wait_for
 
 WORKLOAD = """#!/bin/bash
 exec python3 -c 'import os, sys, time
@@ -57,16 +58,6 @@ def job_pids(job_id: str, store: Store) -> list[int]:
             if any(e.startswith(prefix) and e.endswith(suffix) for e in entries):
                 found.append(int(d.name))
     return found
-
-
-def wait_for(fn, timeout=30.0):
-    end = time.time() + timeout
-    while time.time() < end:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.3)
-    return fn()
 
 
 @pytest.fixture
@@ -117,7 +108,7 @@ def test_two_hosts_run_to_success_with_secrets_kept_out_of_scripts(jobs, ssh_env
     job = launch(jobs, spec, "wl-ok", secrets={"API_TOKEN": secret}, progress=watch)
     assert not list(rd.glob("*secrets*")), "a secrets file stayed on a node after the start"
     nodes = jobs.store.nodes(job)
-    assert [n["state"] for n in nodes] == ["running", "running"]
+    assert [n.state for n in nodes] == ["running", "running"]
     assert all(n["pid"] == n["pgid"] for n in handle_of(jobs.store, job)["nodes"])  # each its own session
     assert {h for h, m in progress if m.startswith("running")} == {h.name for h in hosts}
     assert wait_for(lambda: jobs.refresh(job) == "succeeded")
@@ -127,7 +118,7 @@ def test_two_hosts_run_to_success_with_secrets_kept_out_of_scripts(jobs, ssh_env
     assert commands and not any("s3cr" in c for c in commands)  # it travelled in the SSH session's input
     assert not any(b"s3cr" in p.read_bytes() for p in tmp_path.glob("db.sqlite*"))
     assert "rank 1 of 2 master " + hosts[0].addr in (rd / "node_1.log").read_text()
-    assert [n["exit_code"] for n in jobs.store.nodes(job)] == [0, 0]
+    assert [n.exit_code for n in jobs.store.nodes(job)] == [0, 0]
     assert not job_pids(job, jobs.store)
 
 
@@ -138,7 +129,7 @@ def test_stop_mid_run_leaves_nothing(jobs, ssh_env, env_dir, tmp_path):
     outcome = jobs.stop(job, grace=5)
     assert set(outcome) == {h.name for h in hosts} and all(o in ("stopped", "killed") for o in outcome.values())
     assert not job_pids(job, jobs.store)
-    assert jobs.store.job(job)["state"] == "stopped"
+    assert jobs.store.job(job).state == "stopped"
 
 
 def test_partial_launch_failure_stops_what_started_and_names_the_host(jobs, ssh_env, env_dir, tmp_path):
@@ -150,7 +141,7 @@ def test_partial_launch_failure_stops_what_started_and_names_the_host(jobs, ssh_
     with pytest.raises(LaunchError) as e:
         launch(jobs, spec, "wl-partial")
     assert f"{hosts[1].name}: node_1.sh did not start" in str(e.value) and "swift: command not found" in str(e.value)
-    assert jobs.store.job("wl-partial")["state"] == "failed"
+    assert jobs.store.job("wl-partial").state == "failed"
     assert wait_for(lambda: not job_pids("wl-partial", jobs.store), 10)
 
 
@@ -173,13 +164,13 @@ def test_restart_reattaches_and_a_node_killed_from_outside_fails_the_job(ssh_env
     del first  # the app goes away; the job does not
     again = Jobs(Store(tmp_path / "db.sqlite"))
     assert again.reattach() == {job: "running"}
-    node1 = next(n for n in again.store.nodes(job) if n["node_rank"] == 1)
+    node1 = next(n for n in again.store.nodes(job) if n.node_rank == 1)
     workload = [p for p in job_pids(job, again.store) if b"python3" in Path(f"/proc/{p}/cmdline").read_bytes()
                 and f"{job}/trainer1".encode() in Path(f"/proc/{p}/environ").read_bytes()]
     os.kill(workload[0], 9)
     assert wait_for(lambda: again.refresh(job) == "failed")
-    error = again.store.job(job)["error"]
-    assert error.startswith(f"node {node1['node_index']} ({hosts[1].name}, rank 1) failed first: exit code 137")
+    error = again.store.job(job).error
+    assert error.startswith(f"node {node1.node_index} ({hosts[1].name}, rank 1) failed first: exit code 137")
     assert wait_for(lambda: not job_pids(job, again.store), 15)
     again.close()
 
@@ -237,7 +228,7 @@ def test_rollout_servers_start_first_and_must_be_healthy(jobs, ssh_env, env_dir,
     assert not job_pids(job, jobs.store)
     with pytest.raises(LaunchError, match=f"{roll.name}: .*did not start|did not answer /health/"):
         launch(jobs, server_spec(trainer, roll, env_dir, tmp_path, broken=True, timeout=4), "srv-broken")
-    assert jobs.store.job("srv-broken")["state"] == "failed" and not job_pids("srv-broken", jobs.store)
+    assert jobs.store.job("srv-broken").state == "failed" and not job_pids("srv-broken", jobs.store)
 
 
 ENV_I_WORKLOAD = """#!/bin/bash
@@ -309,13 +300,13 @@ def test_preflight_is_the_first_state_and_its_errors_start_nothing(jobs, ssh_env
     states = []
 
     def progress(host, msg, job="wl-preflight-bad"):
-        states.append((msg, jobs.store.job(job)["state"]))
+        states.append((msg, jobs.store.job(job).state))
     with pytest.raises(LaunchError, match=f"PREFLIGHT-PATH-MISSING.*\\n.*{h.name}: {data} does not exist"):
         launch(jobs, spec, "wl-preflight-bad", progress=progress, preflight=True)
     assert ("checked", "preflight") in states and not any(m == "starting" for m, _ in states)
     job = jobs.store.job("wl-preflight-bad")
-    assert job["state"] == "failed" and "PREFLIGHT-PATH-MISSING" in job["error"]
-    assert not (tmp_path / "runs" / "wl-preflight-bad").exists() and not jobs.store.nodes(job["id"])[0]["pid"]
+    assert job.state == "failed" and "PREFLIGHT-PATH-MISSING" in job.error
+    assert not (tmp_path / "runs" / "wl-preflight-bad").exists() and not jobs.store.nodes(job.id)[0].pid
     data.write_text("{}\n")
     states.clear()
     start = time.time()
@@ -333,7 +324,7 @@ def test_a_launch_abandoned_during_preflight_fails_on_reattach(tmp_path):
     store.create_job("just-started-preflight", "n", "name: n\n", "preflight")
     store.set_job("left-in-preflight", created=time.time() - 3600)
     assert Jobs(store).reattach() == {"left-in-preflight": "failed", "just-started-preflight": "preflight"}
-    assert "stopped during preflight" in store.job("left-in-preflight")["error"]
+    assert "stopped during preflight" in store.job("left-in-preflight").error
 
 
 def test_stopping_a_job_leaves_a_job_of_the_same_id_from_another_dashboard_alone(ssh_env, env_dir, tmp_path):
@@ -369,5 +360,5 @@ def test_a_launch_starts_its_plan_as_it_was_resolved(env_dir, tmp_path, monkeypa
         monkeypatch.setattr(f"{module}.{name}", again)
     job = jobs.launch(plan)
     assert wait_for(lambda: jobs.refresh(job) == "succeeded")
-    assert jobs.store.memory_estimate(job) == plan.estimate and plan.estimate["roles"][0]["peak_gib"] > 0
+    assert jobs.store.memory_estimate(job) == MemoryAtLaunch(plan.estimate) and plan.estimate["roles"][0]["peak_gib"] > 0
     assert (tmp_path / "runs/planned/node_0.sh").read_text() == plan.bundle.files["node_0.sh"]

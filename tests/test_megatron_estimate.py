@@ -242,6 +242,28 @@ def test_tensor_expert_and_data_parallel_traffic_costs_time():
     assert megatron_time._collectives_s(moe1, True) == 0 < megatron_time._collectives_s(moe4, True)
 
 
+def test_an_moes_routed_experts_run_at_their_share_of_megatrons_efficiency(monkeypatch):
+    """A micro-batch's routed-expert FLOPs (k experts' gate, up and down projections per token and layer) run at
+    MEGATRON_EXPERT_EFFICIENCY of Megatron-Core's share of the peak, the rest at MEGATRON_MFU: halving the expert
+    efficiency adds exactly the expert FLOPs' time once more; a dense model has none."""
+    from grpo_ui.timing import efficiency
+    moe = time_inputs(job("Qwen/Qwen3-30B-A3B", estimate__completion_tokens=512, estimate__prompt_tokens=256,
+                          train__expert_model_parallel_size=8, train__recompute_granularity="full"))
+    monkeypatch.setattr(efficiency, "MEGATRON_EXPERT_EFFICIENCY", 1.0)
+    whole = megatron_time._stage_compute_s(moe, backward=True)
+    monkeypatch.setattr(efficiency, "MEGATRON_EXPERT_EFFICIENCY", 0.5)
+    halved = megatron_time._stage_compute_s(moe, backward=True)
+    arch = moe.mem.arch
+    tokens = moe.mem.micro_batch * (256 + 512)
+    experts = tokens * 2 * 4 * arch.num_hidden_layers * arch.num_experts_per_tok * 3 * arch.hidden_size * (
+        arch.moe_intermediate_size)  # forward, backward (2), recomputation
+    assert halved - whole == pytest.approx(experts / (moe.gpu.tflops_bf16 * 1e12 * efficiency.MEGATRON_MFU))
+    dense = megatron_time_inputs()
+    assert megatron_time._stage_compute_s(dense, backward=True) == pytest.approx(
+        megatron_time._flops(dense, megatron_time.micro_batch_tokens(dense), True)[0]
+        / (dense.gpu.tflops_bf16 * 1e12 * efficiency.MEGATRON_MFU))
+
+
 def test_log_probs_run_one_micro_batch_at_a_time_and_the_reference_only_with_beta():
     """ms-swift computes the old policy's log-probs per micro-batch through the whole pipeline (no pipelining across
     them), the reference's only when beta ≠ 0."""

@@ -136,10 +136,10 @@ def test_the_watcher_reads_the_last_nodes_metrics(megatron_job):
     with open(rd / "node_1.log", "a") as f:
         f.writelines(line.replace(RUN, str(run)) + "\n" for line in STDOUT[:3])
     watcher = Watcher(jobs)
-    assert watcher.poll(job)["new_steps"] == 2  # from stdout until logging.jsonl is read
+    assert watcher.poll(job).new_steps == 2  # from stdout until logging.jsonl is read
     (run / "run").mkdir(parents=True)
     (run / "run/logging.jsonl").write_text("\n".join(JSONL[:4]) + "\n")
-    assert watcher.poll(job)["new_steps"] == 2  # iterations 4 and 6; 1 and 2 overwritten, not repeated
+    assert watcher.poll(job).new_steps == 2  # iterations 4 and 6; 1 and 2 overwritten, not repeated
     metrics = jobs.store.metrics(job)
     assert [s for s, _ in metrics["reward"]] == [1, 2, 4, 6] and metrics["max_steps"][-1] == (6, 12)
     assert jobs.store.meta(job, "logging_jsonl") == f"{run}/run/logging.jsonl"

@@ -14,7 +14,7 @@ from grpo_ui.backends.remote.gpu import parse_smi_line
 from grpo_ui.backends.remote.runner import LocalRunner
 from grpo_ui.doctor.metrics import parse_stdout_line
 from grpo_ui.jobs.memory_loop import comparison, export_rows, gpu_roles, record_peaks
-from grpo_ui.jobs.store import Store
+from grpo_ui.jobs.store import MemoryAtLaunch, Store
 from grpo_ui.knowledge.catalog import fetch_hf_config
 from grpo_ui.launch.plan import assessment_at_launch
 from grpo_ui.memory.estimate import estimate_spec
@@ -48,7 +48,7 @@ def test_ranks_follow_torchrun_order_and_vllm_gpus_have_none():
 def stored_job(tmp_path, spec) -> Store:
     store = Store(tmp_path / "db.sqlite")
     store.create_job("j", spec.name, spec_to_yaml(spec), "running")
-    store.set_memory_estimate("j", assessment_at_launch(spec)[1])
+    store.set_memory_estimate("j", MemoryAtLaunch(assessment_at_launch(spec)[1]))
     for host in ("g1", "g2"):
         store.add_gpu_samples("j", [parse_smi_line(line, host, 1.0) for line in BUSY])
     step, values = parse_stdout_line(V3_LINE)

@@ -32,6 +32,7 @@ from grpo_ui.jobs.store import Store
 from grpo_ui.jobs.telemetry import Collector
 from grpo_ui.spec.yaml_io import validate_spec
 from tests.hosts import launched
+from tests.wait import wait_for
 
 DATA = Path(__file__).parent / "data"
 STDOUT = (DATA / "captured/swift46_tiny_grpo_stdout.log").read_text()
@@ -331,9 +332,7 @@ def test_parse_documented_smi_csv():
 def collect(channel, items: list, n: int, timeout: float):
     """Run ``channel`` until ``items`` holds ``n`` entries or ``timeout`` seconds pass; returns the stopped channel."""
     channel.start()
-    deadline = time.time() + timeout
-    while len(items) < n and time.time() < deadline:
-        time.sleep(0.2)
+    wait_for(lambda: len(items) >= n, timeout)
     channel.stop()
     return channel
 
@@ -399,8 +398,8 @@ esac
     pool.close()
     assert len(snaps) >= 3 and channel.restarts >= 1
     rows = store.gpu_processes("j")
-    assert len(rows) == 9 and {r["host"] for r in rows} == {h.name}
-    assert [(r["pid"], r["used_mib"]) for r in rows if r["gpu_index"] == 3] == [(41233, 61210.0), (28817, 20480.0)]
+    assert len(rows) == 9 and {r.host for r in rows} == {h.name}
+    assert [(r.pid, r.used_mib) for r in rows if r.gpu_index == 3] == [(41233, 61210.0), (28817, 20480.0)]
     store.set_gpu_processes("j", {"host": h.name, "ts": time.time(), "processes": []})
     assert store.gpu_processes("j") == []
 
@@ -461,12 +460,12 @@ def test_metrics_continue_after_the_logging_path_leaves_the_window(sleeper_job):
     swift_prints(rd, [line.replace("/tmp/tinyruns/out", str(rd / "out")) for line in STDOUT_LINES])
     swift_logs(run, JSONL[:3])
     watcher = Watcher(jobs)
-    assert watcher.poll(job)["new_steps"] == 3
+    assert watcher.poll(job).new_steps == 3
     swift_prints(rd, [f"[INFO:swift] rollout {k}" for k in range(5200)])
-    assert watcher.poll(job)["new_steps"] == 0
+    assert watcher.poll(job).new_steps == 0
     assert not jobs.store.log_lines(job, 0, 1, contains="The logging file will be saved in")  # scrolled out
     swift_logs(run, [at_step(JSONL[2], 4)])
-    assert watcher.poll(job)["new_steps"] == 1
+    assert watcher.poll(job).new_steps == 1
     assert [s for s, _ in jobs.store.metrics(job)["reward"]] == [1, 2, 3, 4]
 
 
@@ -478,9 +477,9 @@ def test_without_log_anchors_the_newest_run_dir_since_launch_is_found(sleeper_jo
     os.utime(old / "logging.jsonl", (time.time() - 86400, time.time() - 86400))  # an earlier run, same output_dir
     swift_prints(rd, [line for line in STDOUT_LINES if "[INFO:swift]" not in line and "{'" not in line])
     watcher = Watcher(jobs)
-    assert watcher.poll(job)["new_steps"] == 0
+    assert watcher.poll(job).new_steps == 0
     swift_logs(rd / "out/v1-20261122-114336", JSONL[:2])
-    assert watcher.poll(job)["new_steps"] == 2
+    assert watcher.poll(job).new_steps == 2
     assert jobs.store.meta(job, "logging_jsonl") == str(rd / "out/v1-20261122-114336/logging.jsonl")
     assert sorted({s for rows in jobs.store.metrics(job).values() for s, _ in rows}) == [1, 2]
 
@@ -491,7 +490,7 @@ def test_without_output_dir_the_run_dir_is_listed_where_ms_swift_puts_it(sleeper
     jobs, job, rd = sleeper_job
     swift_prints(rd, [line for line in STDOUT_LINES if "[INFO:swift]" not in line and "{'" not in line])
     swift_logs(rd / "output/Qwen2.5-0.5B/v0-20261122-114336", JSONL[:2])
-    assert Watcher(jobs).poll(job)["new_steps"] == 2
+    assert Watcher(jobs).poll(job).new_steps == 2
 
 
 def test_stdout_dicts_stand_in_until_logging_jsonl_appears_without_double_counting(sleeper_job):
@@ -500,11 +499,11 @@ def test_stdout_dicts_stand_in_until_logging_jsonl_appears_without_double_counti
     second_step = [k for k, line in enumerate(lines) if "{'loss'" in line][1]
     swift_prints(rd, lines[:second_step + 1])  # steps 1 and 2 printed; no logging.jsonl to read yet
     watcher = Watcher(jobs)
-    assert watcher.poll(job)["new_steps"] == 2
+    assert watcher.poll(job).new_steps == 2
     assert jobs.store.metrics(job)["seconds_per_step"][0] == (1, 0.1622)  # stdout's 4 significant digits
     swift_logs(rd / "out/v0-20261122-114336", JSONL[:3])
     swift_prints(rd, lines[second_step + 1:])
-    assert watcher.poll(job)["new_steps"] == 1  # step 3; steps 1 and 2 are overwritten, not added
+    assert watcher.poll(job).new_steps == 1  # step 3; steps 1 and 2 are overwritten, not added
     m = jobs.store.metrics(job)
     assert [s for s, _ in m["reward"]] == [1, 2, 3]
     assert m["seconds_per_step"][0] == (1, 0.162195)  # logging.jsonl's value replaced stdout's
@@ -533,9 +532,9 @@ def test_the_watcher_records_the_pace_next_to_the_prediction(sleeper_job):
 def test_watcher_alerts_on_stored_gpu_samples_with_the_jobs_settings(sleeper_job):
     jobs, job, _ = sleeper_job
     jobs.store.add_gpu_samples(job, gpu_series(lambda t, g: (t // 20) % 2 == 0, time.time()))
-    alert = next(a for a in Watcher(jobs).poll(job)["alerts"] if a["id"] == "GPU-UNDERUSED")
-    assert "sleep_level 0, offload_model False" in alert["fix"] and "(now 0.9)" in alert["fix"]
-    assert jobs.store.alerts(job)[0]["evidence"] == alert["evidence"]
+    alert = next(a for a in Watcher(jobs).poll(job).alerts if a.id == "GPU-UNDERUSED")
+    assert "sleep_level 0, offload_model False" in alert.fix and "(now 0.9)" in alert.fix
+    assert jobs.store.alerts(job)[0].evidence == alert.evidence
 
 
 def test_the_watcher_judges_the_gpus_from_the_running_window_when_telemetry_keeps_one(sleeper_job):
@@ -552,8 +551,8 @@ def test_the_watcher_judges_the_gpus_from_the_running_window_when_telemetry_keep
         def window(self, job_id):
             return window if job_id == job else None
     jobs.collector = Fed(jobs.store)
-    alert = next(a for a in Watcher(jobs).poll(job)["alerts"] if a["id"] == "GPU-UNDERUSED")
-    assert "8 of 8 GPUs" in alert["explanation"] and not jobs.store.gpu_samples(job)
+    alert = next(a for a in Watcher(jobs).poll(job).alerts if a.id == "GPU-UNDERUSED")
+    assert "8 of 8 GPUs" in alert.explanation and not jobs.store.gpu_samples(job)
 
 
 def test_a_moving_tqdm_bar_without_a_new_line_counts_as_progress(sleeper_job):

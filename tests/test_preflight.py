@@ -9,7 +9,6 @@ import contextlib
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -17,6 +16,7 @@ from grpo_ui.backends.preflight import preflight
 from grpo_ui.backends.remote.ssh import Pool
 from grpo_ui.spec.yaml_io import validate_spec
 from tests.tiny_job import SWIFT_VENV
+from tests.wait import wait_for
 
 GPU0, GPU1 = "GPU-0b7c3a6e-2b4d-4c8e-9f10-1a2b3c4d5e6f", "GPU-5f1c9d2a-7e3b-4f6a-8c1d-2e3f4a5b6c7d"
 SMI = """#!/bin/bash
@@ -63,13 +63,9 @@ def gpu_env(tmp_path):
 
 def wait_until_open(ns: str, addr: str, port: int) -> None:
     """Until a connection to ``addr:port`` from namespace ``ns`` succeeds (the process listening there started)."""
-    deadline = time.monotonic() + 120  # a bound for a broken listener only: a loaded machine starts it slowly
-    while time.monotonic() < deadline:
-        if subprocess.run(["ip", "netns", "exec", ns, "bash", "-c", f"exec 3<>/dev/tcp/{addr}/{port}"],
-                          capture_output=True).returncode == 0:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"nothing listens on {addr}:{port} in {ns}")
+    if not wait_for(lambda: subprocess.run(["ip", "netns", "exec", ns, "bash", "-c", f"exec 3<>/dev/tcp/{addr}/{port}"],
+                                           capture_output=True).returncode == 0, 120, 0.05):
+        raise AssertionError(f"nothing listens on {addr}:{port} in {ns}")
 
 
 @contextlib.contextmanager

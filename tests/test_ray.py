@@ -145,11 +145,11 @@ def test_started_cluster_runs_grpo_on_two_nodes_shows_no_secret_and_is_ended(net
     assert SECRET not in shown and "HF_TOKEN" not in shown
     assert "ray_driver.py" in shown and "OMP_NUM_THREADS" in shown  # the entrypoint and the job's own env are there
     watcher = Watcher(jobs)
-    assert wait_for(lambda: watcher.poll(job_id)["state"] in ("succeeded", "failed", "stopped"), 400)
+    assert wait_for(lambda: watcher.poll(job_id).state in ("succeeded", "failed", "stopped"), 400)
     job = jobs.store.job(job_id)
-    assert job["state"] == "succeeded", job["error"]
+    assert job.state == "succeeded", job.error
     assert sorted({s for rows in jobs.store.metrics(job_id).values() for s, _ in rows}) == [1, 2, 3]
-    assert [j["state"] for j in jobs.store.jobs() if j["id"] == job_id] == ["succeeded"]  # what History lists
+    assert [j.state for j in jobs.store.jobs() if j.id == job_id] == ["succeeded"]  # what History lists
     assert not any(SECRET in line for _, line, _ in jobs.store.log_lines(job_id, 0, 10000))
     assert not job_pids(job_id, jobs.store), "processes of the launch (job or Ray) left"
     assert not (tmp_path / "runs/ray-start/node_0.secrets.env").exists()
@@ -166,7 +166,7 @@ def test_rollback_when_ray_cannot_start_on_a_node_leaves_nothing(net, jobs, tmp_
     with pytest.raises(LaunchError) as e:
         jobs.launch(jobs.plan(spec, "ray-rollback"), {"HF_TOKEN": SECRET})
     assert hosts[1].name in str(e.value) and "nothing left running" in str(e.value)
-    assert jobs.store.job("ray-rollback")["state"] == "failed"
+    assert jobs.store.job("ray-rollback").state == "failed"
     assert not job_pids("ray-rollback", jobs.store)
     assert not list((tmp_path / "runs/ray-rollback").glob("*.secrets.env"))
 
@@ -193,7 +193,7 @@ def test_existing_cluster_waiting_for_resources_then_stop_leaves_nothing(cluster
     spec = ray_spec(hosts, tmp_path, max_steps=400, address=address)
     first = jobs.launch(jobs.plan(spec, "ray-first"), {"HF_TOKEN": SECRET}, preflight=True)
     watcher = Watcher(jobs)
-    assert wait_for(lambda: watcher.poll(first)["new_steps"] or jobs.store.metrics(first), 300), \
+    assert wait_for(lambda: watcher.poll(first).new_steps or jobs.store.metrics(first), 300), \
         jobs.store.job(first)
     second = jobs.launch(jobs.plan(spec, "ray-second"), {"HF_TOKEN": SECRET})
     assert wait_for(lambda: jobs.refresh(second) == "starting" and "needs GPU" in (
@@ -204,7 +204,7 @@ def test_existing_cluster_waiting_for_resources_then_stop_leaves_nothing(cluster
     for job_id in (second, first):
         outcome = jobs.stop(job_id)
         assert all(what.startswith(("gone", "stopped", "killed", "ended")) for what in outcome.values()), outcome
-        assert jobs.store.job(job_id)["state"] == "stopped"
+        assert jobs.store.job(job_id).state == "stopped"
         assert not job_pids(job_id, jobs.store)
         assert JobsApi(address).status(jobs.handle(job_id).submission)["status"] == "STOPPED"
     assert not list((tmp_path / "runs/ray-second").glob("*.secrets.env"))
@@ -225,17 +225,17 @@ def test_existing_cluster_restarted_app_reattaches_then_a_killed_node_is_named_f
         watcher = Watcher(again)
         assert job_id in watcher.reattach()
         assert again.handle(job_id).submission == submission
-        assert wait_for(lambda: watcher.poll(job_id)["new_steps"] or again.store.metrics(job_id), 300), \
+        assert wait_for(lambda: watcher.poll(job_id).new_steps or again.store.metrics(job_id), 300), \
             again.store.job(job_id)
-        assert again.store.job(job_id)["state"] == "running"
+        assert again.store.job(job_id).state == "running"
         workers = [p for p in job_pids(job_id, again.store)
                    if f"{job_id}/trainer1".encode() in Path(f"/proc/{p}/environ").read_bytes()
                    and b"rlhf.py" in Path(f"/proc/{p}/cmdline").read_bytes()]
         assert workers, "rank 1's training process not found"
         for pid in workers:
             os.kill(pid, 9)
-        assert wait_for(lambda: watcher.poll(job_id)["state"] == "failed", 180), again.store.job(job_id)
-        error = again.store.job(job_id)["error"]
+        assert wait_for(lambda: watcher.poll(job_id).state == "failed", 180), again.store.job(job_id)
+        error = again.store.job(job_id).error
         assert error.startswith(f"node 1 ({hosts[1].name}, rank 1) failed first"), error
         assert wait_for(lambda: not job_pids(job_id, again.store), 60)
         assert JobsApi(address).status(submission)["status"] in ("FAILED", "STOPPED")
@@ -388,9 +388,9 @@ def test_ms_swift_ray_mode_on_an_existing_cluster_runs_as_rendered_with_its_secr
     handle = jobs.handle(job_id)
     assert isinstance(handle, RayHandle) and handle.driver and handle.worker_secrets
     watcher = Watcher(jobs)
-    assert wait_for(lambda: watcher.poll(job_id)["new_steps"] and jobs.store.completions(job_id), 300), \
+    assert wait_for(lambda: watcher.poll(job_id).new_steps and jobs.store.completions(job_id), 300), \
         (jobs.store.job(job_id), jobs.store.log_lines(job_id, DRIVER, 40))
-    assert jobs.store.job(job_id)["state"] == "running"
+    assert jobs.store.job(job_id).state == "running"
 
     # what Ray ran: the rendered entrypoint, which ran `megatron rlhf --use_ray true --config <the rendered YAML>`
     details = JobsApi(address).status(handle.submission)
@@ -430,7 +430,7 @@ def test_ms_swift_ray_mode_on_an_existing_cluster_runs_as_rendered_with_its_secr
     for job in (second, job_id):
         outcome = jobs.stop(job)
         assert all(what.startswith(("gone", "stopped", "killed", "ended")) for what in outcome.values()), outcome
-        assert jobs.store.job(job)["state"] == "stopped"
+        assert jobs.store.job(job).state == "stopped"
         assert JobsApi(address).status(jobs.handle(job).submission)["status"] == "STOPPED"
         assert not job_pids(job, jobs.store)
         assert not list((tmp_path / "runs" / job).glob("*.secrets.env"))
@@ -453,9 +453,9 @@ def test_ms_swift_ray_mode_on_a_started_cluster_runs_where_the_job_works_and_kee
     handle = jobs.handle(job_id)
     assert handle.mode == "start" and handle.driver
     watcher = Watcher(jobs)
-    assert wait_for(lambda: watcher.poll(job_id)["state"] in ("succeeded", "failed", "stopped"), 400)
+    assert wait_for(lambda: watcher.poll(job_id).state in ("succeeded", "failed", "stopped"), 400)
     job = jobs.store.job(job_id)
-    assert job["state"] == "succeeded", (job["error"], jobs.store.log_lines(job_id, DRIVER, 40))
+    assert job.state == "succeeded", (job.error, jobs.store.log_lines(job_id, DRIVER, 40))
     watcher.poll(job_id)  # the ended job's last pass (the cluster is gone by now)
     record = json.loads((tmp_path / "runs/ray-megatron-start/standin.json").read_text())
     assert {w["cwd"] for w in record["workers"]} == {str(workdir)} == {record["cwd"]}

@@ -270,3 +270,21 @@ def test_one_group_port_for_two_servers_is_an_error_as_in_ms_swift():
     one = ports_findings([6000])
     assert one and one[0].fields == ("rollout.vllm_server_group_port",)
     assert not ports_findings([6000, 6001])
+
+
+def test_each_rule_cites_a_line_of_ms_swift_46_that_exists(swift_python):
+    """A rule's source is a file and line of ms-swift 4.6.0 (the venv the suite's oracle uses), a field report, an
+    issue or grpo-ui's own launch/import: never a section of a document that is not in the repository."""
+    import re
+    import subprocess
+    where = subprocess.run([str(swift_python), "-c", "import importlib.util; print(importlib.util.find_spec('swift')"
+                            ".submodule_search_locations[0])"], capture_output=True, text=True, check=True).stdout
+    package = Path(where.strip()).parent
+    assert "__version__ = '4.6.0'" in (package / "swift/version.py").read_text()
+    cited = [(rule, path, int(line)) for rule, (_, source) in RULES.items()
+             for path, line in re.findall(r"(swift/[\w/]+\.py):(\d+)", source)]
+    assert len(cited) > 30
+    for rule, path, line in cited:
+        lines = (package / path).read_text().splitlines()
+        assert line <= len(lines) and lines[line - 1].strip(), (rule, path, line)
+    assert not [rule for rule, (_, source) in RULES.items() if re.search(r"§|\b[VR]\d+\b|reference", source)]

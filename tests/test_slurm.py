@@ -18,16 +18,17 @@ from grpo_ui.backends.slurm_text import gres_gpus
 from grpo_ui.checks.assess import assess
 from grpo_ui.jobs.follow import Watcher
 from grpo_ui.jobs.memory_loop import comparison
-from grpo_ui.jobs.service import ENDED, HANDLE, STATUS, Jobs, preflight
+from grpo_ui.jobs.service import HANDLE, STATUS, Jobs, preflight
 from grpo_ui.jobs.store import Store
 from grpo_ui.launch.render import render
 from grpo_ui.spec.errors import SpecError
 from grpo_ui.spec.yaml_io import spec_to_yaml, validate_spec
 from tests.hosts import stop_active_jobs
 from tests.slurm import describe
-from tests.test_launcher import SERVER_WORKLOAD, wait_for
+from tests.test_launcher import SERVER_WORKLOAD
 from tests.test_telemetry import nvidia_smi_standin
 from tests.tiny_job import ASSETS, SWIFT_VENV, tiny_spec_data
+from tests.wait import wait_for
 
 ROOT = Path(__file__).parent.parent
 CAPTURED_JSONL = ROOT / "tests/data/captured/swift46_tiny_grpo_logging.jsonl"  # a real ms-swift 4.6 run's
@@ -118,8 +119,8 @@ def jobs(tmp_path):
 def run_to_end(jobs, spec, job_id, secrets=None, timeout=60):
     """Launch the job's plan and follow it until it ends; its node rows (host, state, exit code) and handle."""
     jobs.launch(jobs.plan(spec, job_id), secrets)
-    assert wait_for(lambda: jobs.refresh(job_id) in ENDED, timeout), jobs.store.job(job_id)
-    return [(n["host"], n["state"], n["exit_code"]) for n in jobs.store.nodes(job_id)], jobs.handle(job_id)
+    assert wait_for(lambda: jobs.refresh(job_id).ended, timeout), jobs.store.job(job_id)
+    return [(n.host, n.state, n.exit_code) for n in jobs.store.nodes(job_id)], jobs.handle(job_id)
 
 
 def assert_slurm_ends_every_process(slurm_env, job: str) -> None:
@@ -140,8 +141,8 @@ def test_two_nodes_get_rank_master_gpus_and_secrets_and_the_failed_rank_is_named
         assert f"rank={rank} of=2 master={n1}:{port} host=n{rank + 1} gpus=0 secret=s3cr'et cwd={rd}" in text
     assert "s3cr" not in (rd / "job.sbatch").read_text()
     assert not (rd / "job.secrets.env").exists()  # written 0600, read once by the batch script, then deleted
-    error = jobs.store.job("rec-two")["error"]
-    assert jobs.store.job("rec-two")["state"] == "failed" and nodes[1] == ("n2", "failed", 7)
+    error = jobs.store.job("rec-two").error
+    assert jobs.store.job("rec-two").state == "failed" and nodes[1] == ("n2", "failed", 7)
     # rank 0 finished, or srun --kill-on-bad-exit ended it first, before it wrote its exit code
     assert nodes[0] in (("n1", "succeeded", 0), ("n1", "failed", None))
     assert error.startswith("node 1 (n2, rank 1) failed first: exit code 7; Slurm job ")
@@ -156,7 +157,7 @@ def test_a_task_killed_before_writing_its_exit_code_is_named_from_srun_and_ends_
     # rank 0 was ended by srun --kill-on-bad-exit: had it worked its 1200 s (longer than the test waits, however
     # slowly a loaded machine starts rank 1), it would have written exit code 0
     assert nodes == [("n1", "failed", None), ("n2", "failed", None)]
-    error = jobs.store.job("rec-killed")["error"]
+    error = jobs.store.job("rec-killed").error
     assert error.startswith("node 1 (n2, rank 1) failed first: srun: task 1: Killed; Slurm job "), error
     assert_slurm_ends_every_process(slurm_env, handle.job)
 
@@ -167,7 +168,7 @@ def test_rollout_servers_are_a_heterogeneous_component_the_trainer_finds_and_wai
                          rollout={"use_vllm": True, "vllm_mode": "server", "vllm_server_timeout": 30})
     (trainer, roll), handle = run_to_end(jobs, spec, "rec-het", timeout=90)
     rd = tmp_path / "runs/rec-het"
-    assert jobs.store.job("rec-het")["state"] == "succeeded", (rd / f"slurm-{handle.job}.out").read_text()
+    assert jobs.store.job("rec-het").state == "succeeded", (rd / f"slurm-{handle.job}.out").read_text()
     assert (trainer[1], roll[1]) == ("succeeded", "stopped") and {trainer[0], roll[0]} == {"n1", "n2"}
     addr = slurm_env.hosts[int(roll[0][1:]) - 1].addr  # n1 runs on hosts[0], n2 on hosts[1]
     assert f"--vllm_server_host {addr} --vllm_server_port 18111" in (rd / "seen.0").read_text()
@@ -183,7 +184,7 @@ def test_queued_jobs_show_reason_and_position_and_stop_while_queued(slurm_env, e
     assert [(w["reason"], w["queue_position"]) for w in words] == [("JobHeldUser", 1), ("JobHeldUser", 2)]
     assert "PENDING (JobHeldUser)" in words[0]["detail"]
     assert jobs.stop(first) == {f"Slurm job {jobs.handle(first).job}": "stopped"}
-    assert jobs.store.job(first)["state"] == "stopped"
+    assert jobs.store.job(first).state == "stopped"
     assert json.loads(jobs.store.meta(second, STATUS))["queue_position"] == 2
     jobs.refresh(second)
     assert json.loads(jobs.store.meta(second, STATUS))["queue_position"] == 1
@@ -228,7 +229,7 @@ def test_gpu_samples_are_the_allocations_and_metrics_are_found_in_output_dir_wit
         jobs = Jobs(Store(tmp_path / "db.sqlite"), telemetry=True)
         watcher = Watcher(jobs)
         job = jobs.launch(jobs.plan(spec, "slurm-gpus"))
-        assert wait_for(lambda: watcher.poll(job)["state"] == "running" and jobs.store.metrics(job)
+        assert wait_for(lambda: watcher.poll(job).state == "running" and jobs.store.metrics(job)
                         and len(jobs.store.gpu_samples(job)) >= 3, 60), jobs.store.meta(job, STATUS)
         assert {(s["host"], s["gpu_index"]) for s in jobs.store.gpu_samples(job)} == {("s0", 1)}
         (row,) = comparison(jobs.store, job, spec)  # the estimate at launch next to the GPU Slurm gave rank 0
@@ -307,7 +308,7 @@ def test_tiny_grpo_on_two_slurm_nodes_via_the_ssh_login_node_watched_then_stoppe
     store = Store(tmp_path / "db.sqlite")
     assert wait_for(lambda: "step " in cli("status", "slurm-two").stdout and store.metrics("slurm-two"), 240), \
         cli("status", "slurm-two").stdout
-    assert store.job("slurm-two")["state"] == "running"  # metrics read while it runs
+    assert store.job("slurm-two").state == "running"  # metrics read while it runs
     log0 = (tmp_path / "runs/slurm-two/node_0.log").read_text()
     assert f"--nnodes 2 --node_rank 0 --master_addr {slurm_env.hosts[0].addr}" in log0
     job = json.loads(store.meta("slurm-two", "backend_handle"))["job"]

@@ -3,13 +3,13 @@ pooling (one connection per host, also under concurrent requests)."""
 
 import subprocess
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import paramiko
 import pytest
 
 from grpo_ui.backends.remote.ssh import ChangedHostKey, Pool, SshError, UnknownHostKey, resolve, trust_host_key
+from tests.wait import wait_for
 
 
 def test_connects_through_ssh_config_and_runs(ssh_env):
@@ -78,7 +78,7 @@ def test_proxy_jump_user_host_port_and_chains_reach_hosts_that_refuse_direct_log
     # h0 carries both first hops; j is j-via's target and t-via's second hop
     assert (ssh_env.connections(h0, 2222), ssh_env.connections(j), ssh_env.connections(t)) == (2, 2, 1)
     pool.close()
-    assert wait(lambda: ssh_env.connections(h0, 2222) + ssh_env.connections(j) + ssh_env.connections(t) == 0)
+    assert wait_for(lambda: ssh_env.connections(h0, 2222) + ssh_env.connections(j) + ssh_env.connections(t) == 0)
 
 
 def test_proxy_jump_errors_name_the_host(ssh_env):
@@ -90,7 +90,7 @@ def test_proxy_jump_errors_name_the_host(ssh_env):
         Pool().get("bad-hop")
     with pytest.raises(SshError, match=f"dead-end: jump host {h.name} cannot reach 10.{ssh_env.subnet}.0.247:22"):
         Pool().get("dead-end")
-    assert wait(lambda: ssh_env.connections(h) == 0)  # the hop of the failed attempt was closed too
+    assert wait_for(lambda: ssh_env.connections(h) == 0)  # the hop of the failed attempt was closed too
 
 
 def test_threads_asking_for_one_host_at_once_share_one_connection(ssh_env):
@@ -105,10 +105,3 @@ def test_threads_asking_for_one_host_at_once_share_one_connection(ssh_env):
     assert len({id(c) for c in conns}) == 1
     assert ssh_env.connections(h) == 1
     pool.close()
-
-
-def wait(fn, timeout=10.0):
-    end = time.time() + timeout
-    while not fn() and time.time() < end:
-        time.sleep(0.1)
-    return fn()

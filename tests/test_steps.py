@@ -15,7 +15,7 @@ from grpo_ui.checks.steps import job_steps, step_of, steps
 from grpo_ui.core.findings import finding
 from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.presets import presets
-from tests.test_defects import open_app
+from tests.pages import open_app
 
 FIRST = next(iter(presets().values()))
 NO_GPU = with_changes(FIRST, {"cluster.nodes[0].gpu_model": None})

@@ -17,7 +17,8 @@ from grpo_ui.doctor.snapshot import Snapshot
 from grpo_ui.jobs.service import Jobs
 from grpo_ui.jobs.store import Store
 from grpo_ui.spec.yaml_io import validate_spec
-from tests.test_launcher import launch, wait_for
+from tests.test_launcher import launch
+from tests.wait import wait_for
 
 DATA = Path(__file__).parent / "data" / "nvidia-smi"
 UUIDS, APPS = ((DATA / f).read_text().splitlines() for f in ("gpu_uuid.csv", "compute_apps.csv"))
@@ -98,7 +99,7 @@ def test_the_service_samples_a_running_jobs_gpus_on_its_node_and_ends_that_with_
         assert jobs.collector.following(job) == [0]
         assert wait_for(lambda: len(jobs.store.gpu_samples(job)) >= 6 and jobs.store.gpu_processes(job), 120)
         assert {(s["host"], s["gpu_index"]) for s in jobs.store.gpu_samples(job)} == {(h.name, 1), (h.name, 3)}
-        assert sorted({p["gpu_index"] for p in jobs.store.gpu_processes(job)}) == [1, 3]
+        assert sorted({p.gpu_index for p in jobs.store.gpu_processes(job)}) == [1, 3]
         held = {(r["host"], r["gpu_index"], r["ts"]) for r in jobs.collector.window(job).recent(time.time(), 300)}
         stored = {(r["host"], r["gpu_index"], r["ts"]) for r in jobs.store.gpu_samples(job)}
         assert held and held <= stored  # each sample stored also lands in the job's running window

@@ -15,15 +15,15 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from grpo_ui.doctor.pace import seconds_text
-from grpo_ui.jobs.store import Store
+from grpo_ui.jobs.store import Store, TimeAtLaunch, Unavailable
 from grpo_ui.jobs.time_loop import comparison, export_rows, record_pace, summary
 from grpo_ui.spec.yaml_io import spec_to_yaml, validate_spec
 from tests.test_pace import logged
 
 ROOT = Path(__file__).parent.parent
 PUBLISHED = [json.loads(line) for line in (ROOT / "tests/data/time_measurements.jsonl").read_text().splitlines()]
-PREDICTION = {"step_s": 3.2, "phases_s": {"rollout": 2.1, "train": 1.1}, "steps": 5, "total_h": 0.0047,
-              "gpu_hours": 0.0375, "cost": None, "range": [2.4, 4.3], "assumptions": ["colocated vLLM"]}
+PREDICTION = TimeAtLaunch({"step_s": 3.2, "phases_s": {"rollout": 2.1, "train": 1.1}, "steps": 5, "total_h": 0.0047,
+                           "gpu_hours": 0.0375, "cost": None, "range": [2.4, 4.3], "assumptions": ["colocated vLLM"]})
 
 
 def job_spec(**train):
@@ -36,7 +36,7 @@ def job_spec(**train):
                                                 {"host": "g2", "gpus": [0, 1, 2, 3], "gpu_model": "H100 80GB"}]}})
 
 
-def stored_job(path: Path, spec, estimate: dict | None, state: str = "succeeded", upto: int = 5) -> Store:
+def stored_job(path: Path, spec, estimate: TimeAtLaunch | Unavailable | None, state: str = "succeeded", upto: int = 5) -> Store:
     store = Store(path)
     store.create_job("j", spec.name, spec_to_yaml(spec), state)
     store.set_job("j", started=1000.0)
@@ -55,8 +55,8 @@ def test_the_prediction_is_kept_with_the_job(tmp_path):
     assert store.time_estimate("j") is None
     store.set_time_estimate("j", PREDICTION)
     assert store.time_estimate("j") == PREDICTION
-    store.set_time_estimate("j", {"error": "no speed facts for this GPU"})
-    assert store.time_estimate("j") == {"error": "no speed facts for this GPU"}
+    store.set_time_estimate("j", Unavailable("no speed facts for this GPU"))
+    assert store.time_estimate("j") == Unavailable("no speed facts for this GPU")
 
 
 def test_measured_next_to_the_prediction(tmp_path):
@@ -65,34 +65,34 @@ def test_measured_next_to_the_prediction(tmp_path):
     assert store.time_measured("j") == measured
     assert measured["startup_s"] == pytest.approx(44.1) and measured["logged_intervals"] == 4
     c = comparison(store, "j")
-    assert c["no_prediction"] is None and c["no_pace"] is None
-    assert c["ratio"] == pytest.approx(measured["median_s"] / 3.2)
-    assert c["measured_total_s"] == pytest.approx(5 * 4.088366) and c["predicted_total_s"] == pytest.approx(16.92)
+    assert c.no_prediction is None and c.no_pace is None
+    assert c.ratio == pytest.approx(measured["median_s"] / 3.2)
+    assert c.measured_total_s == pytest.approx(5 * 4.088366) and c.predicted_total_s == pytest.approx(16.92)
     s = summary(store, "j", job_spec())
-    assert (s["median"], s["predicted"], s["ratio"]) == ("4.1 s", "3.2 s", f"{measured['median_s'] / 3.2:.2f}×")
-    assert "Predicted at launch: 3.2 s per step (range 2.4 s–4.3 s)." in s["lines"]
-    assert "Training time: 20 s measured, 17 s predicted." in s["lines"]
-    assert "Completions average 10 of 16 tokens, 0% cut at the cap." in s["lines"]
-    assert "Rollout share unknown: no whole vLLM sleep/wake cycle in the log of rank 0's node." in s["lines"]
+    assert (s.median, s.predicted, s.ratio) == ("4.1 s", "3.2 s", f"{measured['median_s'] / 3.2:.2f}×")
+    assert "Predicted at launch: 3.2 s per step (range 2.4 s–4.3 s)." in s.lines
+    assert "Training time: 20 s measured, 17 s predicted." in s.lines
+    assert "Completions average 10 of 16 tokens, 0% cut at the cap." in s.lines
+    assert "Rollout share unknown: no whole vLLM sleep/wake cycle in the log of rank 0's node." in s.lines
 
 
 @pytest.mark.parametrize("estimate,reason", [
-    ({"error": "the node's GPU has no speed facts (CPU)"}, "No prediction: the node's GPU has no speed facts (CPU)."),
+    (Unavailable("the node's GPU has no speed facts (CPU)"), "No prediction: the node's GPU has no speed facts (CPU)."),
     (None, "No prediction was stored with this job (it was launched before grpo-ui predicted step times).")])
 def test_without_a_prediction_the_reason_is_shown(tmp_path, estimate, reason):
     store = stored_job(tmp_path / "db.sqlite", job_spec(), estimate)
     s = summary(store, "j", job_spec())
-    assert reason in s["lines"] and (s["predicted"], s["ratio"]) == ("—", "—") and s["median"] == "4.1 s"
+    assert reason in s.lines and (s.predicted, s.ratio) == ("—", "—") and s.median == "4.1 s"
 
 
 def test_a_running_job_gets_an_eta_and_one_step_is_not_a_pace_yet(tmp_path):
     store = stored_job(tmp_path / "db.sqlite", job_spec(), PREDICTION, state="running", upto=3)
     measured = record_pace(store, "j", job_spec())
     assert measured["finish_at"] == pytest.approx(1040.0 + 4.1 * 3 + 2 * measured["recent_s"])
-    assert comparison(store, "j")["measured_total_s"] == pytest.approx(measured["train_s"] + measured["eta_s"])
+    assert comparison(store, "j").measured_total_s == pytest.approx(measured["train_s"] + measured["eta_s"])
     first_only = stored_job(tmp_path / "one.sqlite", job_spec(), PREDICTION, state="running", upto=1)
     s = summary(first_only, "j", job_spec())
-    assert s["median"] == "—" and s["lines"][0].startswith("Only the first step is logged (warm-up")
+    assert s.median == "—" and s.lines[0].startswith("Only the first step is logged (warm-up")
 
 
 def test_exported_rows_follow_the_published_schema(tmp_path):
@@ -143,7 +143,7 @@ def test_exported_rows_load_and_refit_the_constants(tmp_path, monkeypatch):
                           capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr
     assert f"+ 1 of yours ({mine})" in done.stdout
-    for label in ("MFU", "TYPICAL_TOKENS", "fit", "held out (seen)", "fresh", "your rows", "range"):
+    for label in ("BANDWIDTH_EFFICIENCY", "TYPICAL_TOKENS", "fit", "held out (seen)", "fresh", "your rows", "range"):
         assert label in done.stdout
     unreadable = subprocess.run([sys.executable, "bench/time_calibration.py", "--fit", "--rows", str(tmp_path / "no")],
                                 capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -213,7 +213,7 @@ def test_monitor_and_history_show_measured_beside_predicted(tmp_path, pages):
 
 
 def test_monitor_says_why_there_is_no_prediction(tmp_path, pages):
-    store = stored_job(tmp_path / "db.sqlite", job_spec(), {"error": "the node's GPU has no speed facts (CPU)"})
+    store = stored_job(tmp_path / "db.sqlite", job_spec(), Unavailable("the node's GPU has no speed facts (CPU)"))
     store.set_meta("j", "drained", "1")
     monitor = pages("monitor")
     assert step_time(monitor)["predicted s/step"] == "—"

@@ -10,11 +10,22 @@ import json
 import math
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from bench.time_calibration import FITTED, RowsError, evaluate_all, fit, length_prior, load, ranges
+from bench.time_calibration import (
+    FITTED,
+    RowsError,
+    evaluate_all,
+    fit,
+    fit_set,
+    inexpressible,
+    length_prior,
+    load,
+    ranges,
+)
 from grpo_ui.knowledge.catalog import find_model
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.paths import with_changes
@@ -58,7 +69,7 @@ def test_each_phase_of_a_colocated_round_worked_by_hand():
     8 generations, completions of 512 tokens on average (cap 1024), prompts of 256, a reference model, sleep level 1."""
     r = predict_spec(job())
     got = per_round(r)
-    mfu_peak, bw = PEAK * eff.MFU, HBM * eff.BANDWIDTH_EFFICIENCY
+    infer_peak, train_peak, bw = PEAK * eff.INFERENCE_MFU, PEAK * eff.TRANSFORMERS_MFU, HBM * eff.BANDWIDTH_EFFICIENCY
     weights = P * 2
     # rollout: 4 × 8 × 4 = 128 completions on 8 engines = 16 each. KV budget 0.5 × 79.65 GiB − weights − 0.5 GiB holds
     # hundreds of 768-token sequences, max_num_seqs = 4 × 1 × 4 = 16: one wave of 16. The longest of 16 completions
@@ -67,23 +78,24 @@ def test_each_phase_of_a_colocated_round_worked_by_hand():
     # fixed cost per step. Prefix caching computes each of the 2 prompts once for its 8 completions; chunked prefill
     # puts that compute into the idle compute of the 1024 memory-bound steps, so nothing is left to add.
     read = weights + 8 * 512 * KV_TOKEN
-    compute = 8 * (2 * MATMUL + 4 * 28 * 512 * 3584) / mfu_peak
+    compute = 8 * (2 * MATMUL + 4 * 28 * 512 * 3584) / infer_peak
     step = max(read / bw, compute) + eff.DECODE_STEP_S
-    prefill = 2 * 256 * (2 * MATMUL + 4 * 28 * 128 * 3584) / mfu_peak
+    prefill = 2 * 256 * (2 * MATMUL + 4 * 28 * 128 * 3584) / infer_peak
     assert prefill < 1024 * (read / bw - compute)
     assert got["rollout"] == pytest.approx(1024 * step, rel=1e-3)
     assert r.details["waves"] == 1 and r.details["longest_completion"] == 1024
     # log-probs: 4 micro-batches of 4 sequences per rank, padded to the longest of 4 (512 · H4 = 1069 → 1024): 1280
-    # tokens, a forward each (2 · MATMUL + attention over 640 on average), plus ZeRO-3's gather of the weights.
+    # tokens, a forward each (2 · MATMUL + attention over 640 on average) at transformers' training efficiency, plus
+    # ZeRO-3's gather of the weights.
     gather = weights * 7 / 8 / NVLINK_ONE_WAY
     tokens = 4 * 1280
-    forward = tokens * (2 * MATMUL + 4 * 28 * 640 * 3584) / mfu_peak
+    forward = tokens * (2 * MATMUL + 4 * 28 * 640 * 3584) / train_peak
     assert got["old_logprobs"] == pytest.approx(4 * (forward + gather), rel=1e-3)
     assert got["ref_logprobs"] == pytest.approx(got["old_logprobs"], rel=1e-9)  # the reference: the same model
     # training: per micro-step forward + backward (×2) + recomputation = 4 passes of 2 · MATMUL, attention 4 times;
     # ZeRO-3 adds two gathers and a reduce-scatter of the 16-bit gradients (no prefetch: not hidden). Four optimizer
     # steps per round, AdamW on 1/8 of the parameters at 28 B each.
-    micro = tokens * (8 * MATMUL + 4 * 4 * 28 * 640 * 3584) / mfu_peak + 3 * gather
+    micro = tokens * (8 * MATMUL + 4 * 4 * 28 * 640 * 3584) / train_peak + 3 * gather
     adam = P / 8 * 28 / bw
     assert got["train"] == pytest.approx(4 * micro + 4 * adam, rel=1e-3)
     # weight sync (ms-swift's colocated path): gather, then vLLM's load_weights copies the bytes (read and write) and
@@ -104,8 +116,9 @@ def test_generate_without_vllm_worked_by_hand():
     weights, bw = P * 2, HBM * eff.BANDWIDTH_EFFICIENCY
     longest = 1024  # 512 · H16 capped
     read = weights + 16 * (256 + longest / 2) * KV_TOKEN
-    step = max(read / bw, 16 * (2 * MATMUL + 4 * 28 * 768 * 3584) / (PEAK * eff.MFU)) + 28 * 34 * eff.GENERATE_KERNEL_S
-    prefill = 16 * 256 * (2 * MATMUL + 4 * 28 * 128 * 3584) / (PEAK * eff.MFU)
+    step = max(read / bw, 16 * (2 * MATMUL + 4 * 28 * 768 * 3584) / (PEAK * eff.INFERENCE_MFU)) + (
+        28 * 34 * eff.GENERATE_KERNEL_S)
+    prefill = 16 * 256 * (2 * MATMUL + 4 * 28 * 128 * 3584) / (PEAK * eff.INFERENCE_MFU)
     gather = weights * 7 / 8 / NVLINK_ONE_WAY
     assert per_round(r)["rollout"] == pytest.approx(gather + prefill + longest * step, rel=1e-3)
     assert per_round(r)["weight_sync"] == 0 and per_round(r)["sleep_wake"] == 0
@@ -284,25 +297,46 @@ def test_a_gpu_without_speed_facts_gets_no_number_and_says_why():
 CALIBRATION = load()
 
 
-FIT_ROWS = [row for row in CALIBRATION if row["split"] == "fit"]
+FIT_ROWS = fit_set(CALIBRATION)
 
 
-def test_the_fresh_rows_are_as_frozen():
-    """The fresh rows were committed before the model was changed or run on them; they stay byte-for-byte as the
-    data README's sha256 says (its 'Fresh rows' section), so the out-of-sample figure cannot drift."""
+def test_the_fit_set_leaves_out_by_shape_what_ms_swift_cannot_run():
+    """A row ms-swift cannot express (PPO's critic, an asynchronous rollout on Megatron-Core, verl's fully
+    asynchronous mode) stays in its split but fits nothing; the decision reads the row's configuration, so a one-step-
+    off row on the DeepSpeed/FSDP path (ms-swift's async_generate in server mode) and every on-policy row stay in."""
+    left_out = {row["id"]: inexpressible(row) for row in CALIBRATION if inexpressible(row)}
+    assert all(row["algorithm"] == "ppo" or row["config"]["async_generation"] for row in CALIBRATION
+               if row["id"] in left_out)
+    assert {row["id"] for row in CALIBRATION if row["algorithm"] == "ppo"} <= set(left_out)
+    assert "verl-osop-7b-dapo-onestepoff-fsdp2-4+12xh20" not in left_out
+    assert "verl-fa-7b-dapo-fullyasync-16-16xh20" in left_out
+    assert {"nemo-v05-h100-llama31-8b-1off", "nemo-v05-h100-qwen3-32b-1off"} <= set(left_out)
+    assert [r["id"] for r in FIT_ROWS] == [r["id"] for r in CALIBRATION
+                                           if r["split"] == "fit" and r["id"] not in left_out]
+    assert "Megatron-Core" in left_out["nemo-v05-h100-llama31-8b-1off"]
+
+
+@pytest.mark.parametrize("split,count", [("fresh", 16), ("fresh2", 12), ("fresh3", 3)])
+def test_the_fresh_rows_are_as_frozen(split, count):
+    """Each round's fresh rows were committed before the model was changed or run on them; they stay byte-for-byte as
+    the data README's sha256 says (its 'Fresh rows' sections: the split's lines in file order, each ending in a
+    newline), so the out-of-sample figures cannot drift."""
     lines = [line for line in (ROOT / "tests/data/time_measurements.jsonl").read_text().splitlines()
-             if line.strip() and json.loads(line)["split"] == "fresh"]
+             if line.strip() and json.loads(line)["split"] == split]
     digest = hashlib.sha256(("\n".join(lines) + "\n").encode()).hexdigest()
-    assert len(lines) == 16 and digest in (ROOT / "tests/data/time_measurements.README.md").read_text()
+    assert len(lines) == count and digest in (ROOT / "tests/data/time_measurements.README.md").read_text()
 
 
-def test_the_second_fresh_rows_are_as_frozen():
-    """Round 2's fresh rows (split 'fresh2') were committed before the model's round 2; they stay byte-for-byte as the
-    data README's 'Fresh rows, round 2' section says."""
-    lines = [line for line in (ROOT / "tests/data/time_measurements.jsonl").read_text().splitlines()
-             if line.strip() and json.loads(line)["split"] == "fresh2"]
-    digest = hashlib.sha256(("\n".join(lines) + "\n").encode()).hexdigest()
-    assert len(lines) == 12 and digest in (ROOT / "tests/data/time_measurements.README.md").read_text()
+def test_the_engine_rows_are_as_frozen_and_split_by_the_memory_rows_rule():
+    """tests/data/engine_measurements.jsonl stays byte-for-byte as its README says, and each row's split is the one
+    the memory rows' rule gives its source (bench/calibration.held_out), decided before any constant was set."""
+    from bench.calibration import held_out
+    path = ROOT / "tests/data/engine_measurements.jsonl"
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert digest in (ROOT / "tests/data/engine_measurements.README.md").read_text()
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    assert [r["split"] for r in rows] == ["held_out" if held_out(r) else "fit" for r in rows]
+    assert {r["engine"] for r in rows} == {"deepspeed", "megatron"}
 
 
 def test_a_row_file_that_cannot_be_read_names_the_file_and_the_line(tmp_path):
@@ -339,6 +373,30 @@ def test_the_efficiencies_are_the_fit_rows_best(monkeypatch):
     frozen = {**{name: getattr(eff, name) for name in FITTED}, "FILL": lengths.FILL,
               "TYPICAL_TOKENS": lengths.TYPICAL_TOKENS}
     assert fit(CALIBRATION) == frozen
+
+
+def test_the_training_efficiencies_are_what_the_engine_fit_rows_give():
+    """efficiency's per-engine training constants are the medians bench/engine_calibration.derive finds on the fit
+    rows of tests/data/engine_measurements.jsonl and megatron_measurements.jsonl (each row's value that reproduces its
+    s/it); the inference engines' share is transformers' (the same dense GEMMs)."""
+    from bench.engine_calibration import derive
+    values, per_row = derive()
+    assert values == {name: getattr(eff, name) for name in values}
+    assert all(per_row[name] for name in values)  # every constant rests on at least one fit row
+    assert eff.INFERENCE_MFU == eff.TRANSFORMERS_MFU
+
+
+def test_zero3_hides_its_gathers_only_when_it_prefetches():
+    """ms-swift's GRPO zeroes ZeRO-3's prefetch bucket, so a micro-step's gathers and reduce-scatter add to its
+    compute; with a prefetch bucket (swift sft's 'auto') they overlap it: the round is shorter by the smaller of the
+    two on every micro-step."""
+    from grpo_ui.timing.training import micro_step_s, train_s
+    t = time_inputs(job())
+    assert t.mem.stage == 3 and t.mem.zero3_prefetch == 0
+    prefetching = replace(t, mem=replace(t.mem, zero3_prefetch=0.9 * t.mem.arch.hidden_size ** 2))
+    compute, comm = micro_step_s(t)
+    micro = t.steps_per_generation * t.iterations
+    assert train_s(t) - train_s(prefetching) == pytest.approx(micro * min(compute, comm))
 
 
 def test_every_calibration_row_but_an_unmodelled_architecture_is_predicted():
@@ -404,7 +462,7 @@ def test_the_inputs_follow_ms_swift_s_batch():
 def test_the_launch_plan_carries_the_prediction_and_the_store_keeps_it(tmp_path):
     """LaunchPlan.time is the CLI's time object with its assumptions (or why there is none), stored with the job
     for Monitor and History to compare with the measured pace."""
-    from grpo_ui.jobs.store import Store
+    from grpo_ui.jobs.store import Store, TimeAtLaunch
     from grpo_ui.launch.plan import make_plan
 
     spec = job(estimate__dataset_rows=1600)
@@ -412,8 +470,8 @@ def test_the_launch_plan_carries_the_prediction_and_the_store_keeps_it(tmp_path)
     report = predict_spec(spec)
     assert plan.time == {**report.to_dict(), "assumptions": report.assumptions}
     store = Store(tmp_path / "jobs.db")
-    store.set_time_estimate("t-1", plan.time)
-    assert store.time_estimate("t-1") == json.loads(json.dumps(plan.time))
+    store.set_time_estimate("t-1", TimeAtLaunch(plan.time))
+    assert store.time_estimate("t-1") == TimeAtLaunch(json.loads(json.dumps(plan.time)))
     cpu = make_plan(job(cluster__nodes=[{"host": "localhost", "gpus": [0], "gpu_memory_gib": 80.0}]), "t-2")
     assert cpu.time == {"error": "no step time: the trainer nodes' GPU model is not set; choose it "
                                  "(cluster.nodes[0].gpu_model) from the catalogue"}

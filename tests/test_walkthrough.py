@@ -14,7 +14,7 @@ from playwright.sync_api import expect
 
 from tests.browser import choose, click, fill, nav, new_page, open_page, serve, shot
 from tests.hosts import stop_active_jobs
-from tests.test_no_surprises import UNCLOSED
+from tests.test_import_scripts import UNCLOSED
 from tests.tiny_job import ASSETS, CPU_ENV, SWIFT_VENV
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ import time
 import unicodedata
 from collections import deque
 
-from grpo_ui.spec.names import is_loopback
+from grpo_ui.api.specs import is_loopback
 
 FREE_ATTEMPTS = 5  # per browser session before the waits start
 GLOBAL_FREE_ATTEMPTS = 50  # failures of all sessions within WINDOW before everyone waits

@@ -3,31 +3,13 @@ hosts with their GPU inventory; on Slurm the partition, the request and the shar
 
 from __future__ import annotations
 
-import paramiko
 import streamlit as st
 
-from grpo_ui.backends.preflight import HostFacts
-from grpo_ui.backends.preflight.status import ConnectionTest, PreflightRun, connection_of
-from grpo_ui.backends.remote.ssh import Pool, SshError, UnknownHostKey, ssh_config_path, trust_host_key
+from grpo_ui.api.cluster import PreflightRun, connection_of, facts_row, ssh_hosts, trust_host_key
+from grpo_ui.api.specs import form, with_changes
 from grpo_ui.core.findings import SEVERITY_ICON, sort_findings
-from grpo_ui.spec import form
-from grpo_ui.spec.paths import with_changes
 from views import drafts, hosts
-from views.service import jobs
-
-
-@st.cache_resource
-def pool() -> Pool:
-    return Pool()
-
-
-def ssh_hosts() -> dict[str, str]:
-    """The aliases of ~/.ssh/config (no patterns) and the host name each stands for."""
-    path = ssh_config_path()
-    if not path.exists():
-        return {}
-    config = paramiko.SSHConfig.from_path(str(path))
-    return {h: config.lookup(h).get("hostname", h) for h in sorted(config.get_hostnames()) if not set(h) & set("*?!")}
+from views.service import workspace
 
 
 def save_nodes(draft, nodes: list[dict]) -> None:
@@ -37,18 +19,6 @@ def save_nodes(draft, nodes: list[dict]) -> None:
         return
     drafts.forget_form()
     st.rerun()
-
-
-def facts_row(f: HostFacts) -> dict:
-    """A host's preflight facts as the table shows them: "—" for what is not known, "not reached" for its GPUs when
-    preflight could not reach it (not "none", which says it has no GPU)."""
-    gpus = ", ".join(f"{g['gpu_index']}: {g['name']} ({g['mem_used']:.0f}/{g['mem_total']:.0f} MiB)" for g in f.gpus)
-    row = {"host": f.host, "python": f.python, "ms-swift": f.versions.get("ms-swift"), "torch": f.versions.get("torch"),
-           "vllm": f.versions.get("vllm"), "driver": f.driver,
-           "CUDA driver / torch": f"{f.driver_cuda or '—'} / {f.torch_cuda or 'CPU build'}" if f.python else None,
-           "GPUs": gpus or ("none" if f.reachable else "not reached"),
-           "disk free GiB": None if f.disk_free_gib is None else f"{f.disk_free_gib:.0f}"}
-    return {k: "—" if v is None else v for k, v in row.items()} | {"error": f.error or ""}
 
 
 def remove_node(draft, index: int) -> None:
@@ -81,14 +51,9 @@ for i, node in enumerate(spec.cluster.nodes):
         cols[2].write("runs locally, no SSH")
         continue
     if cols[1].button("Test", key=f"test:{i}"):
-        try:
-            res = pool().get(node.host, node.user, node.port, node.identity_file).run("hostname && uptime", 15)
-            hosts.tests()[node.host] = ConnectionTest(True, res.out.strip(), connection_of(node))
-        except UnknownHostKey as e:
-            hosts.tests()[node.host] = ConnectionTest(None, e.fingerprint, connection_of(node))
-            st.session_state.setdefault("host_keys", {})[node.host] = e
-        except SshError as e:
-            hosts.tests()[node.host] = ConnectionTest(False, str(e), connection_of(node))
+        hosts.tests()[node.host], unknown = workspace().check_connection(node)
+        if unknown:
+            st.session_state.setdefault("host_keys", {})[node.host] = unknown
     test = hosts.tests().get(node.host)
     if test is not None and test.node == connection_of(node):
         if test.ok:
@@ -107,7 +72,7 @@ st.subheader("Preflight")
 if st.button("Run preflight on every host", type="primary"):
     with st.status("Preflight…", expanded=True) as box:
         steps: list[str] = []  # progress arrives from one thread per host: collect it, show it here
-        facts, findings = jobs().preflight(spec, lambda host, msg: steps.append(f"{host}: {msg}"))
+        facts, findings = workspace().preflight(spec, lambda host, msg: steps.append(f"{host}: {msg}"))
         for line in steps:
             box.write(line)
         box.update(label="Preflight done", state="error" if any(f.severity == "error" for f in findings)

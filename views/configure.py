@@ -8,24 +8,39 @@ from __future__ import annotations
 
 import streamlit as st
 
-from grpo_ui.checks import rules
-from grpo_ui.checks.assess import Assessment, assess
-from grpo_ui.checks.steps import Step, job_steps
-from grpo_ui.core.findings import SEVERITY_ICON, Finding, by_id, sort_findings
-from grpo_ui.importer import PASTED, ImportRefused, import_uploads
-from grpo_ui.jobs.drafts import Draft
-from grpo_ui.knowledge import catalog, hub
-from grpo_ui.knowledge.catalog import ModelArch, from_hf_config, parse_hf_config
-from grpo_ui.launch.render import Bundle, render
-from grpo_ui.memory.report import ESTIMATE_MARGIN
-from grpo_ui.spec import form
-from grpo_ui.spec.errors import SpecError
-from grpo_ui.spec.fields import GROUPS, ArgDecl, Decl
-from grpo_ui.spec.model import ARGS, JobSpec
-from grpo_ui.spec.paths import with_changes
-from grpo_ui.spec.resolve import resolve
-from grpo_ui.spec.yaml_io import spec_from_yaml, spec_to_yaml
-from grpo_ui.timing.report import duration
+from grpo_ui.api.specs import (
+    ARGS,
+    ESTIMATE_MARGIN,
+    GROUPS,
+    PASTED,
+    ArgDecl,
+    Assessment,
+    Beside,
+    Bundle,
+    Decl,
+    ImportRefused,
+    JobSpec,
+    ModelArch,
+    SpecError,
+    Step,
+    assess,
+    beside_fields,
+    catalog,
+    duration,
+    form,
+    from_hf_config,
+    hub_arch,
+    import_uploads,
+    job_steps,
+    parse_hf_config,
+    render,
+    secrets_moved,
+    spec_from_yaml,
+    spec_to_yaml,
+    with_changes,
+)
+from grpo_ui.api.workspace import Draft
+from grpo_ui.core.findings import SEVERITY_ICON, by_id, sort_findings
 from views import drafts, hosts
 from views.memory_chart import memory_chart
 from views.time_chart import time_chart
@@ -103,12 +118,12 @@ def node_column(decl, base: JobSpec):
     return st.column_config.TextColumn(decl.name, help=help_, required=decl.required, default="")
 
 
-def show_findings(slot, findings: list[Finding], said: set[str], parse_error: str | None = None) -> None:
-    """Findings beside a field: in full beside the first of their fields drawn, a pointer to Checks beside the rest."""
-    lines = ([f"{SEVERITY_ICON['error']} {parse_error}"] if parse_error else []) + [
-        f"{SEVERITY_ICON[f.severity]} **{f.id}**" + (" — see [4. Checks](#checks)" if f.id in said else f": {f.message} — *{f.fix}*")
-        for f in findings]
-    said |= {f.id for f in findings}
+def show_beside(slot, beside: Beside) -> None:
+    """What goes beside a field (grpo_ui.api.specs.beside_fields): why it does not parse, then each finding in full
+    or as a pointer to Checks."""
+    lines = ([f"{SEVERITY_ICON['error']} {beside.parse_error}"] if beside.parse_error else []) + [
+        f"{SEVERITY_ICON[f.severity]} **{f.id}**" + (f": {f.message} — *{f.fix}*" if full else " — see [4. Checks](#checks)")
+        for f, full in beside.findings]
     if lines:
         slot.markdown("\n\n".join(lines))
 
@@ -142,18 +157,6 @@ def assessed(text: str, from_hub: bool, _spec: JobSpec, _arch: ModelArch | None)
     """The spec's one assessment, by its content (its YAML) and whether the hub gave the model's architecture: an
     unchanged spec is not assessed again, in any session of this process."""
     return assess(_spec, _arch)
-
-
-def hub_arch(spec: JobSpec) -> tuple[ModelArch | None, str | None]:
-    """A hub id the catalogue lacks: its architecture from its config.json on the job's hub (ModelScope, or Hugging
-    Face with use_hf; kept on disk, a failure not retried for a minute), or why the hub cannot give it."""
-    eff = resolve(spec)
-    if eff.arch is not None or not spec.train.model:
-        return None, None
-    try:
-        return hub.lookup(spec.train.model, eff.use_hf, timeout=5.0), None
-    except hub.HubError as e:
-        return None, str(e)
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
@@ -304,7 +307,7 @@ def run_import(files: dict[str, bytes], version: str, keep_partial: bool = False
         st.session_state["import_refused"] = None
         st.session_state["import_error"] = str(e)
         return
-    moved = [f for f in rules.validate(imported) if f.id == "ENV-SECRET-MOVED"]
+    moved = secrets_moved(imported)
     st.session_state["import_notes"] = [f.to_dict() for f in [*notes, *moved]]
     st.session_state["import_refused"] = st.session_state["import_error"] = None
     drafts.create(imported.name, imported)
@@ -412,15 +415,8 @@ text = spec_to_yaml(spec)
 arch, hub_error = (None, None) if parse_errors else hub_arch(spec)
 a = None if parse_errors else assessed(text, arch is not None, spec, arch)  # values, findings, memory, time: once
 findings = by_id(sort_findings(a.findings)) if a else []
-said: set[str] = set()
-for path, slot in slots.items():
-    cluster_wide = ("cluster", "slurm", "spec")
-    here = [f for f in findings if any(fp == path or (path == "cluster" and fp.startswith(cluster_wide))
-                                       for fp in f.fields)]
-    show_findings(slot, here, said, parse_errors.get(path) or (
-        "; ".join(f"{p}: {m}" for p, m in parse_errors.items() if p.startswith(("cluster", "slurm")))
-        if path == "cluster"
-        else None))
+for path, beside in beside_fields(a.findings if a else [], list(slots), parse_errors).items():
+    show_beside(slots[path], beside)
 with notice_slot:
     if refused := st.session_state.get("import_refused"):
         import_refused_banner(refused)

@@ -1,16 +1,14 @@
 """Diagnose a log: paste or upload the logs of any run — whole or an excerpt, one per process (trainer nodes,
 rollout servers) — or pick a job's node logs, and see what the doctor finds: the first error, each finding with its
-evidence lines and fix. The same report as `python -m grpo_ui doctor` (grpo_ui.doctor.diagnose.report)."""
+evidence lines and fix. The same report as `python -m grpo_ui doctor` (grpo_ui.api.diagnose)."""
 
 from __future__ import annotations
 
 import streamlit as st
 
+from grpo_ui.api.diagnose import Report, report_of_texts
 from grpo_ui.core.findings import SEVERITY_ICON
-from grpo_ui.doctor.diagnose import Report, report
-from grpo_ui.doctor.logfiles import from_texts
-from grpo_ui.jobs.diagnosis import job_report
-from views.service import store
+from views.service import workspace
 
 PASTE, UPLOAD, JOB = "Paste", "Upload files", "A job's node logs"
 STATE_NOTE = {"unknown": "the logs do not show whether the run is still going (an excerpt)",
@@ -52,15 +50,15 @@ elif source == UPLOAD:
                              accept_multiple_files=True, key="diagnose_files")
     texts = {f.name: f.getvalue() for f in files or []}
 else:
-    jobs = store().jobs()
+    jobs = workspace().all_jobs()
     if not jobs:
         st.info("No jobs yet: the jobs launched from the Launch page are listed here.")
     else:
-        job_id = st.selectbox("Job", [j["id"] for j in jobs], key="diagnose_job",
-                              format_func=lambda i: next(f"{i} — {j['name']} ({j['state']})" for j in jobs
-                                                         if j["id"] == i))
+        job_id = st.selectbox("Job", [j.id for j in jobs], key="diagnose_job",
+                              format_func=lambda i: next(f"{i} — {j.name} ({j.state})" for j in jobs
+                                                         if j.id == i))
 
 if st.button("Diagnose", type="primary", disabled=not texts and job_id is None, key="diagnose_run"):
-    st.session_state["diagnose_report"] = job_report(store(), job_id) if source == JOB else report(from_texts(texts))
+    st.session_state["diagnose_report"] = workspace().report(job_id) if source == JOB else report_of_texts(texts)
 if found := st.session_state.get("diagnose_report"):
     draw(found)

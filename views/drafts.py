@@ -1,16 +1,13 @@
 """The draft this browser tab edits: its id is in the tab's URL (?draft=<id>) and in the tab's session, so two tabs
-work on two drafts and Configure, Cluster and Launch of one tab all use the same one (grpo_ui.jobs.drafts)."""
+work on two drafts and Configure, Cluster and Launch of one tab all use the same one (grpo_ui.api.workspace)."""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from grpo_ui.jobs import drafts
-from grpo_ui.jobs.drafts import Draft
-from grpo_ui.spec.model import JobSpec
-from grpo_ui.spec.presets import presets
-from grpo_ui.spec.yaml_io import spec_to_yaml
-from views.service import store
+from grpo_ui.api.specs import JobSpec, presets
+from grpo_ui.api.workspace import Draft
+from views.service import workspace
 
 FORM_KEYS = ("f:", "nodes", "base_yaml", "saved_yaml", "draft_version")  # the Configure form's state of a draft
 
@@ -30,7 +27,7 @@ def switch_to(draft_id: int) -> None:
 def tab_draft() -> Draft:
     """This tab's draft as stored now (a notice above the page when it had to open another one)."""
     wanted = st.query_params.get("draft") or st.session_state.get("draft_id")
-    draft, notice = drafts.open_draft(store(), int(wanted) if str(wanted).isdigit() else None)
+    draft, notice = workspace().open_draft(int(wanted) if str(wanted).isdigit() else None)
     if notice:
         st.warning(notice)
     if st.session_state.get("draft_id") != draft.id:
@@ -41,25 +38,25 @@ def tab_draft() -> Draft:
 
 def save(draft: Draft, spec: JobSpec) -> bool:
     """Save ``spec`` over ``draft`` (the version this page read); False when another tab saved it first."""
-    return store().save_draft(draft.id, spec_to_yaml(spec), draft.version) is not None
+    return workspace().save_draft(draft, spec)
 
 
 def create(name: str, spec: JobSpec) -> None:
     """A new draft, now this tab's."""
-    switch_to(drafts.new_draft(store(), name, spec).id)
+    switch_to(workspace().new_draft(name, spec).id)
 
 
 def draft_picker(draft: Draft, spec: JobSpec) -> None:
     """Switch, rename, copy or delete this tab's draft; start a new one from a preset (import: below)."""
     st.subheader("Draft")
-    listed = {d["id"]: d["name"] for d in store().drafts()}
+    listed = {d.id: d.name for d in workspace().drafts()}
     st.session_state["draft_pick"] = draft.id
     st.selectbox("Draft", list(listed), key="draft_pick", format_func=lambda i: f"{listed[i]} (#{i})",
                  on_change=lambda: switch_to(st.session_state["draft_pick"]),
                  help="Each browser tab edits the draft named in its address (?draft=…); edits save themselves.")
     name = st.text_input("Name", value=draft.name, key=f"draft_name:{draft.id}").strip()
     if name and name != draft.name:
-        store().rename_draft(draft.id, name)
+        workspace().rename_draft(draft.id, name)
         st.rerun()
     c1, c2 = st.columns(2)
     c1.button("Copy", on_click=create, args=(f"{draft.name} (copy)", spec), width="stretch")
@@ -82,7 +79,7 @@ def override_reason(draft_id: int, label: str, key: str) -> str | None:
 
 
 def delete_draft(draft_id: int) -> None:
-    store().delete_draft(draft_id)
+    workspace().delete_draft(draft_id)
     st.query_params.pop("draft", None)
     st.session_state.pop("draft_id", None)
     forget_form()

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from grpo_ui.backends.preflight.status import ConnectionTest, HostStatus, PreflightRun, cluster_checks, host_status
-from grpo_ui.checks.steps import HostCheck
-from grpo_ui.spec.model import JobSpec
+from grpo_ui.api.cluster import ConnectionTest, HostCheck, HostStatus, PreflightRun, cluster_checks, host_status
+from grpo_ui.api.specs import JobSpec
 
 
 def tests() -> dict[str, ConnectionTest]:

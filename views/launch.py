@@ -7,16 +7,20 @@ import difflib
 
 import streamlit as st
 
-from grpo_ui.checks.rules.credentials import credentials_needed, undeclared
+from grpo_ui.api.jobs import LaunchError, Unavailable, predictions_of
+from grpo_ui.api.specs import (
+    JobSpec,
+    LaunchPlan,
+    SpecError,
+    credentials_needed,
+    default_job_id,
+    duration,
+    spec_to_yaml,
+    undeclared,
+)
 from grpo_ui.core.findings import SEVERITY_ICON, error_list, sort_findings, unique
-from grpo_ui.jobs.service import LaunchError
-from grpo_ui.launch.plan import LaunchPlan, default_job_id
-from grpo_ui.spec.errors import SpecError
-from grpo_ui.spec.model import JobSpec
-from grpo_ui.spec.yaml_io import spec_to_yaml
-from grpo_ui.timing.report import duration
 from views import drafts, runs
-from views.service import jobs
+from views.service import workspace
 from views.yaml_code import yaml_code
 
 
@@ -26,7 +30,7 @@ def plan_for(spec: JobSpec, job_id: str) -> LaunchPlan:
     key = (spec_to_yaml(spec), job_id)
     kept = st.session_state.get("launch_plan")
     if not kept or kept[0] != key:
-        kept = st.session_state["launch_plan"] = (key, jobs().plan(spec, job_id))
+        kept = st.session_state["launch_plan"] = (key, workspace().plan(spec, job_id))
     return kept[1]
 
 
@@ -62,19 +66,21 @@ if outside:
     st.caption(f"{SEVERITY_ICON['info']} Rollout server(s) outside this job, which you start: {', '.join(outside)}. "
                f"The trainers wait {spec.rollout.vllm_server_timeout:.0f} s for each to answer /health/; preflight "
                "checks that it does.")
-for role in plan.estimate.get("roles", []):
-    whose = " (your server's, outside this job)" if role["role"] == "rollout" and outside else ""
-    st.caption(f"Memory estimate kept with the job, {role['role']} GPU{whose}: peak {role['peak_gib']:.1f} GiB in "
-               f"the {role['peak_phase']} phase ({role['verdict']})")
-if "error" in plan.estimate:
-    st.caption(f"No memory estimate: {plan.estimate['error']}")
-if "error" in plan.time:
-    st.caption(f"No step-time prediction: {plan.time['error']}")
+memory, timing = predictions_of(plan)
+if isinstance(memory, Unavailable):
+    st.caption(f"No memory estimate: {memory.why}")
 else:
-    low, high = plan.time["range"]
-    run = (f"; {plan.time['steps']:,} steps, {duration(plan.time['total_h'] * 3600)}, "
-           f"{plan.time['gpu_hours']:,.0f} GPU-hours" if plan.time["steps"] else "")
-    st.caption(f"Step-time prediction kept with the job: {duration(plan.time['step_s'])} per optimizer step (likely "
+    for role in memory.roles:
+        whose = " (your server's, outside this job)" if role.role == "rollout" and outside else ""
+        st.caption(f"Memory estimate kept with the job, {role.role} GPU{whose}: peak {role.peak_gib:.1f} GiB in the "
+                   f"{role.peak_phase} phase ({role.verdict})")
+if isinstance(timing, Unavailable):
+    st.caption(f"No step-time prediction: {timing.why}")
+else:
+    low, high = timing.range
+    run = (f"; {timing.steps:,} steps, {duration(timing.total_h * 3600)}, {timing.gpu_hours:,.0f} GPU-hours"
+           if timing.steps else "")
+    st.caption(f"Step-time prediction kept with the job: {duration(timing.step_s)} per optimizer step (likely "
                f"{duration(low)} – {duration(high)}){run}")
 
 names = sorted(bundle.files)
@@ -111,11 +117,11 @@ if st.button("Launch", type="primary", disabled=held):
     failure, steps = None, []  # progress arrives from one thread per host: collect it, show it here
     with st.status(f"Launching {job_id}…", expanded=True) as box:
         try:
-            launched = jobs().launch(plan, secrets, lambda host, msg: steps.append(f"**{host}**: {msg}"),
-                                     preflight=check_first, override=override)
+            launched = workspace().launch(plan, secrets, lambda host, msg: steps.append(f"**{host}**: {msg}"),
+                                          preflight=check_first, override=override)
             for line in steps:
                 box.write(line)
-            state = jobs().store.job(launched)["state"]
+            state = workspace().job(launched).state
             box.update(label=f"{launched} is {'queued' if state == 'starting' else state}", state="complete")
             st.session_state["monitor_job"] = launched
         except LaunchError as e:

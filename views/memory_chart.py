@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from grpo_ui.memory.report import MemoryReport
+from grpo_ui.api.specs import MemoryReport
 
 # (family, words a term's name contains, shades from dark to light); the first family that matches wins
 FAMILIES = [

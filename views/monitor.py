@@ -5,25 +5,17 @@ without rerunning the page; following the job and sampling its GPUs is the jobs 
 
 from __future__ import annotations
 
-import json
 import time
 
 import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
+from grpo_ui.api.jobs import JobView, StepTimeSummary, first_error_index
 from grpo_ui.core.errors import UserError
 from grpo_ui.core.findings import SEVERITY_ICON, error_list
-from grpo_ui.doctor.curves import extra_curves
-from grpo_ui.doctor.rootcause import first_error_index
-from grpo_ui.doctor.stacks import parse_dumps
-from grpo_ui.jobs.follow import STACKS, STACKS_AT, Watcher
-from grpo_ui.jobs.memory_loop import comparison, record_peaks
-from grpo_ui.jobs.service import HANDLE, STATUS, override_note
-from grpo_ui.jobs.specs import job_spec
-from grpo_ui.jobs.time_loop import summary
 from views import readable, runs
-from views.service import jobs
+from views.service import workspace
 
 CHARTS = [("reward", ["reward"], "rewards/"), ("reward spread", ["reward_std", "frac_reward_zero_std"], None),
           ("KL", ["kl"], None), ("loss", ["loss"], None), ("grad norm", ["grad_norm"], None),
@@ -35,12 +27,10 @@ CHARTS = [("reward", ["reward"], "rewards/"), ("reward spread", ["reward_std", "
 MEMORY_WINDOW_S = 7200  # memory per rank over the steps of the last two hours
 
 
-def process_rows(job_id: str) -> list[dict]:
+def process_rows(view: JobView) -> list[dict]:
     """Which process of which node holds how much memory on each GPU (the latest listing per host)."""
-    label = {n["host"]: f"node {n['node_index']} · {n['host']}" for n in service.store.nodes(job_id)}
-    return [{"node": label.get(r["host"], r["host"]), "GPU": r["gpu_index"], "pid": r["pid"],
-             "GPU memory (MiB)": r["used_mib"], "listed": time.strftime("%H:%M:%S", time.localtime(r["ts"]))}
-            for r in service.store.gpu_processes(job_id)]
+    return [{"node": node, "GPU": p.gpu_index, "pid": p.pid, "GPU memory (MiB)": p.used_mib,
+             "listed": time.strftime("%H:%M:%S", time.localtime(p.ts))} for node, p in view.gpu_processes()]
 
 
 def metric_figure(metrics: dict) -> go.Figure:
@@ -56,7 +46,7 @@ def metric_figure(metrics: dict) -> go.Figure:
 
 
 def curves_figure(charts: dict[str, dict]) -> go.Figure:
-    """Rollout throughput, time per step by phase, memory per rank over steps (computed in monitor.curves)."""
+    """Rollout throughput, time per step by phase, memory per rank over steps (computed in grpo_ui.doctor.curves)."""
     fig = make_subplots(rows=1, cols=len(charts), subplot_titles=list(charts))
     for k, series in enumerate(charts.values()):
         for name, points in series.items():
@@ -84,120 +74,117 @@ def gpu_figure(samples: list[dict], step_times: list[float]) -> go.Figure:
     return fig
 
 
-def step_time_panel(pace: dict) -> None:
+def step_time_panel(pace: StepTimeSummary) -> None:
     """Measured seconds per step (median and recent; the first step apart) next to the prediction made at launch,
     with the rollout share and completion length vs the cap (grpo_ui.jobs.time_loop)."""
     st.subheader("Step time")
     c1, c2, c3, c4 = st.columns(4)
-    c1.metric("measured s/step (median)", pace["median"])
-    c2.metric("recent s/step", pace["recent"])
-    c3.metric("predicted s/step", pace["predicted"])
-    c4.metric("measured / predicted", pace["ratio"])
-    for line in pace["lines"]:
+    c1.metric("measured s/step (median)", pace.median)
+    c2.metric("recent s/step", pace.recent)
+    c3.metric("predicted s/step", pace.predicted)
+    c4.metric("measured / predicted", pace.ratio)
+    for line in pace.lines:
         st.caption(line)
 
 
-def memory_table(job: dict) -> None:
-    """The estimate the job was launched with next to each GPU's measured peak."""
-    eff = job_spec(job)  # parsed and resolved once per job, not on every refresh
-    record_peaks(service.store, job["id"], eff)
+def memory_table(view: JobView) -> None:
+    """The estimate the job was launched with next to each GPU's measured peak (the watcher records the peaks)."""
     st.caption("Memory per GPU: the estimate at launch vs the measured peak")
-    error = (service.store.memory_estimate(job["id"]) or {}).get("error")
-    if error:
-        st.caption(f"No estimate at launch: {error}")
-    st.table(readable.memory_table(comparison(service.store, job["id"], eff)))
+    if why := view.no_memory_estimate():
+        st.caption(f"No estimate at launch: {why}")
+    st.table(readable.memory_table(view.memory_table()))
 
 
 st.title("Monitor")
-service = jobs()
-listed = service.store.jobs()
+service = workspace()
+listed = service.all_jobs()
 if not listed:
     st.info("No jobs yet: launch one from the Launch page (or `python -m grpo_ui launch job.yaml`).")
     runs.end_page()
-ids = [j["id"] for j in listed]
+ids = [j.id for j in listed]
 default = ids.index(st.session_state["monitor_job"]) if st.session_state.get("monitor_job") in ids else 0
-job_id = st.selectbox("Job", ids, index=default, format_func=lambda i: f"{i} — {service.store.job(i)['state']}")
+job_id = st.selectbox("Job", ids, index=default, format_func=lambda i: f"{i} — {service.job(i).state}")
 st.session_state["monitor_job"] = job_id
-shown_state = service.store.job(job_id)["state"]  # as the picker's label says it
+shown_state = service.job(job_id).state  # as the picker's label says it
 
 
 @runs.live_fragment(run_every=3)
 def live():
-    job, watcher = service.store.job(job_id), Watcher(service)
-    result = watcher.poll(job_id) if watcher.needs_poll(job) else None  # an ended job: once, for its last lines
-    job = service.store.job(job_id)
-    if job["state"] != shown_state:
+    result = service.follow(job_id)  # an ended job: once, for its last lines
+    view = service.view(job_id)
+    job = view.job
+    if job.state != shown_state:
         st.rerun()  # the whole page, so the job picker's label shows the new state too
     stop_button(job)
-    metrics = service.store.metrics(job_id)
+    metrics = view.metrics()
     c1, c2, c3, c4 = st.columns(4)
-    c1.metric("State", job["state"])
-    backend = json.loads(service.store.meta(job_id, STATUS) or "null")
-    if backend and job["state"] in ("starting", "running"):
-        position = backend["queue_position"]
-        st.caption(backend["detail"] + (f" — queue position {position}" if position else ""))
+    c1.metric("State", job.state)
+    backend = view.backend_words()
+    if backend and job.state.launched:
+        position = backend.queue_position
+        st.caption(backend.detail + (f" — queue position {position}" if position else ""))
     steps = metrics.get("max_steps", [])
-    pace = summary(service.store, job_id, job_spec(job))
+    pace = view.step_time()
     if steps:
         step, total = steps[-1][0], steps[-1][1]
         c2.metric("Step", f"{step} / {total:.0f}")
         st.progress(min(step / total, 1.0) if total else 0.0)
-        c3.metric("ETA", pace["eta"] or "—", help="the steps left × the recent measured pace")
+        c3.metric("ETA", pace.eta or "—", help="the steps left × the recent measured pace")
     if "reward" in metrics:
         c4.metric("reward", f"{metrics['reward'][-1][1]:.4g}")
-    if result and result["errors"]:
-        st.warning("Unreachable now: " + "; ".join(result["errors"]))
-    if job["error"]:
-        st.error(error_list(job["error"]))
-    if note := override_note(service.store, job_id):
+    if result and result.errors:
+        st.warning("Unreachable now: " + "; ".join(result.errors))
+    if job.error:
+        st.error(error_list(job.error))
+    if note := view.override_note:
         st.warning(note)
-    if job["state"] == "failed" and not service.store.meta(job_id, HANDLE):
+    if view.never_started:
         st.info("This job never started: the launch stopped before anything ran on the nodes (they were never "
                 "reached, or preflight refused them), so there are no metrics, GPU samples or logs. Fix what is "
                 "listed above and launch again from the Launch page.")
         return
-    alerts = service.store.alerts(job_id)
+    alerts = view.alerts()
     st.subheader(f"Alerts ({len(alerts)})")
     for a in alerts:
-        with st.expander(f"{SEVERITY_ICON.get(a['severity'], '')} {a['alert_id']} — {a['message'].split(':')[0]}",
-                         expanded=a["severity"] == "error"):
-            st.write(a["message"])
-            st.code(a["evidence"] or "")
-            st.caption(f"Fix: {a['fix']}")
+        with st.expander(f"{SEVERITY_ICON.get(a.severity, '')} {a.alert_id} — {a.message.split(':')[0]}",
+                         expanded=a.severity == "error"):
+            st.write(a.message)
+            st.code(a.evidence or "")
+            st.caption(f"Fix: {a.fix}")
     step_time_panel(pace)
     st.subheader("Training metrics")
-    step_marks = service.store.step_times(job_id)
+    step_marks = view.step_times()
     if metrics:
         st.plotly_chart(metric_figure(metrics), width="stretch", key="metrics_chart")
-        charts = extra_curves(metrics, service.store.gpu_samples(job_id, time.time() - MEMORY_WINDOW_S), step_marks)
+        charts = view.extra_curves(MEMORY_WINDOW_S)
         if any(charts.values()):
             st.plotly_chart(curves_figure(charts), width="stretch", key="curves_chart")
     else:
         st.caption("No step logged yet.")
-    stacks_panel(job)
-    completions = service.store.completions(job_id, 10)
+    stacks_panel(view)
+    completions = view.completions(10)
     if completions:
         with st.expander(f"Latest sampled completions ({len(completions)})"):
             st.dataframe([{k: (v if isinstance(v, (int, float)) else str(v)[:300]) for k, v in row.items()}
                           for row in completions], hide_index=True, width="stretch")
-    samples = service.store.gpu_samples(job_id, time.time() - 1800)
+    samples = view.gpu_samples(1800)
     st.subheader("GPUs")
     if samples:
         st.plotly_chart(gpu_figure(samples, [t for _, t in step_marks]), width="stretch", key="gpu_chart")
     else:
         st.caption("No GPU samples yet: they come from nvidia-smi on each node while the job runs, for the GPUs "
                    "the job owns there.")
-    memory_table(job)
-    procs = process_rows(job_id)
+    memory_table(view)
+    procs = process_rows(view)
     if procs:
         st.caption("GPU memory by process (latest listing per node)")
         st.dataframe(procs, hide_index=True, width="stretch", key="gpu_processes")
 
 
-def stop_button(job: dict) -> None:
+def stop_button(job) -> None:
     """Stop the job on every node; the outcome stays shown (the page reruns once the job's state changes). Drawn in
     the live part, which a click reruns at once."""
-    if job["state"] in ("starting", "running") and st.button("Stop this job on every node", type="primary"):
+    if job.state.launched and st.button("Stop this job on every node", type="primary"):
         try:
             outcome = service.stop(job_id)
             st.session_state["stopped"] = (job_id, "Stopped: " + ", ".join(f"{h}: {o}" for h, o in outcome.items()))
@@ -208,25 +195,21 @@ def stop_button(job: dict) -> None:
         (st.success if stopped[1].startswith("Stopped: ") else st.error)(stopped[1])
 
 
-def stacks_panel(job: dict) -> None:
+def stacks_panel(view: JobView) -> None:
     """Where each rank is (py-spy): dumped by the watcher on a suspected hang, or now on request."""
     with st.expander("Where each rank is (py-spy stacks)"):
-        if job["state"] in ("starting", "running") and st.button("Dump every rank's stack now", key="dump_stacks"):
+        if view.job.state.launched and st.button("Dump every rank's stack now", key="dump_stacks"):
             try:
-                w = Watcher(service)
-                service.store.set_meta(job_id, STACKS, w.dump_stacks(job_id, job_spec(job).spec,
-                                                              service.store.nodes(job_id)))
-                service.store.set_meta(job_id, STACKS_AT, str(time.time()))
+                service.dump_stacks(job_id)
             except UserError as e:
                 st.error(str(e))
-        text = service.store.meta(job_id, STACKS)
-        if not text:
+        stacks = view.stacks()
+        if not stacks:
             st.caption("No stacks yet: they are dumped when the job looks hung.")
             return
-        taken = time.strftime("%H:%M:%S", time.localtime(float(service.store.meta(job_id, STACKS_AT) or 0)))
-        st.caption(f"Dumped at {taken}")
+        st.caption(f"Dumped at {time.strftime('%H:%M:%S', time.localtime(stacks.taken_at))}")
         st.dataframe([{"rank": s.label, "phase": s.summary, "innermost": " ← ".join(f for f, _ in s.frames[:4])}
-                      for s in parse_dumps(text)], hide_index=True, width="stretch")
+                      for s in stacks.ranks], hide_index=True, width="stretch")
 
 
 live()
@@ -234,17 +217,17 @@ live()
 @runs.live_fragment(run_every=3)
 def logs():
     st.subheader("Logs")
-    nodes = service.store.nodes(job_id)
+    view = service.view(job_id)
+    nodes = view.nodes()
     if not nodes:
         return
-    labels = [f"node {n['node_index']} · {n['host']} · {n['role']}" + (f" rank {n['node_rank']}"
-                                                                          if n["role"] == "trainer" else "")
+    labels = [f"node {n.node_index} · {n.host} · {n.role}" + (f" rank {n.node_rank}" if n.role == "trainer" else "")
               for n in nodes]
     c1, c2 = st.columns([2, 3])
     pick = c1.selectbox("Node", range(len(nodes)), format_func=lambda k: labels[k], key="log_node")
     query = c2.text_input("Search this node's log window", key="log_query")
     node = nodes[pick]
-    window = service.store.log_lines(job_id, node["node_index"], 5000)
+    window = view.log_lines(node.node_index, 5000)
     at = first_error_index([r[1] for r in window])  # never a line of ms-swift's argument dump
     first_error = window[at] if at is not None else None
     if first_error:

@@ -8,11 +8,6 @@ def gib(value: float | None) -> str:
     return "—" if value is None else f"{value:.1f}"
 
 
-def metric(value: float) -> float:
-    """Four significant digits: 0.1235, 54.13, 1.235e-06."""
-    return float(f"{value:.4g}")
-
-
 def memory_table(rows: list[dict]) -> list[dict]:
     """The estimate-vs-measured rows (grpo_ui.jobs.memory_loop.comparison) with their GiB columns readable."""
     return [{k: gib(v) if "GiB" in k else v for k, v in row.items()} for row in rows]

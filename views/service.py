@@ -1,25 +1,19 @@
-"""The app's one jobs service (grpo_ui.jobs.service), shared by every page and browser session of this process: it follows
-running jobs and collects their GPU telemetry, whichever page is open; and the job store the pages read drafts and
-past jobs from."""
+"""The app's one Workspace (grpo_ui.api.workspace) per job database, shared by every page and browser session of this
+process: its jobs service follows running jobs and collects their GPU telemetry, whichever page is open; the pages
+read drafts and jobs through it."""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from grpo_ui.jobs.service import Jobs
-from grpo_ui.jobs.store import Store, db_path
+from grpo_ui.api.workspace import Workspace, db_path
 
 
 @st.cache_resource
-def jobs() -> Jobs:
-    return Jobs(Store(), telemetry=True)
+def _workspace(path: str) -> Workspace:
+    return Workspace(path, telemetry=True)
 
 
-@st.cache_resource
-def _store(path: str) -> Store:
-    return Store(path)
-
-
-def store() -> Store:
-    """The job store (jobs, drafts) at the path the environment names now: one per path, shared by the sessions."""
-    return _store(str(db_path()))
+def workspace() -> Workspace:
+    """The workspace of the database the environment names now (GRPO_UI_DB / GRPO_UI_HOME)."""
+    return _workspace(str(db_path()))

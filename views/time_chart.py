@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from grpo_ui.timing.report import PHASES, TimeReport, duration
+from grpo_ui.api.specs import PHASES, TimeReport, duration
 
 COLOURS = {"rollout": "#e4572e", "reward": "#f6b26b", "old_logprobs": "#6baed6", "ref_logprobs": "#9ecae1",
            "train": "#08306b", "weight_sync": "#525252", "sleep_wake": "#969696", "offload": "#bdbdbd",

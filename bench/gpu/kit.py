@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from grpo_ui.doctor.metrics import parse_jsonl_line  # noqa: E402
 from grpo_ui.jobs import memory_loop, time_loop  # noqa: E402
-from grpo_ui.jobs.store import Store  # noqa: E402
+from grpo_ui.jobs.store import MemoryAtLaunch, Store, TimeAtLaunch  # noqa: E402
 from grpo_ui.knowledge.catalog import find_model, from_hf_config  # noqa: E402
 from grpo_ui.launch.plan import assessment_at_launch, time_at_launch  # noqa: E402
 from grpo_ui.spec.model import JobSpec  # noqa: E402
@@ -235,8 +235,8 @@ def record(store: Store, job_id: str, spec: JobSpec, plan: tuple, lines: list[st
     store.create_job(job_id, spec.name, spec_to_yaml(spec), "succeeded")
     store.set_job(job_id, started=started)
     store.add_node(job_id, 0, "localhost", "trainer", 0, "node_0.sh", spec.train.output_dir)
-    store.set_memory_estimate(job_id, memory)
-    store.set_time_estimate(job_id, time_at_launch(assessment))
+    store.set_memory_estimate(job_id, MemoryAtLaunch.kept(memory))
+    store.set_time_estimate(job_id, TimeAtLaunch.kept(time_at_launch(assessment)))
     for line in lines:
         step, values = parse_jsonl_line(line) or (None, {})
         if step is None:

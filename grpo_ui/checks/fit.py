@@ -126,8 +126,8 @@ def suggest(job: JobSpec | Resolved, gpu: str | None = None, limit: int = 3, gpu
     """Cheapest changes after which the job (its spec or Resolved values) fits: a tight job's changes that make it fit
     with the estimate's error margin, an OOM job's that make it fit or at least tight (those first at equal cost);
     never one that raises an error the job did not already have. Empty if it already fits, none does, or no estimate
-    can be made. ``gpu``, ``gpu_gib`` and ``arch`` as for memory.estimate_spec; ``base``: the job's own report and
-    ``errors`` its own rule and command-line errors, when the caller has them (not computed again)."""
+    can be made. ``gpu``, ``gpu_gib`` and ``arch`` as for grpo_ui.memory.estimate.estimate_spec; ``base``: the job's
+    own report and ``errors`` its own rule and command-line errors, when the caller has them (not computed again)."""
     eff = resolve(job, arch)
     try:
         base = base or estimate_spec(eff, gpu, gpu_gib=gpu_gib)

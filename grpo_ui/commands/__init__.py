@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from grpo_ui.spec.errors import SpecError
-from grpo_ui.spec.names import check_name
+from grpo_ui.api.specs import SpecError, check_name
 
 
 def job_id(text: str) -> str:

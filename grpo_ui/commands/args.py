@@ -8,13 +8,20 @@ import sys
 
 import yaml
 
-from grpo_ui.backends.ray import submission_text
+from grpo_ui.api.specs import (
+    RAY_CONFIG,
+    RAY_ENTRYPOINT,
+    RAY_JOB,
+    load_spec,
+    ray_config,
+    resolve,
+    rollout_command,
+    run_dir,
+    submission_text,
+    train_command,
+)
 from grpo_ui.core.findings import format_findings, has_errors
 from grpo_ui.core.shell import join
-from grpo_ui.launch.render import RAY_CONFIG, RAY_JOB, run_dir
-from grpo_ui.spec.resolve import resolve
-from grpo_ui.spec.swift_cli import RAY_ENTRYPOINT, ray_config, rollout_command, train_command
-from grpo_ui.spec.yaml_io import load_spec
 
 
 def add_parser(sub) -> None:
@@ -32,8 +39,7 @@ def run(args) -> int:
         cfg = ray_config(spec, args.swift)
         added, findings = cfg.added, cfg.findings
         print(f"# {RAY_CONFIG}\n" + yaml.safe_dump(cfg.data, sort_keys=False, allow_unicode=True, width=120))
-        print("\n".join(f"# {line}" for line in submission_text(eff, RAY_JOB,
-                                                                  run_dir(spec, "<job-id>")).splitlines()))
+        print("\n".join(f"# {line}" for line in submission_text(eff, RAY_JOB, run_dir(spec, "<job-id>")).splitlines()))
         words = ["megatron", *RAY_ENTRYPOINT, RAY_CONFIG]
     else:
         cmd = (rollout_command if args.rollout else train_command)(spec, args.swift)

@@ -7,8 +7,7 @@ from __future__ import annotations
 import json
 import sys
 
-from grpo_ui.jobs import memory_loop, time_loop
-from grpo_ui.jobs.store import Store
+from grpo_ui.api.workspace import Workspace
 
 KINDS = ("memory", "time")
 
@@ -29,20 +28,20 @@ def run(args) -> int:
         print("--out needs --only memory or --only time: memory rows belong in memory_measurements.jsonl, step-time "
               "rows in time_measurements.jsonl", file=sys.stderr)
         return 2
-    store = Store()
-    ids = args.jobs or [j["id"] for j in store.jobs()]
-    unknown = [j for j in ids if store.job(j) is None]
+    workspace = Workspace()
+    ids = args.jobs or [j.id for j in workspace.all_jobs()]
+    unknown = [j for j in ids if workspace.job(j) is None]
     if unknown:
         print(f"no such job: {', '.join(unknown)}", file=sys.stderr)
         return 2
     rows = []
     if args.only in (None, "memory"):
-        rows += memory_loop.export_rows(store, ids)
+        rows += workspace.memory_rows(ids)
         if not rows:
             print("no measured peaks yet for " + ", ".join(ids) + " (nvidia-smi samples arrive while the "
                   "Monitor page follows a job; memory(GiB) with rank 0's metrics on GPUs)", file=sys.stderr)
     if args.only in (None, "time"):
-        timed, skipped = time_loop.export_rows(store, ids)
+        timed, skipped = workspace.time_rows(ids)
         rows += timed
         for job_id, why in skipped.items():
             print(f"no step-time row for {job_id}: {why}", file=sys.stderr)

@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 import sys
 
+from grpo_ui.api.diagnose import LogFileError, report_of_files
+from grpo_ui.api.specs import load_spec
 from grpo_ui.core.findings import format_findings, has_errors, sort_findings
-from grpo_ui.doctor.diagnose import report
-from grpo_ui.doctor.logfiles import LogFileError, snapshot
-from grpo_ui.spec.yaml_io import load_spec
 
 
 def add_parser(sub) -> None:
@@ -28,7 +27,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     job = load_spec(args.job) if args.job else None
     try:
-        found = report(snapshot(args.logs, job, args.quiet_for))
+        found = report_of_files(args.logs, job, args.quiet_for)
     except LogFileError as e:
         print(f"doctor: {e}", file=sys.stderr)
         return 2

@@ -8,14 +8,7 @@ import json
 import sys
 from dataclasses import replace
 
-from grpo_ui.checks.assess import assess
-from grpo_ui.knowledge import hub
-from grpo_ui.knowledge.catalog import from_hf_config
-from grpo_ui.memory.report import format_report
-from grpo_ui.spec.paths import with_changes
-from grpo_ui.spec.resolve import resolve
-from grpo_ui.spec.yaml_io import load_spec
-from grpo_ui.timing.report import format_time
+from grpo_ui.api.specs import assess, format_report, format_time, from_hf_config, hub, load_spec, resolve, with_changes
 
 
 def add_parser(sub) -> None:

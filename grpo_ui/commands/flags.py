@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import typing
 
-from grpo_ui.spec import form
-from grpo_ui.spec.fields import GROUPS, parse_version
-from grpo_ui.spec.megatron import MEGATRON_RENDERED_SINCE
-from grpo_ui.spec.model import ARGS, SETTINGS
+from grpo_ui.api.specs import ARGS, GROUPS, MEGATRON_RENDERED_SINCE, SETTINGS, form, parse_version
 
 DIALECT_VERSIONS = {"≥ 4.1": "4.6", "4.0": "4.0", "3.5–3.12": "3.12", "3.2–3.4": "3.4"}
 

@@ -7,11 +7,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from grpo_ui.api.specs import CONFIG_SUFFIXES, ImportRefused, SpecError, import_scripts, import_uploads, spec_to_yaml
 from grpo_ui.core.findings import format_findings
-from grpo_ui.importer import ImportRefused, import_scripts, import_uploads
-from grpo_ui.importer.build import CONFIG_SUFFIXES
-from grpo_ui.spec.errors import SpecError
-from grpo_ui.spec.yaml_io import spec_to_yaml
 
 
 def add_parser(sub) -> None:

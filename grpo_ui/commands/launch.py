@@ -6,13 +6,11 @@ from __future__ import annotations
 import os
 import time
 
-from grpo_ui.backends.ray import submission_text
+from grpo_ui.api.jobs import JobState, LaunchError, Unavailable, predictions_of
+from grpo_ui.api.specs import LaunchPlan, load_spec, submission_text
+from grpo_ui.api.workspace import Workspace
 from grpo_ui.commands import job_id
 from grpo_ui.core.findings import format_findings
-from grpo_ui.jobs.service import Jobs, LaunchError
-from grpo_ui.jobs.store import Store
-from grpo_ui.launch.plan import LaunchPlan
-from grpo_ui.spec.yaml_io import load_spec
 
 
 def add_parser(sub) -> None:
@@ -43,39 +41,38 @@ def describe_plan(plan: LaunchPlan) -> str:
     else:
         lines = [f"plan {plan.job_id}: {len(trainers)} trainer node(s) × {gpus} GPU(s)"
                  + (f", {len(rollouts)} rollout server(s)" if rollouts else "") + f" on {where}; run dir {plan.run_dir}"]
-    roles = plan.estimate.get("roles", [])
-    lines += [f"  estimate at launch, {r['role']} GPU: peak {r['peak_gib']} GiB ({r['verdict']})" for r in roles] or [
-        f"  no memory estimate: {plan.estimate.get('error')}"]
+    memory, _ = predictions_of(plan)
+    lines += ([f"  no memory estimate: {memory.why}"] if isinstance(memory, Unavailable) else
+              [f"  estimate at launch, {r.role} GPU: peak {r.peak_gib} GiB ({r.verdict})" for r in memory.roles])
     notes = [f for f in plan.findings if f.severity != "error"]
     return "\n".join(lines + ([format_findings(notes)] if notes else []))
 
 
 def run(args) -> int:
     spec = load_spec(args.spec)
-    jobs = Jobs(Store(), telemetry=args.wait)
+    workspace = Workspace(telemetry=args.wait)
     secrets = {name: os.environ.get(name, "") for name in spec.secret_env}
     try:
-        plan = jobs.plan(spec, args.job_id)
+        plan = workspace.plan(spec, args.job_id)
         print(describe_plan(plan))
-        job = jobs.launch(plan, secrets, lambda host, msg: print(f"{host}: {msg}"), preflight=not args.no_preflight,
-                          override=args.override)
+        job = workspace.launch(plan, secrets, lambda host, msg: print(f"{host}: {msg}"),
+                               preflight=not args.no_preflight, override=args.override)
         print(f"launched {job}")
-        return follow(jobs, job) if args.wait else 0
+        return follow(workspace, job) if args.wait else 0
     except LaunchError as e:
         print(e)
         return 1
     finally:
-        jobs.close()
+        workspace.close()
 
 
-def follow(jobs: Jobs, job: str) -> int:
+def follow(workspace: Workspace, job: str) -> int:
     """Watch the job until it ends (its GPUs sampled meanwhile); 0 when it succeeded."""
-    from grpo_ui.jobs.follow import Watcher
-    watcher, state = Watcher(jobs), jobs.store.job(job)["state"]
-    while state in ("starting", "running"):
+    state = workspace.job(job).state
+    while state.launched:
         time.sleep(3)
-        result = watcher.poll(job)
-        state = result["state"]
-        print(f"{job}: {state}, +{result['new_lines']} log lines, +{result['new_steps']} steps, "
-              f"alerts: {', '.join(a['id'] for a in result['alerts']) or 'none'}")
-    return 0 if state == "succeeded" else 1
+        result = workspace.poll(job)
+        state = result.state
+        print(f"{job}: {state}, +{result.new_lines} log lines, +{result.new_steps} steps, "
+              f"alerts: {', '.join(a.id for a in result.alerts) or 'none'}")
+    return 0 if state == JobState.SUCCEEDED else 1

@@ -6,11 +6,9 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from grpo_ui.backends.remote.ssh import Pool, UnknownHostKey, trust_host_key
+from grpo_ui.api.cluster import Pool, preflight, trust_unknown_keys
+from grpo_ui.api.specs import load_spec
 from grpo_ui.core.findings import format_findings, has_errors
-from grpo_ui.jobs.service import preflight
-from grpo_ui.spec.cluster import Node
-from grpo_ui.spec.yaml_io import load_spec
 
 
 def add_parser(sub) -> None:
@@ -26,16 +24,7 @@ def run(args) -> int:
     spec = load_spec(args.spec)
     pool = Pool()
     if args.trust:
-        for node in [Node(host=spec.cluster.login)] if spec.cluster.backend == "slurm" else spec.cluster.nodes:
-            if node.is_local:
-                continue
-            try:
-                pool.get(node.host, node.user, node.port, node.identity_file)
-            except UnknownHostKey as e:
-                print(f"trusting {node.host}: {e.key.get_name()} {e.fingerprint}")
-                trust_host_key(e.hostname, e.port, e.key)
-            except Exception:  # noqa: BLE001 - preflight below reports it properly
-                pass
+        trust_unknown_keys(spec, pool, print)
     facts, findings = preflight(spec, pool, lambda host, msg: None if args.json else print(f"{host}: {msg}"))
     pool.close()
     if args.json:

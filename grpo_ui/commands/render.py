@@ -4,13 +4,9 @@ if any is an error (the files are written all the same, to read)."""
 
 from __future__ import annotations
 
-from grpo_ui.backends.ray import submission_text
-from grpo_ui.checks.assess import assess
+from grpo_ui.api.specs import assess, default_job_id, load_spec, render, run_dir, submission_text, write_bundle
 from grpo_ui.commands import job_id
 from grpo_ui.core.findings import format_findings, unique
-from grpo_ui.launch.plan import default_job_id
-from grpo_ui.launch.render import render, run_dir, write_bundle
-from grpo_ui.spec.yaml_io import load_spec
 
 
 def add_parser(sub) -> None:

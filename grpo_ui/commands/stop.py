@@ -3,8 +3,8 @@ nothing is left."""
 
 from __future__ import annotations
 
-from grpo_ui.jobs.service import Jobs, LaunchError
-from grpo_ui.jobs.store import Store
+from grpo_ui.api.jobs import LaunchError
+from grpo_ui.api.workspace import Workspace
 
 
 def add_parser(sub) -> None:
@@ -16,7 +16,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     try:
-        outcome = Jobs(Store()).stop(args.job, args.grace)
+        outcome = Workspace().stop(args.job, args.grace)
     except LaunchError as e:
         print(e)
         return 1

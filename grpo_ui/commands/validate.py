@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 
-from grpo_ui.checks.assess import assess
+from grpo_ui.api.specs import assess, load_spec, with_changes
 from grpo_ui.core.findings import format_findings, sort_findings
-from grpo_ui.spec.paths import with_changes
-from grpo_ui.spec.yaml_io import load_spec
 
 
 def add_parser(sub) -> None:

@@ -59,6 +59,7 @@ SIGNALS = {1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: 
 REWARD_FRAMES = re.compile(r"^(?:_?compute_rewards(?:_per_func)?|_?score_completions|_calculate_rewards|"
                            r"compute_score|_compute_reward\w*)$")
 REWARD_WORDS = re.compile(r"\b\w*reward\w*\(\)")
+REWARD_MODULE = re.compile(r"/rewards?(?:_\w+)?/")  # a package's reward code: verl's reward_manager/, reward_score/
 # TRL before its _calculate_rewards: the step that generates and scores calls the user's reward functions itself
 SCORING_STEP = re.compile(r"^(?:_generate_and_score_completions|_prepare_inputs)$")
 INSTALLED = re.compile(r"site-packages|dist-packages|/lib/python")
@@ -79,6 +80,15 @@ SYNC_FRAMES = re.compile(r"^(?:update_weights?|update_named_param|update_flatten
 SYNC_WORDS = re.compile(r"\bupdate[_ ]weights?\b|update_named_param|update_flattened_params|init_communicator|"
                         r"/update_\w+/|\bweight[_ ]sync|sync_weights|_move_model_to_vllm|_broadcast_to_vllm|"
                         r"Server \d+ (?:init|update[\w ]*) failed")  # ms-swift rlhf_trainers/vllm_client.py
+# weights loaded into a running vLLM from outside it: a weight loader reached through a collective RPC into its
+# workers (vLLM v1 engine core: a utility call's failure reads "Call to collective_rpc method failed: …"); start-up
+# loads the checkpoint through load_model instead
+WEIGHT_LOADING = re.compile(r"\b\w*weight_loader\b|\bload_weights\b")
+STARTUP_LOAD_FRAMES = re.compile(r"^(?:load_model|initialize_model|_init_executor|init_device)$")
+# a parameter name with the prefix a training wrapper gives it (torch.compile, FSDP, activation checkpointing, PEFT):
+# only a live training model carries it, so vLLM refusing it is the weight sync sending the wrapped model's names
+WRAPPED_NAME = re.compile(r"'(?:[\w.]*\.)?(?:_orig_mod|_fsdp_wrapped_module|_checkpoint_wrapped_module|"
+                          r"base_model\.model)(?:\.[\w.]*)?'")
 SLEEP_WORDS = re.compile(r"seconds to (?:fall asleep|wake up)|Sleep mode freed|\bwake_up\(|\.sleep\(level")
 # argument classes, and ms-swift's CLI, which looks the sub-command up (swift/cli/main.py: cli_main's
 # route_mapping[method_name] raises KeyError for `swift grpo`)
@@ -106,7 +116,7 @@ class Event:
     sig: Signature
     exception: bool = False  # the exception line of a traceback (or a bare one)
     frames: list[tuple[str, str, str]] = field(default_factory=list)  # (file, line, function) outermost first
-    context: frozenset[str] = frozenset()  # reward / save / sync / sleep / deepspeed / args
+    context: frozenset[str] = frozenset()  # reward / save / sync / sleep (in_sleep) / deepspeed / args
     detail: list[str] = field(default_factory=list)  # lines after it that belong to it
     traceback: list[str] = field(default_factory=list)  # the traceback it ends
     before: list[str] = field(default_factory=list)  # without a traceback: the lines before it
@@ -287,7 +297,9 @@ def _starts_frames(parsed: list[Line], i: int) -> bool:
     if k is None:
         return True
     body = parsed[k].body
-    return not (TB_START in body or frame_of(body) or _continues(body) or body.strip().startswith(TB_CHAIN))
+    ray_header = (m := EXCEPTION.match(body)) is not None and m["inner"] is not None  # the task's own frames follow
+    return not (TB_START in body or frame_of(body) or _continues(body) or body.strip().startswith(TB_CHAIN)
+                or ray_header)
 
 
 def _mangled(parsed: list[Line], start: int, stop: int | None) -> int | None:
@@ -359,19 +371,25 @@ def _context(parsed: list[Line], i: int, frames: list[tuple[str, str, str]], nat
     scoring = [k for k, (f, fn) in enumerate(zip(files, functions, strict=True))
                if SCORING_STEP.match(fn) and "trl/" in f]
     if (any(REWARD_FRAMES.match(fn) for fn in functions) or REWARD_WORDS.search(message)
-            or any("reward" in f.rsplit("/", 1)[-1] for f in files)
+            or any("reward" in f.rsplit("/", 1)[-1] for f in files) or (files and REWARD_MODULE.search(files[-1]))
             or (scoring and any(not INSTALLED.search(f) for f in files[scoring[-1] + 1:]))):
         found.add("reward")
     if (any(SAVE_FRAMES.search(fn) for fn in functions + native) or SAVE_WORDS.search(message)
             or any(fn == "save" and f.endswith("serialization.py") for f, _, fn in frames)):
         found.add("save")
     ports = "|".join(str(p) for p in sorted(group_ports))
+    loads_weights = (WEIGHT_LOADING.search(message) or any(WEIGHT_LOADING.match(fn) for fn in functions))
+    through_rpc = "collective_rpc" in message or "collective_rpc" in functions
     if (any(SYNC_FRAMES.match(fn) for fn in functions) or SYNC_WORDS.search(near)
-            or (ports and re.search(rf"connect(?:ing)? to \(?\S*?[:,] ?(?:{ports})\b", near))):
+            or (ports and re.search(rf"connect(?:ing)? to \(?\S*?[:,] ?(?:{ports})\b", near))
+            or (loads_weights and through_rpc and not any(STARTUP_LOAD_FRAMES.match(fn) for fn in functions))
+            or (sig.WEIGHT_REFUSED.search(message) and WRAPPED_NAME.search(message))):
         found.add("sync")
-    if (any(SLEEP_WORDS.search(ln.body) for ln in parsed[max(0, i - SLEEP_NEAR):i])
-            or any(fn in ("wake_up", "sleep") and "vllm" in f for f, _, fn in frames)):
+    in_sleep = any(fn in ("wake_up", "sleep") and "vllm" in f for f, _, fn in frames)
+    if in_sleep or any(SLEEP_WORDS.search(ln.body) for ln in parsed[max(0, i - SLEEP_NEAR):i]):
         found.add("sleep")
+    if in_sleep:
+        found.add("in_sleep")  # raised inside vLLM's own sleep or wake-up call
     if (files and "deepspeed/" in files[-1]) or DEEPSPEED_WORDS.search(message):
         found.add("deepspeed")
     if files and (ARGS_FILES.search(files[-1]) or functions[-1] == "__post_init__"):
@@ -403,8 +421,8 @@ def _refine(found: Signature | None, exception: bool, context: frozenset[str], m
         if found is sig.VLLM_METHOD:  # a worker's failed method is classed by what it was doing
             return next((s for name, s in (("sync", sig.SYNC_FAILED), ("save", sig.SAVE_FAILED)) if name in context),
                         found)
-        if found.id == "NATIVE-CRASH" and "sleep" in context:
-            return sig.SLEEP_CRASH
+        if (found.id == "NATIVE-CRASH" and "sleep" in context) or (found.id == "PROCESS-DIED" and "in_sleep" in context):
+            return sig.SLEEP_CRASH  # a crash right after vLLM slept or woke; a process that died inside that call
         return found
     if not exception:
         return None
@@ -413,6 +431,8 @@ def _refine(found: Signature | None, exception: bool, context: frozenset[str], m
     if "reward" in context:
         return sig.REWARD_FAILED
     late = next((s for s in sig.LATE_SIGNS if s.pattern.search(message)), None)
+    if "sync" in context and (late is sig.VERSION_MISMATCH or sig.WEIGHT_REFUSED.search(message)):
+        return sig.SYNC_MISFIT  # the weight sync's call into vLLM's loader does not fit the installed vLLM
     if late:
         return late
     for name, s in (("save", sig.SAVE_FAILED), ("sync", sig.SYNC_FAILED), ("deepspeed", sig.DEEPSPEED_ERROR),
@@ -600,8 +620,14 @@ def _raised(log: str, parsed: list[Line], i: int, found: Signature | None, group
             break
     exc = EXCEPTION.match(parsed[at].body)
     message, klass = exc["message"] or "", (exc["inner"] or exc["type"]).rsplit(".", 1)[-1]
+    remote: list[int] = []
+    if exc["inner"] and at == i:  # Ray's header of a remote task's traceback that the excerpt cuts: its frames
+        remote_frames, stop = _frame_run(parsed, i + 1, parsed[i].rank)  # tell where the task was
+        frames = frames + remote_frames
+        end = stop if stop is not None else min(len(parsed), i + 1 + MAX_TRACEBACK)
+        remote = [k for k in range(i + 1, end) if _same_rank(parsed[k], parsed[i].rank)]
     context = _context(parsed, at, frames, [], message, group_ports, span[0] if span else None)
-    block = [_unglued(parsed[k]) for k in span + [i] if k != at or at != i]
+    block = [_unglued(parsed[k]) for k in span + [i] + remote if k != at or at != i]
     return Event(log, at, parsed[at], _refine(found, True, context, message, klass), True, frames, context, [],
                  block)
 

@@ -106,7 +106,11 @@ def _from_torchrun(node: str, lines: list[str], cause: dict, events: list[Event]
     # torch prefixes a rank's traceback with its global rank; killed by a signal, the rank wrote no error of its
     # own: then torchrun's line reporting its death
     found = own[0] if own and not signal else died[0] if died else None
-    at = found.index if found else next(i for i in range(len(lines) - 1, -1, -1) if ROOT_CAUSE in lines[i])
+    # without a line of its own, the summary's entry is the evidence: its "rank :" field names who failed
+    heading = next(i for i in range(len(lines) - 1, -1, -1) if ROOT_CAUSE in lines[i])
+    named = next((k for k in range(heading + 1, min(len(lines), heading + 12))
+                  if (m := FIELD.match(lines[k])) and m[1] == "rank"), heading)
+    at = found.index if found else named
     return Failure(node, rank, local, cause.get("host"), _stamp(cause.get("time", "")), exit_text, lines[at],
                    lines[max(0, at - CONTEXT_LINES):at], found, summary=True)
 

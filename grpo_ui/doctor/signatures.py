@@ -210,7 +210,9 @@ MESSAGE_SIGNS = [
         "pad_token_id); rerun with CUDA_LAUNCH_BLOCKING=1 to see the real frame. For an illegal memory access, "
         "update vLLM/flash-attn to the versions the ms-swift release recommends, try another attention backend "
         "(VLLM_ATTENTION_BACKEND), and check the GPU with nvidia-smi -q (Xid errors, ECC).",
-        _rx(r"device-side assert", r"illegal memory access", r"Assertion `.*` failed", r"CUDA error: (?!out of memory)",
+        # "CUDA error: …" is torch's C10_CUDA_CHECK; "CUDA Error: … at file:line" is vLLM's sleep-mode allocator's
+        # (csrc/cumem_allocator.cpp: CUDA_CHECK, cuGetErrorString's words)
+        _rx(r"device-side assert", r"illegal memory access", r"Assertion `.*` failed", r"CUDA [Ee]rror: (?!out of memory)",
             r"CUBLAS_STATUS_(?!SUCCESS|ALLOC_FAILED)\w+", r"CUDNN_STATUS_(?!SUCCESS)\w+", r"cuDNN error",
             r"misaligned address", r"unspecified launch failure", r"uncorrectable ECC error"), fatal=True),
     Signature(
@@ -342,6 +344,18 @@ SYNC_FAILED = Signature(
     "Check NCCL between trainer rank 0 and the rollout GPUs: the group port reachable from the trainer, "
     "NCCL_SOCKET_IFNAME set to the interface they share, NCCL_IB_DISABLE=1 if InfiniBand is not set up between "
     "them, the same NCCL version on both sides, and no stale `swift rollout`/`vllm serve` holding the port.")
+SYNC_MISFIT = Signature(
+    "WEIGHT-SYNC-FAILED", "The weight sync and vLLM do not fit together",
+    "After each optimizer step the trainer loads the new weights into vLLM through vLLM's own weight loader (a call "
+    "into its workers). vLLM refused them: its loader does not take the arguments the trainer passes (the trainer's "
+    "release and the installed vLLM, or vLLM's implementation of this model, do not match), or its model has no "
+    "parameter of a name it was sent (a name with a training wrapper's prefix — torch.compile's _orig_mod., PEFT's "
+    "base_model.model., FSDP's _fsdp_wrapped_module. — means the wrapped model's names were sent).",
+    "Install the vLLM version the trainer's release pins, on the rollout side as on the trainer (ms-swift's "
+    "requirements, `pip install trl[vllm]`); turn torch.compile off for a run that syncs weights to vLLM (or use a "
+    "release that strips its prefix); a model vLLM supports only in part needs the trainer's or vLLM's fix for it.")
+# vLLM refusing a weight by name (model_executor/models/utils.py: AutoWeightsLoader._load_module)
+WEIGHT_REFUSED = re.compile(r"There is no module or parameter named '[^']+' in \w+")
 DEEPSPEED_ERROR = Signature(
     "DEEPSPEED-ERROR", "DeepSpeed refused or failed",
     "DeepSpeed raised an error: usually a combination of settings it does not support (ZeRO-3 with a feature "

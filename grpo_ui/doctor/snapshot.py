@@ -107,7 +107,7 @@ def last(s: Snapshot, key: str, n: int) -> list[float]:
 
 def overdue(s: Snapshot) -> tuple[float, float] | None:
     """(seconds silent, seconds allowed) when a running job has shown no sign of progress for longer than a healthy
-    run would (see monitor.liveness); None otherwise."""
+    run would (see grpo_ui.doctor.liveness); None otherwise."""
     marks = [*s.last_output_at.values(), *(t for t in (s.last_step_at, s.started_at) if t)]
     if s.job_state != "running" or not s.now or not marks:
         return None

@@ -16,14 +16,13 @@ def job_report(store: Store, job_id: str) -> Report:
     job = store.job(job_id)
     if job is None:
         raise KeyError(f"no job {job_id!r} in the job store")
-    texts = {f"node {n['node_index']} ({n['host']})": "\n".join(text for _, text, _ in
-                                                                 store.log_lines(job_id, n["node_index"], LOG_LINES))
+    texts = {n.label: "\n".join(line.text for line in store.log_lines(job_id, n.node_index, LOG_LINES))
              for n in store.nodes(job_id)}
     try:
-        spec = spec_from_yaml(job["spec_yaml"])
+        spec = spec_from_yaml(job.spec_yaml)
     except SpecError:
         spec = None  # written by an older grpo-ui: the logs' own argument dump tells the settings
     snap = from_texts(texts, spec, source="job")
-    snap.job_state, snap.job_error = job["state"], job["error"]
+    snap.job_state, snap.job_error = job.state, job.error
     snap.metrics = store.metrics(job_id) or snap.metrics
     return report(snap)

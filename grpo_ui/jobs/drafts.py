@@ -27,7 +27,7 @@ class Draft:
 
 
 def _draft(row: dict) -> Draft:
-    return Draft(row["id"], row["name"], spec_from_yaml(row["spec_yaml"], f"draft {row['name']!r}"), row["version"])
+    return Draft(row.id, row.name, spec_from_yaml(row.spec_yaml, f"draft {row.name!r}"), row.version)
 
 
 def migrate_draft_file(store: Store) -> str | None:
@@ -54,14 +54,14 @@ def open_draft(store: Store, draft_id: int | None = None) -> tuple[Draft, str | 
     user, or None. A draft that no longer loads is left as it is and another one is opened, with a notice."""
     notice = migrate_draft_file(store)
     rows = store.drafts()
-    wanted = next((r for r in rows if r["id"] == draft_id), None)
+    wanted = next((r for r in rows if r.id == draft_id), None)
     if draft_id is not None and wanted is None:
         notice = f"Draft {draft_id} no longer exists (deleted?): the latest draft is open instead."
     for row in [wanted] * (wanted is not None) + rows:
         try:
             return _draft(row), notice
         except SpecError as e:
-            notice = f"Draft {row['name']!r} (id {row['id']}) no longer loads, so another one is open. Why: {e}"
+            notice = f"Draft {row.name!r} (id {row.id}) no longer loads, so another one is open. Why: {e}"
     name, spec = next(iter(presets().items()))
     return new_draft(store, name, spec), notice
 

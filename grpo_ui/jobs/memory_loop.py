@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from grpo_ui.jobs.specs import job_spec
-from grpo_ui.jobs.store import Store
+from grpo_ui.jobs.store import MemoryAtLaunch, RoleAtLaunch, Store, Unavailable
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.resolve import Resolved, resolve
 
@@ -18,8 +18,8 @@ def placement(store: Store, job_id: str, spec: JobSpec) -> dict[int, tuple[str, 
     """Nodes whose machine the backend chose (Slurm) and whose GPUs were sampled there: node index → (host, the GPUs
     sampled there in index order, i.e. the allocation's). Nodes on the spec's own hosts are not listed."""
     sampled = store.sampled_gpus(job_id)
-    return {n["node_index"]: (n["host"], sampled[n["host"]]) for n in store.nodes(job_id)
-            if n["host"] != spec.cluster.nodes[n["node_index"]].host and n["host"] in sampled}
+    return {n.node_index: (n.host, sampled[n.host]) for n in store.nodes(job_id)
+            if n.host != spec.cluster.nodes[n.node_index].host and n.host in sampled}
 
 
 def gpu_roles(job: JobSpec | Resolved, placed: dict[int, tuple[str, list[int]]] | None = None
@@ -53,14 +53,13 @@ def comparison(store: Store, job_id: str, job: JobSpec | Resolved) -> list[dict]
     """One row per GPU of the job (its spec or Resolved values): its role and rank, the estimate's peak for that role
     (what must fit) and what nvidia-smi should show (with torch's cache), and the measured peaks."""
     eff = resolve(job)
-    est = store.memory_estimate(job_id) or {}
-    roles = {r["role"]: r for r in est.get("roles", [])}
-    peaks = {(p["host"], p["gpu_index"], p["source"]): p["peak_gib"] for p in store.memory_peaks(job_id)}
+    est = store.memory_estimate(job_id)
+    peaks = {(p.host, p.gpu_index, p.source): p.peak_gib for p in store.memory_peaks(job_id)}
     rows = []
     for (host, gpu), (role, rank) in gpu_roles(eff, placement(store, job_id, eff.spec)).items():
-        r = roles.get(role, {})
-        rows.append({"host": host, "GPU": gpu, "role": role, "rank": rank, "estimated peak GiB": r.get("peak_gib"),
-                     "expected on nvidia-smi GiB": r.get("expected_gib"),
+        r = est.role(role) if isinstance(est, MemoryAtLaunch) else None
+        rows.append({"host": host, "GPU": gpu, "role": role, "rank": rank, "estimated peak GiB": r and r.peak_gib,
+                     "expected on nvidia-smi GiB": r and r.expected_gib,
                      "nvidia-smi peak GiB": _round(peaks.get((host, gpu, "nvidia-smi"))),
                      "memory(GiB) logged": _round(peaks.get((host, gpu, "memory(GiB)")))})
     return rows
@@ -95,28 +94,30 @@ def export_rows(store: Store, job_ids: list[str]) -> list[dict]:
         eff = job_spec(job)
         spec = eff.spec
         record_peaks(store, job_id, eff)
-        est = store.memory_estimate(job_id) or {}
-        trainer = next((r for r in est.get("roles", []) if r["role"] == "trainer"), {})
+        est = store.memory_estimate(job_id)
+        trainer = (est.role("trainer") if isinstance(est, MemoryAtLaunch) else None) or RoleAtLaunch("trainer", None,
+                                                                                                   None, None)
         ranks = {key for key, (role, _) in gpu_roles(eff, placement(store, job_id, spec)).items() if role == "trainer"}
-        peaks = [p for p in store.memory_peaks(job_id) if (p["host"], p["gpu_index"]) in ranks]
-        launched = time.strftime("%Y-%m-%d", time.localtime(job["started"] or job["created"]))
+        peaks = [p for p in store.memory_peaks(job_id) if (p.host, p.gpu_index) in ranks]
+        launched = time.strftime("%Y-%m-%d", time.localtime(job.started or job.created))
         node0 = spec.trainer_nodes()[0]
         base = {"kind": "grpo", "workload": "grpo", "config": _config(spec), "gpu": node0.gpu_model,
                 "source": f"grpo-ui job {job_id} on {', '.join(n.host for n in spec.trainer_nodes())}, launched "
                           f"{launched} (exported from its store)", "added": EXPORTED,
-                "estimated_gib": trainer.get("peak_gib"), "expected_gib": trainer.get("expected_gib")}
-        note = (f"Estimate at launch: {trainer.get('peak_gib')} GiB needed, {trainer.get('expected_gib')} GiB "
-                f"expected on nvidia-smi ({est.get('error', 'grpo-ui ' + str(trainer.get('verdict')))}). Sequence "
-                "lengths are the job's limits; the longest batch of the run may have been shorter.")
-        smi = [p for p in peaks if p["source"] == "nvidia-smi"]
+                "estimated_gib": trainer.peak_gib, "expected_gib": trainer.expected_gib}
+        verdict = est.why if isinstance(est, Unavailable) else f"grpo-ui {trainer.verdict}"
+        note = (f"Estimate at launch: {trainer.peak_gib} GiB needed, {trainer.expected_gib} GiB expected on "
+                f"nvidia-smi ({verdict}). Sequence lengths are the job's limits; the longest batch of the run may "
+                "have been shorter.")
+        smi = [p for p in peaks if p.source == "nvidia-smi"]
         if smi:
-            top = max(smi, key=lambda p: p["peak_gib"])
-            out.append({**base, "id": f"grpoui-{job_id}-nvidia-smi", "measured_gib": round(top["peak_gib"], 3),
+            top = max(smi, key=lambda p: p.peak_gib)
+            out.append({**base, "id": f"grpoui-{job_id}-nvidia-smi", "measured_gib": round(top.peak_gib, 3),
                         "unit": "MiB", "measures": f"nvidia-smi memory.used, highest of {len(smi)} trainer GPU(s) "
-                        f"({top['host']} GPU {top['gpu_index']})", "compare": "peak", "notes": note})
-        torch = [p for p in peaks if p["source"] == "memory(GiB)"]
+                        f"({top.host} GPU {top.gpu_index})", "compare": "peak", "notes": note})
+        torch = [p for p in peaks if p.source == "memory(GiB)"]
         if torch:
-            out.append({**base, "id": f"grpoui-{job_id}-memory", "measured_gib": round(torch[0]["peak_gib"], 3),
+            out.append({**base, "id": f"grpoui-{job_id}-memory", "measured_gib": round(torch[0].peak_gib, 3),
                         "unit": "GiB", "measures": "memory(GiB) (torch max_memory_reserved) of global rank "
                         f"{eff.logging_rank}",
                         "compare": "torch", "notes": note})

@@ -10,7 +10,7 @@ an exit code fails the job. What lives here, once for every backend:
 - a launch belongs to the process that runs it: when that process is gone (the app or CLI was killed mid-launch),
   the next refresh stops what the launch had started and fails the job; a job left pending or in preflight by a
   process elsewhere counts as abandoned after a while;
-- stop, reattach after a restart, and the GPU telemetry of running jobs (monitor.telemetry) when asked for.
+- stop, reattach after a restart, and the GPU telemetry of running jobs (grpo_ui.jobs.telemetry) when asked for.
 The backend's Handle is kept in the job's meta (``backend_handle``, as Handle.to_json writes it), its last status
 words in ``backend_status``.
 """
@@ -34,7 +34,14 @@ from grpo_ui.core import shell
 from grpo_ui.core.errors import UserError, describe
 from grpo_ui.core.findings import Finding, format_findings
 from grpo_ui.jobs.specs import job_spec
-from grpo_ui.jobs.store import DuplicateJob, Store
+from grpo_ui.jobs.store import (
+    DuplicateJob,
+    Job,
+    JobState,
+    MemoryAtLaunch,
+    Store,
+    TimeAtLaunch,
+)
 from grpo_ui.jobs.telemetry import Collector
 from grpo_ui.knowledge.catalog import fetch_hf_config
 from grpo_ui.launch.plan import LaunchPlan, make_plan
@@ -46,9 +53,8 @@ HANDLE, STATUS, OWNER, OVERRIDE = "backend_handle", "backend_status", "launcher"
 BACKENDS: dict[str, type[Backend]] = {"ssh": SshBackend, "slurm": SlurmBackend, "ray": RayBackend}
 UNALLOCATED = "(not allocated)"  # a node's host until the backend places it
 ABANDONED_AFTER = 600.0  # seconds; preflight's own timeouts end it well before
-STORE_STATE = {"queued": "starting", "running": "running", "succeeded": "succeeded", "failed": "failed",
-               "stopped": "stopped"}
-ENDED = ("succeeded", "failed", "stopped")
+STORE_STATE = {"queued": JobState.STARTING, "running": JobState.RUNNING, "succeeded": JobState.SUCCEEDED,
+               "failed": JobState.FAILED, "stopped": JobState.STOPPED}  # the backend's word → the job's state
 
 
 class LaunchError(UserError):
@@ -148,7 +154,7 @@ class Jobs:
             raise LaunchError(f"secret value(s) missing for {', '.join(missing)}: enter them before launching")
         job_id, backend = plan.job_id, self.backend(plan.spec)
         try:
-            self.store.create_job(job_id, plan.spec.name, spec_to_yaml(plan.spec), "pending")
+            self.store.create_job(job_id, plan.spec.name, spec_to_yaml(plan.spec), JobState.PENDING)
         except DuplicateJob as e:
             raise LaunchError(str(e)) from None
         self.store.set_meta(job_id, OWNER, _this_process())
@@ -158,15 +164,15 @@ class Jobs:
         for n in plan.nodes:
             self.store.add_node(job_id, n.index, UNALLOCATED if backend.places_nodes else n.host, n.role, n.rank,
                                 n.script, plan.run_dir)
-        self.store.set_memory_estimate(job_id, plan.estimate)
-        self.store.set_time_estimate(job_id, plan.time)
+        self.store.set_memory_estimate(job_id, MemoryAtLaunch.kept(plan.estimate))
+        self.store.set_time_estimate(job_id, TimeAtLaunch.kept(plan.time))
         try:
             if preflight:
-                self.store.set_job(job_id, state="preflight")
+                self.store.set_job(job_id, state=JobState.PREFLIGHT)
                 errors = [f for f in backend.prepare(plan.resolved, progress)[1] if f.severity == "error"]
                 if errors:
                     raise LaunchError("preflight found errors, nothing was started:\n" + format_findings(errors))
-            self.store.set_job(job_id, state="starting")
+            self.store.set_job(job_id, state=JobState.STARTING)
             handle, status = backend.start(plan, secrets, progress,
                                            lambda h: self.store.set_meta(job_id, HANDLE, h.to_json()))
         except LaunchError as e:
@@ -180,7 +186,7 @@ class Jobs:
         return job_id
 
     def _fail(self, job_id: str, error: str) -> None:
-        self.store.set_job(job_id, state="failed", ended=time.time(), error=error)
+        self.store.set_job(job_id, state=JobState.FAILED, ended=time.time(), error=error)
         self.store.set_meta(job_id, OWNER, None)
 
     def _roll_back(self, backend: Backend, job_id: str, error: Exception) -> None:
@@ -193,44 +199,45 @@ class Jobs:
                 left = f"; {e}: run `python -m grpo_ui stop {job_id}` once it answers"
         failed = getattr(error, "nodes", ())
         for n in self.store.nodes(job_id):
-            self.store.set_node(job_id, n["node_index"], state="failed" if n["node_index"] in failed else "stopped")
+            self.store.set_node(job_id, n.node_index, state="failed" if n.node_index in failed else "stopped")
         self._fail(job_id, f"launch failed: {reasons}{left}")
         raise LaunchError(f"launch failed{'' if left else ', nothing left running'}: {reasons}{left}") from None
 
     # -- follow ---------------------------------------------------------------------------------------------------
 
-    def refresh(self, job_id: str) -> str:
+    def refresh(self, job_id: str) -> JobState:
         """Ask the job's backend how it is; record that and return the job's state. Raises (UserError) when the
         backend cannot be asked now: the job keeps its last known state."""
         job = self.store.job(job_id)
         if not job:
             raise LaunchError(f"no job {job_id!r}")
-        state, owner = job["state"], self.store.meta(job_id, OWNER)
-        if state in ("pending", "preflight", "starting") and _owner_gone(owner):
+        state, owner = job.state, self.store.meta(job_id, OWNER)
+        before_start = state in (JobState.PENDING, JobState.PREFLIGHT)
+        if (before_start or state == JobState.STARTING) and _owner_gone(owner):
             return self._interrupted(job)
-        if state in ("pending", "preflight") and time.time() - job["created"] > ABANDONED_AFTER:
+        if before_start and time.time() - job.created > ABANDONED_AFTER:
             self._fail(job_id, f"the launch stopped during {state} (the app or CLI exited); no node was started")
-            return "failed"
+            return JobState.FAILED
         handle = self.handle(job_id)
-        if state not in ("starting", "running") or owner or not handle:  # ended, or its launch still runs
-            if self.collector and state in ENDED:
+        if not state.launched or owner or not handle:  # ended, or its launch still runs
+            if self.collector and state.ended:
                 self.collector.drop(job_id)
             return state
         backend = self.backend(job_spec(job).spec)
         return self._follow(job, backend, handle, backend.poll(handle))
 
-    def _follow(self, job: dict, backend: Backend, handle: Handle, status: JobStatus) -> str:
+    def _follow(self, job: Job, backend: Backend, handle: Handle, status: JobStatus) -> JobState:
         """Record the status; sample the GPUs of a running job, stop sampling an ended one. Returns the state."""
         state = self._record(job, backend, handle, status)
         if self.collector:
-            if state == "running":
-                self.collector.follow(job["id"], backend, handle, status.nodes)
-            elif state in ENDED:
-                self.collector.drop(job["id"])
+            if state == JobState.RUNNING:
+                self.collector.follow(job.id, backend, handle, status.nodes)
+            elif state.ended:
+                self.collector.drop(job.id)
         return state
 
-    def _record(self, job: dict, backend: Backend, handle: Handle, status: JobStatus) -> str:
-        job_id = job["id"]
+    def _record(self, job: Job, backend: Backend, handle: Handle, status: JobStatus) -> JobState:
+        job_id = job.id
         for n in status.nodes:
             if n.state != "unknown":
                 self.store.set_node(job_id, n.index, host=n.host or UNALLOCATED, state=n.state,
@@ -240,11 +247,11 @@ class Jobs:
                                                             "queue_position": status.queue_position}))
         state = STORE_STATE[status.state]
         fields: dict = {"state": state}
-        if state == "running" and not job["started"]:
+        if state == JobState.RUNNING and not job.started:
             fields["started"] = time.time()
-        if state in ENDED:
+        if state.ended:
             note = self._stop_rest(job_id, backend, handle, status)
-            fields.update(ended=time.time(), error=self._root_cause(backend, status, note) if state == "failed"
+            fields.update(ended=time.time(), error=self._root_cause(backend, status, note) if state == JobState.FAILED
                           else note.removeprefix("; ") or None)
         self.store.set_job(job_id, **fields)
         return state
@@ -282,18 +289,18 @@ class Jobs:
         except SshError as e:
             return f"(log unavailable: {e})"
 
-    def _interrupted(self, job: dict) -> str:
+    def _interrupted(self, job: Job) -> JobState:
         """The launch's process exited mid-launch: stop what it had started, fail the job."""
-        handle, outcome = self.handle(job["id"]), "; no node was started"
+        handle, outcome = self.handle(job.id), "; no node was started"
         if handle:
             try:
                 self.backend(job_spec(job).spec).stop(handle, grace=5)
                 outcome = "; everything it had started was stopped"
             except UserError as e:
                 outcome = f"; {e}"
-        self._fail(job["id"], f"the launch was interrupted during {job['state']} (the app or CLI running it "
-                              f"exited){outcome}")
-        return "failed"
+        self._fail(job.id, f"the launch was interrupted during {job.state} (the app or CLI running it "
+                           f"exited){outcome}")
+        return JobState.FAILED
 
     def reattach(self) -> dict[str, str]:
         """After an app restart: re-check every job that was not finished; each job alone may fail (its entry then
@@ -301,9 +308,9 @@ class Jobs:
         out = {}
         for job in self.store.jobs(active_only=True):
             try:
-                out[job["id"]] = self.refresh(job["id"])
+                out[job.id] = self.refresh(job.id)
             except Exception as e:  # noqa: BLE001 - this job alone; the others are still checked
-                out[job["id"]] = f"error: job {job['id']}: {describe(e)}"
+                out[job.id] = f"error: job {job.id}: {describe(e)}"
         return out
 
     # -- stop -----------------------------------------------------------------------------------------------------
@@ -321,10 +328,10 @@ class Jobs:
             self.store.set_job(job_id, error=f"stop incomplete: {e}")
             raise LaunchError(f"could not verify that everything stopped: {e}") from None
         for n in self.store.nodes(job_id):
-            if n["state"] in ("pending", "running"):
-                self.store.set_node(job_id, n["node_index"], state="stopped")
-        if job["state"] in ("starting", "running"):
-            self.store.set_job(job_id, state="stopped", ended=time.time())
+            if n.state in ("pending", "running"):
+                self.store.set_node(job_id, n.node_index, state="stopped")
+        if job.state.launched:
+            self.store.set_job(job_id, state=JobState.STOPPED, ended=time.time())
         if self.collector:
             self.collector.drop(job_id)
         return outcome

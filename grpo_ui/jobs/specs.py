@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 
+from grpo_ui.jobs.store import Job
 from grpo_ui.spec.resolve import Resolved, resolve
 from grpo_ui.spec.yaml_io import spec_from_yaml
 
@@ -16,6 +17,6 @@ def stored_job(spec_yaml: str) -> Resolved:
     return resolve(spec_from_yaml(spec_yaml))
 
 
-def job_spec(job: dict) -> Resolved:
-    """The effective values of a job row (the store's jobs.spec_yaml)."""
-    return stored_job(job["spec_yaml"])
+def job_spec(job: Job) -> Resolved:
+    """The effective values of a stored job."""
+    return stored_job(job.spec_yaml)

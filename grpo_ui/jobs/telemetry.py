@@ -1,9 +1,9 @@
 """GPU telemetry of running jobs, the same for every backend: for each node of a job, two nvidia-smi channels (a
 sample per GPU each second, the processes holding GPU memory every five) through the backend's shell on the machine
-that runs the node, keeping only the GPUs the job owns there (monitor.gpu). The jobs service starts a job's
-channels once it runs and stops them when it ends; pages only draw what lands in the store. Each sample also lands in
-the job's running window (doctor.gpu_window.GpuWindow), which the watcher's doctor pass reads instead of the last five
-minutes of samples from the store.
+that runs the node, keeping only the GPUs the job owns there (grpo_ui.backends.remote.gpu). The jobs service starts a
+job's channels once it runs and stops them when it ends; pages only draw what lands in the store. Each sample also
+lands in the job's running window (grpo_ui.doctor.gpu_window.GpuWindow), which the watcher's doctor pass reads instead
+of the last five minutes of samples from the store.
 """
 
 from __future__ import annotations

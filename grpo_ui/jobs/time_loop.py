@@ -9,12 +9,13 @@ from __future__ import annotations
 import hashlib
 import statistics
 import time
+from dataclasses import dataclass
 
 from grpo_ui.backends.base import DRIVER
 from grpo_ui.doctor.pace import MOSTLY_CAPPED, RECENT_CYCLES, SLEEP_MARK, Pace, pace, seconds_text
 from grpo_ui.jobs.memory_loop import EXPORTED
 from grpo_ui.jobs.specs import job_spec
-from grpo_ui.jobs.store import ACTIVE, Store
+from grpo_ui.jobs.store import JobState, Store, TimeAtLaunch, Unavailable
 from grpo_ui.knowledge.engines import EngineConfigError, zero_config
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.resolve import Resolved, resolve
@@ -30,8 +31,8 @@ def measure(store: Store, job_id: str, job: JobSpec | Resolved) -> Pace:
     running the logging rank (swift rlhf's rank 0, megatron rlhf's last)."""
     eff = resolve(job)
     spec = eff.spec
-    logger = DRIVER if eff.ray else next((n["node_index"] for n in store.nodes(job_id)  # Ray: what its workers print
-                                          if n["role"] == "trainer" and n["node_rank"] == eff.logging_node), None)
+    logger = DRIVER if eff.ray else next((n.node_index for n in store.nodes(job_id)  # Ray: what its workers print
+                                          if n.role == "trainer" and n.node_rank == eff.logging_node), None)
     sleep = [] if logger is None else [t for _, t, _ in store.log_lines(job_id, logger, SLEEP_LINES, SLEEP_MARK)]
     return pace(store.metrics(job_id, PACE_KEYS), eff.rollout_steps, sleep, spec.train.max_completion_length)
 
@@ -42,18 +43,18 @@ def record_pace(store: Store, job_id: str, job: JobSpec | Resolved) -> dict:
     step's arrival plus the ETA)."""
     measured = measure(store, job_id, job).to_dict()
     row, steps = store.job(job_id), store.step_times(job_id)
-    measured["startup_s"] = steps[0][1] - row["started"] if steps and row and row["started"] else None
+    measured["startup_s"] = steps[0][1] - row.started if steps and row and row.started else None
     measured["finish_at"] = steps[-1][1] + measured["eta_s"] if steps and measured["eta_s"] is not None else None
     store.set_time_measured(job_id, measured)
     return measured
 
 
-def no_prediction(estimate: dict | None) -> str | None:
+def no_prediction(estimate: TimeAtLaunch | Unavailable | None) -> str | None:
     """Why the job has no prediction to compare with (None when it has one)."""
     if estimate is None:
         return "no prediction was stored with this job (it was launched before grpo-ui predicted step times)"
-    if "error" in estimate:
-        return f"no prediction: {estimate['error']}"
+    if isinstance(estimate, Unavailable):
+        return f"no prediction: {estimate.why}"
     return None
 
 
@@ -81,11 +82,22 @@ def no_rollout_share(job: JobSpec | Resolved) -> str:
     return f"no whole vLLM sleep/wake cycle in the log of {node}"
 
 
-def comparison(store: Store, job_id: str) -> dict:
-    """Measured (as the watcher last recorded it; measured now for a job it never saw) next to predicted:
-    {'measured', 'predicted' (None when there is none), 'no_prediction' (why), 'no_pace' (why), 'ratio' (measured
-    median s/step / predicted s/step), 'measured_total_s' (training time of a finished run; while it runs, so far
-    plus the ETA; None for a run that ended early), 'predicted_total_s'}."""
+@dataclass(frozen=True)
+class PaceComparison:
+    """A job's step time measured next to its prediction at launch."""
+
+    measured: dict | None             # the pace as the watcher last recorded it (record_pace)
+    predicted: TimeAtLaunch | None    # None: no_prediction says why
+    no_prediction: str | None
+    no_pace: str | None               # why there is no measured pace yet
+    ratio: float | None               # measured median s/step / predicted s/step
+    measured_total_s: float | None    # training time of a finished run; while it runs, so far plus the ETA; None
+                                      # for a run that ended early
+    predicted_total_s: float | None
+
+
+def comparison(store: Store, job_id: str) -> PaceComparison:
+    """Measured (as the watcher last recorded it; measured now for a job it never saw) next to predicted."""
     job = store.job(job_id)
     measured = store.time_measured(job_id) or record_pace(store, job_id, job_spec(job))
     estimate = store.time_estimate(job_id)
@@ -94,14 +106,13 @@ def comparison(store: Store, job_id: str) -> dict:
     pace_missing = no_pace(measured)
     step = None if pace_missing else measured["median_s"]
     total = None
-    if not pace_missing and job["state"] in ACTIVE:
+    if not pace_missing and job.state.active:
         total = measured["train_s"] + (measured["eta_s"] or 0.0)
     elif not pace_missing and measured["step"] == measured["total"]:
         total = measured["train_s"]
-    return {"measured": measured, "predicted": predicted, "no_prediction": why_not, "no_pace": pace_missing,
-            "ratio": step / predicted["step_s"] if step and predicted and predicted.get("step_s") else None,
-            "measured_total_s": total,
-            "predicted_total_s": predicted["total_h"] * 3600 if predicted and predicted.get("total_h") else None}
+    return PaceComparison(measured, predicted, why_not, pace_missing,
+                          step / predicted.step_s if step and predicted and predicted.step_s else None, total,
+                          predicted.total_h * 3600 if predicted and predicted.total_h else None)
 
 
 def completions_text(measured: dict) -> str | None:
@@ -125,27 +136,38 @@ def rollout_text(measured: dict, job: JobSpec | Resolved) -> str:
             "lines)")
 
 
-def summary(store: Store, job_id: str, job: JobSpec | Resolved) -> dict:
-    """What Monitor, History and ``status`` show, as text: 'median', 'recent', 'predicted' (s/step), 'ratio'
-    (measured / predicted), 'eta' and 'lines' (warm-up and start-up, the prediction or why there is none, totals,
-    the rollout share, completions vs their cap)."""
+@dataclass(frozen=True)
+class StepTimeSummary:
+    """What Monitor, History and ``status`` say of a job's step time, as text ('—' where there is nothing)."""
+
+    median: str           # measured s/step, the median (the first step apart)
+    recent: str           # measured s/step, the latest cycles
+    predicted: str        # s/step predicted at launch
+    ratio: str            # measured / predicted
+    eta: str | None       # when it should finish, while it is active
+    lines: list[str]      # warm-up and start-up, the prediction or why there is none, totals, the rollout share,
+                          # completions vs their cap: sentences
+
+
+def summary(store: Store, job_id: str, job: JobSpec | Resolved) -> StepTimeSummary:
+    """The job's step time as Monitor, History and ``status`` show it."""
     c = comparison(store, job_id)
-    m, p = c["measured"], c["predicted"]
-    active = store.job(job_id)["state"] in ACTIVE
-    lines = [c["no_pace"]] if c["no_pace"] else []
+    m, p = c.measured, c.predicted
+    active = store.job(job_id).state.active
+    lines = [c.no_pace] if c.no_pace else []
     if m and m["warmup_s"] is not None:
         lines.append(f"first step (warm-up: first rollout, compilation): {seconds_text(m['warmup_s'])} per step"
                      + (f"; launch to first step (loading, start-up): {seconds_text(m['startup_s'])}"
                         if m["startup_s"] is not None else "") + " — not in the median")
     if p:
-        spread = f" (range {seconds_text(p['range'][0])}–{seconds_text(p['range'][1])})" if p.get("range") else ""
-        lines.append(f"predicted at launch: {seconds_text(p['step_s'])} per step{spread}")
+        spread = f" (range {seconds_text(p.range[0])}–{seconds_text(p.range[1])})" if p.range else ""
+        lines.append(f"predicted at launch: {seconds_text(p.step_s)} per step{spread}")
     else:
-        lines.append(c["no_prediction"])
-    if c["measured_total_s"] is not None or c["predicted_total_s"] is not None:
-        lines.append(f"training time: {seconds_text(c['measured_total_s'])} measured"
+        lines.append(c.no_prediction)
+    if c.measured_total_s is not None or c.predicted_total_s is not None:
+        lines.append(f"training time: {seconds_text(c.measured_total_s)} measured"
                      + (" (so far, plus the ETA)" if active else "")
-                     + (f", {seconds_text(c['predicted_total_s'])} predicted" if c["predicted_total_s"] else ""))
+                     + (f", {seconds_text(c.predicted_total_s)} predicted" if c.predicted_total_s else ""))
     lines.append(rollout_text(m, job))
     if text := completions_text(m):
         lines.append(text)
@@ -154,10 +176,9 @@ def summary(store: Store, job_id: str, job: JobSpec | Resolved) -> dict:
         left = max(m["finish_at"] - time.time(), 0.0)
         when = time.strftime("%H:%M" if left < 20 * 3600 else "%a %d %b %H:%M", time.localtime(m["finish_at"]))
         eta = f"{when} (in {seconds_text(left)})"
-    return {"median": seconds_text(m["median_s"]) if m else "—", "recent": seconds_text(m["recent_s"]) if m else "—",
-            "predicted": seconds_text(p["step_s"]) if p else "—",
-            "ratio": f"{c['ratio']:.2f}×" if c["ratio"] else "—", "eta": eta,
-            "lines": [line[0].upper() + line[1:] + "." for line in lines]}
+    return StepTimeSummary(seconds_text(m["median_s"]) if m else "—", seconds_text(m["recent_s"]) if m else "—",
+                           seconds_text(p.step_s) if p else "—", f"{c.ratio:.2f}×" if c.ratio else "—", eta,
+                           [line[0].upper() + line[1:] + "." for line in lines])
 
 
 # calibration rows -----------------------------------------------------------------------------------------------
@@ -238,15 +259,15 @@ def time_row(store: Store, job_id: str) -> tuple[dict | None, str | None]:
         return None, "no GPU model in its cluster settings (a step time says little without the GPU)"
     config, notes = _config(eff, measured)
     hosts = ", ".join(n.host for n in spec.cluster.nodes)
-    launched = time.strftime("%Y-%m-%d", time.localtime(job["started"] or job["created"]))
+    launched = time.strftime("%Y-%m-%d", time.localtime(job.started or job.created))
     source = f"grpo-ui job {job_id} on {hosts}, launched {launched} — exported from its store"
-    done = job["state"] == "succeeded" and measured["step"] == measured["total"]
+    done = job.state == JobState.SUCCEEDED and measured["step"] == measured["total"]
     train_h = measured["train_s"] / 3600
     gpus = eff.world_size + (config["rollout_gpus"] or 0)
     estimate = store.time_estimate(job_id)
-    predicted = no_prediction(estimate) or (f"prediction at launch: {estimate['step_s']:.4g} s/step"
-                                             + (f" (range {estimate['range'][0]:.4g}–{estimate['range'][1]:.4g})"
-                                                if estimate.get("range") else ""))
+    predicted = no_prediction(estimate) or (f"prediction at launch: {estimate.step_s:.4g} s/step"
+                                             + (f" (range {estimate.range[0]:.4g}–{estimate.range[1]:.4g})"
+                                                if estimate.range else ""))
     phases = {}
     if measured["rollout"]:
         phases["vllm_awake"] = round(measured["rollout"]["awake_s"] / eff.rollout_steps, 3)
@@ -268,7 +289,7 @@ def time_row(store: Store, job_id: str) -> tuple[dict | None, str | None]:
                      f"(ms-swift's clock: train_speed(s/it) × steps, per logged interval of {spec.train.logging_steps} "
                      f"step(s)); the first step (warm-up) left out: {seconds_text(measured['warmup_s'])}"
                      + ("; total_h: ms-swift's clock at the last step (training only, no model loading)" if done
-                        else f"; the job was {job['state']} at step {measured['step']} of {measured['total']}, "
+                        else f"; the job was {job.state} at step {measured['step']} of {measured['total']}, "
                         "so no run totals")),
         "notes": "; ".join([predicted, *notes, "GPU model as the job's cluster settings name it"]) + ".",
         "added": EXPORTED, "split": split_of(source)}

@@ -202,7 +202,7 @@ def render(job: Assessment | JobSpec | Resolved, job_id: str) -> Bundle:
     """All files for the job: its assessment (whose command lines are used as they are), or its spec or Resolved
     values. Rendering checks nothing: the assessment's findings say what is wrong with the job; the bundle's say
     only what could not be written (a YAML config older versions cannot take). ``job_id`` names the run directory
-    (spec.check_name: SpecError otherwise)."""
+    (grpo_ui.spec.names.check_name: SpecError otherwise)."""
     check_name(job_id)
     eff, train = (job.resolved, job.train) if isinstance(job, Assessment) else (resolve(job), None)
     spec = eff.spec

@@ -107,6 +107,14 @@ def sharding_buffers(i: Inputs, trainable: int) -> float:
     return 0.0
 
 
+def zero3_prefetch_elements(i: Inputs) -> float:
+    """ZeRO-3's stage3_prefetch_bucket_size (elements): the DeepSpeed config's, else the job's default (ms-swift's
+    GRPO config sets 0, swift sft keeps transformers' 'auto', 0.9·h²); 0 without ZeRO-3."""
+    if i.stage != 3:
+        return 0.0
+    return i.zero.prefetch_bucket_size if i.zero.prefetch_bucket_size is not None else i.zero3_prefetch
+
+
 def zero3_buffers(i: Inputs) -> float:
     """ZeRO-3 memory beyond the partitions at the logits peak (bytes, model dtype), from DeepSpeed's stage 3:
 
@@ -122,7 +130,7 @@ def zero3_buffers(i: Inputs) -> float:
     """
     a = i.arch
     lm_head = a.vocab_size * a.hidden_size
-    prefetch = i.zero.prefetch_bucket_size if i.zero.prefetch_bucket_size is not None else i.zero3_prefetch
+    prefetch = zero3_prefetch_elements(i)
     prefetch = min(prefetch, i.zero.max_live_parameters) + a.largest_linear() if prefetch else 0.0
     bucket = i.zero.reduce_bucket_size or a.hidden_size ** 2
     elements = max(lm_head, a.layer_params()) + prefetch + bucket + (lm_head if i.full else 0)

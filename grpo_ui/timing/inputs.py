@@ -1,7 +1,7 @@
 """What the step-time model takes (``TimeInputs``) and the one adapter from a resolved job (``time_inputs``): the
-memory estimate's inputs (the model, tuner, engine, batch, vLLM settings; memory.inputs_from_spec), the GPUs' speed
-facts, the batch of one generation round, the lengths the user expects (or what is assumed, said in words with the
-field that changes it), the network, and which forwards ms-swift runs."""
+memory estimate's inputs (the model, tuner, engine, batch, vLLM settings; grpo_ui.memory.inputs.inputs_from_spec),
+the GPUs' speed facts, the batch of one generation round, the lengths the user expects (or what is assumed, said in
+words with the field that changes it), the network, and which forwards ms-swift runs."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 
 FILL = 0.36             # the mean as a share of a short cap
-TYPICAL_TOKENS = 2150   # what the mean levels off to, however long the cap
+TYPICAL_TOKENS = 1850   # what the mean levels off to, however long the cap
 
 
 def assumed_mean(cap: int, fill: float | None = None, typical: float | None = None) -> float:

@@ -5,8 +5,10 @@ memory inputs carry a Megatron ``Layout`` (memory/layout.py); the rollout is tim
 Compute as training.py counts it (2 FLOPs per active matmul parameter and token forward, twice that backward, LoRA's
 backward once, attention's 4·layers·context·heads·head_dim), split over the GPUs of one model replica: each GPU of a
 pipeline stage does 1/(TP·CP) of its layers' work (experts: the tokens it holds × k routed copies), each stage 1/PP
-of the layers. Recomputation adds a forward (full) or core attention's forward (selective). On top, what Megatron-Core
-moves and does not hide by default (ms-swift 4.6 leaves tp_comm_overlap and overlap_grad_reduce off):
+of the layers. Recomputation adds a forward (full) or core attention's forward (selective). The work runs at the share
+of the peak Megatron-Core reaches (efficiency.MEGATRON_MFU) and an MoE's routed experts at a share of that
+(efficiency.MEGATRON_EXPERT_EFFICIENCY), both set from ms-swift's published megatron sft step times. On top, what
+Megatron-Core moves and does not hide by default (ms-swift 4.6 leaves tp_comm_overlap and overlap_grad_reduce off):
 
 - tensor parallelism: per layer and micro-batch two all-reduces of the micro-batch's hidden states forward (with
   sequence parallelism a reduce-scatter and an all-gather, the same bytes) and two backward, two more with full
@@ -19,7 +21,8 @@ moves and does not hide by default (ms-swift 4.6 leaves tp_comm_overlap and over
   interleaved: Narayanan et al. 2021), and the activations / gradients sent between stages;
 - data parallelism: once per optimizer step the distributed optimizer's reduce-scatter of the fp32 gradients and
   all-gather of the updated 16-bit parameters over the data-parallel group (ZeRO-1's traffic);
-- the optimizer: Adam on this GPU's shard (memory-bound), or on the CPU for optimizer_cpu_offload's share.
+- the optimizer: Adam on this GPU's shard (memory-bound), or on the CPU for optimizer_cpu_offload's share
+  (efficiency.MEGATRON_CPU_ADAM_PARAMS_S, from ms-swift's published offload figures).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from grpo_ui.memory.megatron import main_param_bytes, model_states, reference_by
 from grpo_ui.timing import efficiency
 from grpo_ui.timing.inputs import TimeInputs
 from grpo_ui.timing.links import GB, all_gather_s, all_reduce_s, host_copy_s, intra_node_gbs, memory_read_s
-from grpo_ui.timing.training import attention_flops_per_token, matmul_params
+from grpo_ui.timing.training import attention_flops_per_token, expert_matmul_params, matmul_params
 from grpo_ui.timing.transfer import sync_s as send_to_vllm
 
 ACT_BYTES = 2
@@ -53,8 +56,9 @@ def micro_batch_tokens(t: TimeInputs) -> float:
     return t.mem.micro_batch * (t.prompt_tokens + t.completion_tokens)
 
 
-def _flops(t: TimeInputs, tokens: float, backward: bool) -> float:
-    """A micro-batch's FLOPs over the whole model: forward (and backward with recomputation when training)."""
+def _flops(t: TimeInputs, tokens: float, backward: bool) -> tuple[float, float]:
+    """A micro-batch's FLOPs over the whole model, forward (and backward with recomputation when training): (outside
+    the routed experts, in them)."""
     i, lay, arch = t.mem, _layout(t), t.mem.arch
     context = t.prompt_tokens + t.completion_tokens
     passes, attention = 1, 1
@@ -65,18 +69,27 @@ def _flops(t: TimeInputs, tokens: float, backward: bool) -> float:
             passes, attention = passes + 1, attention + 1
         elif lay.recompute == "selective":
             attention += 1
-    return tokens * (2 * passes * matmul_params(arch, active=True)
-                     + attention * attention_flops_per_token(arch, context / 2))
+    experts = tokens * 2 * passes * expert_matmul_params(arch)
+    total = tokens * (2 * passes * matmul_params(arch, active=True)
+                      + attention * attention_flops_per_token(arch, context / 2))
+    return total - experts, experts
+
+
+def _achieved_flops(t: TimeInputs) -> float:
+    """FLOPs per second one GPU reaches under Megatron-Core (efficiency.MEGATRON_MFU of its dense bf16 peak)."""
+    return t.gpu.tflops_bf16 * 1e12 * efficiency.MEGATRON_MFU
 
 
 def _stage_compute_s(t: TimeInputs, backward: bool) -> float:
-    """One micro-batch through one pipeline stage on one GPU: its share of the FLOPs at the achievable peak, at least
-    reading the stage's weights once per pass."""
+    """One micro-batch through one pipeline stage on one GPU: its share of the FLOPs at the share of the peak
+    Megatron-Core reaches, the routed experts' at efficiency.MEGATRON_EXPERT_EFFICIENCY of that; at least reading the
+    stage's weights once per pass."""
     lay = _layout(t)
-    flops = _flops(t, micro_batch_tokens(t), backward) / (lay.tp * lay.cp * lay.pp)
+    dense, experts = _flops(t, micro_batch_tokens(t), backward)
+    work = (dense + experts / efficiency.MEGATRON_EXPERT_EFFICIENCY) / (lay.tp * lay.cp * lay.pp)
     weights = model_states(t.mem, 0)["weights"]
     reads = (3 if lay.recompute == "full" else 2) if backward else 1
-    return max(flops / (t.gpu.tflops_bf16 * 1e12 * efficiency.MFU), memory_read_s(reads * weights, t.gpu))
+    return max(work / _achieved_flops(t), memory_read_s(reads * weights, t.gpu))
 
 
 def _collectives_s(t: TimeInputs, backward: bool) -> float:
@@ -104,7 +117,7 @@ def _collectives_s(t: TimeInputs, backward: bool) -> float:
         kv = tokens * 2 * arch.num_key_value_heads * arch.hd * ACT_BYTES / lay.tp
         ring = layers * (lay.cp - 1) * kv * (3 if backward else 1) / (link * GB)
         attention = (micro_batch_tokens(t) * attention_flops_per_token(arch, t.prompt_tokens + t.completion_tokens)
-                     * (3 if backward else 1) / (lay.tp * lay.cp * lay.pp) / (t.gpu.tflops_bf16 * 1e12 * efficiency.MFU))
+                     * (3 if backward else 1) / (lay.tp * lay.cp * lay.pp) / _achieved_flops(t))
         total += max(0.0, ring - attention)
     return total
 
@@ -169,7 +182,8 @@ def optimizer_s(t: TimeInputs) -> float:
     lay = _layout(t)
     _, shard = _trainable_share(t)
     on_cpu = shard * lay.cpu_offload_fraction
-    cpu = (on_cpu * t.gpus_per_node / efficiency.CPU_ADAM_PARAMS_S + host_copy_s(on_cpu * 6.0, t.gpu)) if on_cpu else 0.0
+    cpu = (on_cpu * t.gpus_per_node / efficiency.MEGATRON_CPU_ADAM_PARAMS_S + host_copy_s(on_cpu * 6.0, t.gpu)
+           if on_cpu else 0.0)
     return memory_read_s((shard - on_cpu) * 28, t.gpu) + cpu
 
 

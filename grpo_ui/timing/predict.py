@@ -36,9 +36,12 @@ def predict(t: TimeInputs, steps: int | None = None, price: float | None = None)
         per_round["rollout"] = max(0.0, gen.seconds - trainer_side)
     round_s = sum(per_round.values())
     n = t.steps_per_round
+    engine = (f"Megatron-Core at {efficiency.MEGATRON_MFU:.0%}" if t.mem.megatron
+              else f"transformers at {efficiency.TRANSFORMERS_MFU:.0%}")
     assumed = [*t.assumptions,
-               f"training and prefill at {efficiency.MFU:.0%} of the GPU's dense bf16 peak, decoding at "
-               f"{efficiency.BANDWIDTH_EFFICIENCY:.0%} of its memory bandwidth (fitted on published runs)"]
+               f"training on {engine} of the GPU's dense bf16 peak (from published training-step times), prefill at "
+               f"{efficiency.INFERENCE_MFU:.0%}, decoding at {efficiency.BANDWIDTH_EFFICIENCY:.0%} of its memory "
+               "bandwidth (fitted on published runs)"]
     details = {"generation_s": gen.seconds, "engines": t.replicas, "completions_per_engine": gen.per_engine,
                "concurrency": gen.concurrency, "waves": gen.waves, "decode_steps": gen.decode_steps,
                "decode_step_ms": gen.step_s * 1e3, "longest_completion": gen.longest,

@@ -72,7 +72,7 @@ def decode_parts(t: TimeInputs, weight_bytes: float, batch: float, context: floa
     arch, gpu = t.mem.arch, t.rollout_gpu
     read = weight_bytes * expert_read_share(t, batch) + batch * context * arch.kv_bytes_per_token() / tp
     flops = batch * (2 * matmul_params(arch, active=True) + attention_flops_per_token(arch, context)) / tp
-    return memory_read_s(read, gpu), flops / (gpu.tflops_bf16 * 1e12 * efficiency.MFU)
+    return memory_read_s(read, gpu), flops / (gpu.tflops_bf16 * 1e12 * efficiency.INFERENCE_MFU)
 
 
 def decode_step_s(t: TimeInputs, weight_bytes: float, batch: float, context: float, tp: int, fixed: float) -> float:
@@ -91,7 +91,7 @@ def prefill_s(t: TimeInputs, sequences: float, tp: int, shared: bool = False) ->
     prompts = sequences / t.num_generations if shared else sequences
     flops = prompts * t.prompt_tokens * (2 * matmul_params(arch, active=True)
                                          + attention_flops_per_token(arch, t.prompt_tokens / 2))
-    return flops / tp / (t.rollout_gpu.tflops_bf16 * 1e12 * efficiency.MFU)
+    return flops / tp / (t.rollout_gpu.tflops_bf16 * 1e12 * efficiency.INFERENCE_MFU)
 
 
 def kv_budget_bytes(t: TimeInputs, weight_bytes: float) -> float:

@@ -4,19 +4,23 @@ log-probs, reward models, forward/backward and the optimizer, with the collectiv
 Compute (Kaplan et al. 2020, Narayanan et al. 2021's accounting): a forward costs 2 FLOPs per matmul parameter and
 token (active parameters for an MoE) plus attention's 4 · layers · context · heads · head_dim; a full backward twice
 the forward; LoRA's backward only the gradient of the activations through the frozen weights (once the forward; the
-adapters' own are negligible); gradient checkpointing one more forward. At the GPUs' achievable share of their peak
-(efficiency.MFU), but never faster than reading the weights once per pass (small micro-batches are memory-bound).
+adapters' own are negligible); gradient checkpointing one more forward. At the share of their peak transformers'
+modules reach in training (efficiency.TRANSFORMERS_MFU, set from ms-swift's published swift sft step times), but never
+faster than reading the weights once per pass (small micro-batches are memory-bound).
 Sequences are padded to the longest in their micro-batch unless padding_free.
 Collectives (links.py): ZeRO-3 / FSDP gather the weights for every forward and backward and reduce-scatter the
-gradients each micro-step (ms-swift's GRPO sets ZeRO-3's prefetch bucket to 0, so its gathers do not overlap compute;
-FSDP2 prefetches the next layer, so its do); ZeRO-1/2 reduce-scatter each micro-step under the backward; DDP
-all-reduces once per optimizer step, overlapping the last backward.
+gradients each micro-step, so their cost is per micro-batch, whatever its size (the micro-batch effect: fewer, fuller
+micro-batches gather fewer times). ZeRO-3 overlaps its gathers with compute only when it prefetches
+(stage3_prefetch_bucket_size > 0: swift sft's 'auto'); ms-swift's GRPO sets the bucket to 0
+(rlhf_trainers/arguments.py), so there they add to compute. FSDP2 prefetches the next layer, so its gathers overlap;
+ZeRO-1/2 reduce-scatter each micro-step under the backward; DDP all-reduces once per optimizer step, overlapping the
+last backward.
 """
 
 from __future__ import annotations
 
 from grpo_ui.knowledge.catalog import ModelArch
-from grpo_ui.memory.states import base_weight_bytes, model_states
+from grpo_ui.memory.states import base_weight_bytes, model_states, zero3_prefetch_elements
 from grpo_ui.timing import efficiency
 from grpo_ui.timing.inputs import TimeInputs, longest_of
 from grpo_ui.timing.links import all_gather_s, all_reduce_s, host_copy_s, memory_read_s, reduce_scatter_s
@@ -27,6 +31,14 @@ def matmul_params(arch: ModelArch, active: bool = False) -> int:
     so it stays)."""
     embedding = 0 if arch.tie_word_embeddings else arch.vocab_size * arch.hidden_size
     return arch.total_params(active) - embedding
+
+
+def expert_matmul_params(arch: ModelArch) -> int:
+    """The routed-expert parameters a token multiplies by: k experts' gate, up and down projections (3·h·I_moe) in
+    every layer; 0 for a dense model."""
+    if not arch.num_experts:
+        return 0
+    return arch.num_hidden_layers * arch.num_experts_per_tok * 3 * arch.hidden_size * arch.moe_intermediate_size
 
 
 def attention_flops_per_token(arch: ModelArch, context: float) -> float:
@@ -46,7 +58,7 @@ def sequence_tokens(t: TimeInputs, batch: int) -> float:
 
 def _gpu_seconds(t: TimeInputs, flops: float, weight_reads: float) -> float:
     """One micro-batch's passes: compute at the achievable peak, at least the time to read the weights."""
-    return max(flops / (t.gpu.tflops_bf16 * 1e12 * efficiency.MFU), memory_read_s(weight_reads, t.gpu))
+    return max(flops / (t.gpu.tflops_bf16 * 1e12 * efficiency.TRANSFORMERS_MFU), memory_read_s(weight_reads, t.gpu))
 
 
 def _gather_s(t: TimeInputs, arch: ModelArch) -> float:
@@ -107,12 +119,12 @@ def micro_step_s(t: TimeInputs) -> tuple[float, float]:
 
 def train_s(t: TimeInputs) -> float:
     """Forward/backward of the round's micro-steps (steps_per_generation × num_iterations per rank) and the optimizer
-    steps they feed. ZeRO-3's gathers add to compute (no prefetch); the other engines' collectives hide under it
-    where they can (max)."""
+    steps they feed. ZeRO-3's gathers add to compute unless it prefetches; the other engines' collectives hide under
+    it where they can (max)."""
     i = t.mem
     micro = t.steps_per_generation * t.iterations
     compute, comm = micro_step_s(t)
-    per_micro = compute + comm if i.stage == 3 else max(compute, comm)
+    per_micro = compute + comm if i.stage == 3 and not zero3_prefetch_elements(i) else max(compute, comm)
     total = micro * per_micro
     trainable = model_states(i)["trainable"]
     if not i.deepspeed and not i.fsdp and t.world > 1:  # DDP: one all-reduce per optimizer step

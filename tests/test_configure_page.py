@@ -1,14 +1,14 @@
-"""Each defect a new user met (issue 18, "Why") stays fixed: one test per defect, each asserting on what the page
-shows (Streamlit's AppTest) or on what the user gets (rendered scripts, the chart's figure)."""
+"""The Configure page (Streamlit's AppTest, the rendered scripts, the chart's figure): what its verdicts hold back
+and release (downloads, the launch, an override's reason), the form's cells, findings beside their fields, the step
+indicator, the model picker and config.json, make-it-fit cards and the memory chart. Each test keeps a defect a new
+user met fixed (issue 18, and the review findings after it)."""
 
 import json
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from grpo_ui.checks.assess import assess
-from grpo_ui.core.findings import finding, format_findings
 from grpo_ui.importer import import_scripts
 from grpo_ui.jobs.drafts import latest_spec
 from grpo_ui.jobs.service import Jobs, LaunchError
@@ -17,48 +17,14 @@ from grpo_ui.launch.plan import make_plan
 from grpo_ui.launch.render import render
 from grpo_ui.memory.estimate import estimate_spec
 from grpo_ui.spec import form
-from grpo_ui.spec.model import ARGS_BY_PATH
 from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.presets import presets
 from grpo_ui.spec.resolve import resolve
 from grpo_ui.spec.yaml_io import spec_to_yaml
+from tests.pages import ROOT, downloads_disabled, draft_of, field, open_app, texts
 from views.memory_chart import memory_chart
 
-ROOT = Path(__file__).parent.parent
-APP = str(ROOT / "app.py")
 FIRST, FULL, ROLLOUT = presets().values()
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
-    return tmp_path
-
-
-def open_app(query: dict | None = None) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.query_params.update(query or {})
-    return at.run()
-
-
-def draft_of(at) -> str:
-    """The draft id in the page's address."""
-    value = at.query_params["draft"]
-    return value[0] if isinstance(value, list) else value
-
-
-def field(at, path):
-    at.button_group(key="section").set_value(ARGS_BY_PATH[path].group).run()
-    return at.text_input(key=f"f:{path}")
-
-
-def downloads_disabled(at) -> list[bool]:
-    return [b.proto.disabled for b in at.get("download_button")]
-
-
-def texts(at) -> str:
-    return "\n".join(e.value for kind in ("markdown", "caption", "info", "warning", "error", "success")
-                     for e in at.get(kind) if isinstance(e.value, str))
 
 
 def test_two_tabs_do_not_overwrite_each_others_draft(home):
@@ -67,7 +33,7 @@ def test_two_tabs_do_not_overwrite_each_others_draft(home):
     field(a, "train.num_generations").set_value("16").run()
     field(b, "train.max_completion_length").set_value("999").run()
     saved = Store().drafts()
-    assert len(saved) == 1 and "num_generations: 16" in saved[0]["spec_yaml"] and "999" not in saved[0]["spec_yaml"] \
+    assert len(saved) == 1 and "num_generations: 16" in saved[0].spec_yaml and "999" not in saved[0].spec_yaml \
         and "changed in another tab" in texts(b)
 
 
@@ -186,50 +152,6 @@ def test_the_swift_command_has_one_flag_per_line():
     assert len(command) > 10 and all(line.startswith("    --") and line.endswith(" \\") for line in command[1:-1])
 
 
-def failed_at_preflight(tmp_path, monkeypatch) -> str:
-    monkeypatch.setenv("GRPO_UI_DB", str(tmp_path / "db.sqlite"))
-    store = Store()
-    error = "preflight found errors, nothing was started:\n" + format_findings([
-        finding("SSH-UNREACHABLE", "error", "cluster.nodes[0].host", "cannot connect to gpu-a:22", "Check it."),
-        finding("SSH-UNREACHABLE", "error", "cluster.nodes[1].host", "cannot connect to gpu-b:22", "Check it.")])
-    store.create_job("j1", "j", spec_to_yaml(FIRST), "failed")
-    store.set_job("j1", error=error)
-    import streamlit as st
-    st.cache_resource.clear()  # the pages' stores are cached per process: open this test's
-    return error
-
-
-def test_monitor_after_a_failed_preflight_says_the_nodes_were_never_reached(home, tmp_path, monkeypatch):
-    failed_at_preflight(tmp_path, monkeypatch)
-    at = AppTest.from_file(str(ROOT / "views/monitor.py"), default_timeout=60).run()
-    shown = texts(at)
-    assert "never started" in shown and "No GPU samples" not in shown and at.error[0].value.count("\n- ") == 2
-
-
-def test_history_has_no_empty_final_metrics_and_says_why_it_cannot_compare(home, tmp_path, monkeypatch):
-    failed_at_preflight(tmp_path, monkeypatch)
-    at = AppTest.from_file(str(ROOT / "views/history.py"), default_timeout=60).run()
-    assert not [j for j in at.json if json.loads(j.proto.body) == {}] and "Only one run so far" in texts(at)
-
-
-def test_an_override_is_kept_with_the_job_and_shown_on_monitor_and_history(home, tmp_path, monkeypatch):
-    """A spec with an error launches only with a reason; the reason and the errors stay with the job (here one whose
-    host does not exist, so preflight stops it before anything starts)."""
-    from grpo_ui.jobs.service import Jobs, LaunchError
-    monkeypatch.setenv("GRPO_UI_DB", str(tmp_path / "db.sqlite"))
-    jobs = Jobs(Store())
-    spec = with_changes(FIRST, {"cluster.nodes[0].host": "nohost.invalid", "train.num_generations": 7})
-    with pytest.raises(LaunchError, match="the spec has errors"):
-        jobs.launch(jobs.plan(spec, "no-reason"))
-    with pytest.raises(LaunchError, match="preflight"):
-        jobs.launch(jobs.plan(spec, "with-reason"), preflight=True, override="a test of the override")
-    import streamlit as st
-    st.cache_resource.clear()
-    pages = [AppTest.from_file(str(ROOT / f"views/{p}.py"), default_timeout=60).run() for p in ("monitor", "history")]
-    note = "Launched despite GRPO-BATCH-DIV, with the reason: a test of the override"
-    assert [j["id"] for j in jobs.store.jobs()] == ["with-reason"] and all(note in texts(p) for p in pages)
-
-
 def test_a_model_picked_from_the_catalogue_is_a_hub_id_ms_swift_can_download(home):
     """Review finding: picking 'Qwen3-8B · 8.2 B params' wrote --model Qwen3-8B, which is neither a path nor a Hub
     id. The picker offers the catalogue's checkpoints as Hub ids."""
@@ -252,7 +174,7 @@ def test_a_pasted_config_json_survives_a_reload_and_reaches_the_launch_plan(home
     launch = AppTest.from_file(str(ROOT / "views/launch.py"), default_timeout=60)
     launch.query_params["draft"] = draft_of(at)
     shown = texts(launch.run())
-    assert "Verdict" in [m.label for m in reloaded.metric] and "hidden_size: 3584" in Store().drafts()[0]["spec_yaml"] \
+    assert "Verdict" in [m.label for m in reloaded.metric] and "hidden_size: 3584" in Store().drafts()[0].spec_yaml \
         and "Memory estimate kept with the job" in shown and "No memory estimate" not in shown
 
 
@@ -266,20 +188,6 @@ def test_an_override_reason_given_on_configure_is_there_on_launch(home):
     reason = at.text_input(key=f"launch_override:{draft}")
     launch = next(b for b in at.button if b.label == "Launch")
     assert reason.value == "measured: it runs" and not launch.proto.disabled
-
-
-def test_a_failed_launch_lists_each_problem(home, tmp_path, monkeypatch):
-    """Two nodes whose hosts do not exist: preflight stops the launch with one finding per node."""
-    monkeypatch.setenv("GRPO_UI_DB", str(tmp_path / "db.sqlite"))
-    node = FIRST.cluster.nodes[0].model_dump(exclude_unset=True)
-    two = with_changes(FIRST, {"cluster.nodes": [node | {"host": "nohost-a.invalid"}, node | {"host": "nohost-b.invalid"}]})
-    (home / "draft.yaml").write_text(spec_to_yaml(two))
-    import streamlit as st
-    st.cache_resource.clear()
-    at = AppTest.from_file(str(ROOT / "views/launch.py"), default_timeout=60).run()
-    next(b for b in at.button if b.label == "Launch").click().run()
-    shown = at.error[-1].value
-    assert shown.startswith("preflight found errors") and shown.count("\n- ") >= 2
 
 
 def step(at, title: str) -> str:
@@ -308,25 +216,6 @@ def test_a_catalogue_model_asks_for_no_config_json_when_a_field_does_not_parse(h
     at = open_app()
     field(at, "train.num_generations").set_value("abc").run()
     assert not [u for u in at.get("file_uploader") if u.proto.label == "config.json"]
-
-
-def test_history_shows_a_dash_for_metrics_a_job_never_logged(home, tmp_path, monkeypatch):
-    from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
-    failed_at_preflight(tmp_path, monkeypatch)
-    at = AppTest.from_file(str(ROOT / "views/history.py"), default_timeout=60).run()
-    shown = convert_arrow_bytes_to_pandas_df(at.dataframe[0].proto.arrow_data.styler.display_values)
-    assert list(shown.iloc[0][["reward", "kl", "estimate GiB", "measured GiB"]]) == ["—"] * 4 and \
-        len(shown.iloc[0]["minutes"].split(".")[1]) == 1
-
-
-def test_preflight_says_a_host_it_could_not_reach_was_not_reached(home):
-    from grpo_ui.backends.preflight import HostFacts
-    from grpo_ui.backends.preflight.status import PreflightRun
-    at = AppTest.from_file(str(ROOT / "views/cluster.py"), default_timeout=60)
-    at.session_state["preflight_run"] = PreflightRun.of(FIRST, [HostFacts("gpu-x", error="cannot connect to gpu-x:22")],
-                                                        [])
-    row = next(d for d in at.run().dataframe if "GPUs" in d.value.columns).value.to_dict("records")[0]
-    assert row["GPUs"] == "not reached" and row["python"] == row["disk free GiB"] == "—"
 
 
 def test_the_chart_marks_torchs_cache_reclaimable_and_the_page_names_the_nvidia_smi_figure(home):
