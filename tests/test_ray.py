@@ -1,7 +1,9 @@
 """The Ray backend on a real Ray cluster (Ray 2.60 from the nodes' ms-swift venv) in the test network namespaces,
 running real ms-swift GRPO on the CPU with the tiny model: a cluster the backend starts itself over SSH, and one
 started beforehand and used by its Jobs API address, as an existing (e.g. KubeRay) cluster is. What Ray shows of a
-job (its entrypoint, metadata and runtime environment) is read back from the real Jobs API."""
+job (its entrypoint, metadata and runtime environment) is read back from the real Jobs API. ms-swift's Ray mode
+(megatron rlhf --use_ray) cannot train here, Megatron needing GPUs: its jobs run a stand-in `megatron` (STANDIN,
+below) that does with ms-swift's own code everything its driver does before training."""
 
 from __future__ import annotations
 
