@@ -19,6 +19,19 @@ training-step times instead (bench/engine_calibration.py).
 
 Baseline (what a user has without this model): one tokens-per-second-per-GPU figure, the median over the fit rows,
 scaled by the step's tokens (completions × (prompt + mean completion)) and the job's GPUs.
+
+The range a prediction carries (timing.report.RANGE_GIVEN / RANGE_ASSUMED, ``ranges``) is the model's error on runs
+its fit has not seen. The rule, written down on 2026-11-28 before its effect on any held-out or fresh row was computed:
+for each source of the fit set (the data README's source key, a row's ``source`` before " — "; each job of a user's
+own rows is a source), the constants fitted here (``fit``: the length prior, the bandwidth, the generate() kernel,
+the round overhead) are fitted again without that source's rows, and its rows are predicted with them
+(leave-one-source-out). The range is the 10th and 90th percentile of measured ÷ predicted over those predictions:
+length given, over the fit set's rows that publish their mean completion, predicted with it; length assumed, over
+every fit-set row predicted as if it gave none (the prior refitted without the source too). So 8 in 10 of the fit
+set's published runs, each predicted by the model fitted without its own source, fell within it. The training
+engines' efficiencies are not refitted per source: they come from other files (bench/engine_calibration.py), never
+from these rows. Held-out and fresh rows never enter the range. (Before, the range was the same percentiles of the
+fit rows predicted by the constants fitted on them: in-sample, narrower than the error on an unseen run.)
 """
 
 from __future__ import annotations
