@@ -50,7 +50,7 @@ from grpo_ui.spec.paths import with_changes
 from grpo_ui.timing import efficiency, lengths
 from grpo_ui.timing.inputs import TimeInputs, time_inputs
 from grpo_ui.timing.predict import predict
-from grpo_ui.timing.report import TimeReport
+from grpo_ui.timing.report import RANGE_ASSUMED, RANGE_GIVEN, RANGE_SHARE, TimeReport
 
 DATA = Path(__file__).parent.parent / "tests" / "data" / "time_measurements.jsonl"
 LENGTHS = DATA.with_name("completion_lengths.jsonl")  # published response lengths of other runs (lengths.py)
@@ -309,15 +309,65 @@ def length_prior(fit_rows: list[dict]) -> tuple[float, int]:
 
 
 def measured_range(results: list[Result]) -> tuple[float, float]:
-    """The 10th and 90th percentiles of measured ÷ predicted over ``results``."""
-    q = statistics.quantiles([r.measured / r.ours for r in results], n=10, method="inclusive")
-    return q[0], q[8]
+    """The percentiles of measured ÷ predicted over ``results`` that hold timing.report.RANGE_SHARE of them between
+    (the 10th and the 90th; linear interpolation between order statistics)."""
+    q = statistics.quantiles([r.measured / r.ours for r in results], n=100, method="inclusive")
+    tail = round(100 * (1 - RANGE_SHARE) / 2)
+    return q[tail - 1], q[100 - tail - 1]
+
+
+def source_key(row: dict) -> str:
+    """The source a row comes from, as the data README's split rule keys it: its ``source`` before " — " (the rows
+    of one page share it; an exported job's names the job)."""
+    return row["source"].split(" — ")[0]
+
+
+def out_of_sample(fit_rows: list[dict]) -> tuple[list[Result], list[Result]]:
+    """Each row of ``fit_rows`` predicted by the constants ``fit_on`` fits on the rows of the other sources
+    (leave-one-source-out): (predicted with its published mean completion where it gives one, predicted as if it
+    gave none). The constants in grpo_ui.timing are left as they were."""
+    kept, given, assumed = constants(), [], []
+    try:
+        for key in dict.fromkeys(map(source_key, fit_rows)):
+            fit_on([r for r in fit_rows if source_key(r) != key])
+            own = [r for r in fit_rows if source_key(r) == key]
+            given += evaluate_all(own)[0]
+            assumed += evaluate_all(own, assume_length=True)[0]
+    finally:
+        set_constants(kept)
+    return given, assumed
 
 
 def ranges(fit_rows: list[dict]) -> tuple[tuple[float, float], tuple[float, float]]:
-    """(timing.report.RANGE_GIVEN, RANGE_ASSUMED): measured ÷ predicted over the fit rows that publish their mean
-    completion, predicted with it; and over every fit row predicted with the length assumed (the prior's, as for a
-    user who gives none), which adds the prior's own error."""
+    """(timing.report.RANGE_GIVEN, RANGE_ASSUMED) by the module docstring's rule: ``measured_range`` over the
+    out-of-sample predictions (``out_of_sample``) of the rows that publish their mean completion, predicted with it;
+    and of every row predicted with the length assumed (the prior's, as for a user who gives none), which adds the
+    prior's own error."""
+    given, assumed = out_of_sample(fit_rows)
+    return measured_range([r for r in given if r.inputs.completion_given]), measured_range(assumed)
+
+
+def within(r: Result, given: tuple[float, float] = RANGE_GIVEN, assumed: tuple[float, float] = RANGE_ASSUMED) -> bool:
+    """The row's measurement lies in the range ``given`` (its mean completion published) or ``assumed`` (not) puts
+    around its prediction."""
+    low, high = given if r.inputs.completion_given else assumed
+    return low <= r.measured / r.ours <= high
+
+
+UNSEEN_SPLITS = ("fresh", "fresh2", "fresh3")  # collected and frozen after the model was built, never tuned on
+
+
+def unseen_within(rows: list[dict], given: tuple[float, float] = RANGE_GIVEN,
+                  assumed: tuple[float, float] = RANGE_ASSUMED) -> tuple[int, int]:
+    """(rows within their range, rows) over the rows of UNSEEN_SPLITS of a shape ms-swift can run: how the range
+    held on runs the model never saw (timing.report.RANGE_UNSEEN; measured, never set, by them)."""
+    unseen = [r for r in evaluate_all([r for r in rows if r["split"] in UNSEEN_SPLITS])[0] if not inexpressible(r.row)]
+    return sum(within(r, given, assumed) for r in unseen), len(unseen)
+
+
+def in_sample_ranges(fit_rows: list[dict]) -> tuple[tuple[float, float], tuple[float, float]]:
+    """The ranges by the rule they had before: ``measured_range`` over ``fit_rows`` predicted by the constants as they
+    are (fitted on those rows), printed by bench/time_accuracy.py beside ``ranges`` to show what it changed."""
     given = [r for r in evaluate_all(fit_rows)[0] if r.inputs.completion_given]
     return measured_range(given), measured_range(evaluate_all(fit_rows, assume_length=True)[0])
 
@@ -328,10 +378,10 @@ GRID = {"BANDWIDTH_EFFICIENCY": [0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9],
         "ROUND_OVERHEAD_S": [0.0, 1.0, 2.0, 4.0, 6.0, 8.0]}
 
 
-def log_error(rows: list[dict]) -> float:
-    """The fit's objective: mean |ln(predicted ÷ measured)| (a factor too fast costs what a factor too slow does)."""
-    results = evaluate_all(rows)[0]
-    return statistics.fmean(abs(math.log(r.ours / r.measured)) for r in results)
+def log_error(cases: list[tuple[TimeInputs, float]]) -> float:
+    """The fit's objective over (inputs, measured seconds) pairs: mean |ln(predicted ÷ measured)| (a factor too fast
+    costs what a factor too slow does)."""
+    return statistics.fmean(abs(math.log(predict(t).step_s / measured)) for t, measured in cases)
 
 
 def constants() -> dict[str, float]:
@@ -340,16 +390,28 @@ def constants() -> dict[str, float]:
             "TYPICAL_TOKENS": lengths.TYPICAL_TOKENS}
 
 
+def set_constants(values: dict[str, float]) -> None:
+    """Put ``constants()``' values into grpo_ui.timing."""
+    for name in FITTED:
+        setattr(efficiency, name, values[name])
+    lengths.FILL, lengths.TYPICAL_TOKENS = values["FILL"], values["TYPICAL_TOKENS"]
+
+
 def fit(rows: list[dict], extra: list[dict] | None = None, rounds: int = 3) -> dict[str, float]:
-    """The length prior (``length_prior``), then coordinate descent over GRID, on ``fit_set(rows, extra)`` (the fit
-    rows ms-swift can run, plus every row of a user's own): each efficiency in turn set to the grid value with the
-    least log_error, ``rounds`` times over. Leaves the constants in grpo_ui.timing at the best values and returns
-    them."""
-    fit_rows = fit_set(rows, extra)
+    """``fit_on`` the fit set (``fit_set(rows, extra)``: the fit rows ms-swift can run, plus every row of a user's
+    own)."""
+    return fit_on(fit_set(rows, extra), rounds)
+
+
+def fit_on(fit_rows: list[dict], rounds: int = 3) -> dict[str, float]:
+    """The length prior (``length_prior``), then coordinate descent over GRID on ``fit_rows``: each efficiency in
+    turn set to the grid value with the least log_error, ``rounds`` times over. Leaves the constants in grpo_ui.timing
+    at the best values and returns them."""
     lengths.FILL, lengths.TYPICAL_TOKENS = length_prior(fit_rows)
+    cases = [(r.inputs, r.measured) for r in evaluate_all(fit_rows)[0]]  # the inputs do not depend on GRID's constants
     for _ in range(rounds):
         for name in FITTED:
-            best = min(GRID[name], key=lambda v, n=name: (setattr(efficiency, n, v), log_error(fit_rows))[1])
+            best = min(GRID[name], key=lambda v, n=name: (setattr(efficiency, n, v), log_error(cases))[1])
             setattr(efficiency, name, best)
     return constants()
 
@@ -399,10 +461,12 @@ def main(argv: list[str]) -> int:
     for name, (n, median, p90) in errors_after.items():
         b = errors_before[name]
         print(f"{name:<22} {n:>3}  {b[1]:>14.0f} {b[2]:>6.0f}   {median:>13.0f} {p90:>6.0f}")
-    print(f"\nrange (measured ÷ predicted, 10th-90th percentile): length given {given[0]:.2f}-{given[1]:.2f}, "
-          f"assumed {assumed[0]:.2f}-{assumed[1]:.2f}")
-    print("to keep them: set the constants in grpo_ui/timing/efficiency.py and lengths.py, the ranges in "
-          "grpo_ui/timing/report.py")
+    unseen = unseen_within(rows, given, assumed)
+    print(f"\nrange (measured ÷ predicted, 10th-90th percentile, each fit source predicted by the constants fitted "
+          f"without it): length given {given[0]:.2f}-{given[1]:.2f}, assumed {assumed[0]:.2f}-{assumed[1]:.2f}; "
+          f"fresh rows of a shape ms-swift can run within it: {unseen[0]} of {unseen[1]}")
+    print("to keep them: set the constants in grpo_ui/timing/efficiency.py and lengths.py, the ranges (RANGE_GIVEN, "
+          "RANGE_ASSUMED, RANGE_UNSEEN) in grpo_ui/timing/report.py")
     return 0
 
 
