@@ -50,7 +50,7 @@ from grpo_ui.spec.paths import with_changes
 from grpo_ui.timing import efficiency, lengths
 from grpo_ui.timing.inputs import TimeInputs, time_inputs
 from grpo_ui.timing.predict import predict
-from grpo_ui.timing.report import RANGE_ASSUMED, RANGE_GIVEN, RANGE_SHARE, TimeReport
+from grpo_ui.timing.report import TimeReport
 
 DATA = Path(__file__).parent.parent / "tests" / "data" / "time_measurements.jsonl"
 LENGTHS = DATA.with_name("completion_lengths.jsonl")  # published response lengths of other runs (lengths.py)
@@ -308,12 +308,14 @@ def length_prior(fit_rows: list[dict]) -> tuple[float, int]:
     return min(((f, t) for f in FILL_GRID for t in TYPICAL_GRID), key=lambda p: error(*p))
 
 
+PERCENTILES = (10, 90)  # the range's ends: these percentiles of measured ÷ predicted
+
+
 def measured_range(results: list[Result]) -> tuple[float, float]:
-    """The percentiles of measured ÷ predicted over ``results`` that hold timing.report.RANGE_SHARE of them between
-    (the 10th and the 90th; linear interpolation between order statistics)."""
+    """PERCENTILES of measured ÷ predicted over ``results`` (linear interpolation between order statistics), rounded
+    as timing.report holds them."""
     q = statistics.quantiles([r.measured / r.ours for r in results], n=100, method="inclusive")
-    tail = round(100 * (1 - RANGE_SHARE) / 2)
-    return q[tail - 1], q[100 - tail - 1]
+    return round(q[PERCENTILES[0] - 1], 2), round(q[PERCENTILES[1] - 1], 2)
 
 
 def source_key(row: dict) -> str:
@@ -338,31 +340,40 @@ def out_of_sample(fit_rows: list[dict]) -> tuple[list[Result], list[Result]]:
     return given, assumed
 
 
-def ranges(fit_rows: list[dict]) -> tuple[tuple[float, float], tuple[float, float]]:
-    """(timing.report.RANGE_GIVEN, RANGE_ASSUMED) by the module docstring's rule: ``measured_range`` over the
-    out-of-sample predictions (``out_of_sample``) of the rows that publish their mean completion, predicted with it;
-    and of every row predicted with the length assumed (the prior's, as for a user who gives none), which adds the
-    prior's own error."""
-    given, assumed = out_of_sample(fit_rows)
-    return measured_range([r for r in given if r.inputs.completion_given]), measured_range(assumed)
-
-
-def within(r: Result, given: tuple[float, float] = RANGE_GIVEN, assumed: tuple[float, float] = RANGE_ASSUMED) -> bool:
+def within(r: Result, given: tuple[float, float], assumed: tuple[float, float]) -> bool:
     """The row's measurement lies in the range ``given`` (its mean completion published) or ``assumed`` (not) puts
     around its prediction."""
     low, high = given if r.inputs.completion_given else assumed
     return low <= r.measured / r.ours <= high
 
 
-UNSEEN_SPLITS = ("fresh", "fresh2", "fresh3")  # collected and frozen after the model was built, never tuned on
+UNSEEN_SPLITS = ("fresh", "fresh2", "fresh3")  # collected and frozen after the model was built, never fitted on
 
 
-def unseen_within(rows: list[dict], given: tuple[float, float] = RANGE_GIVEN,
-                  assumed: tuple[float, float] = RANGE_ASSUMED) -> tuple[int, int]:
-    """(rows within their range, rows) over the rows of UNSEEN_SPLITS of a shape ms-swift can run: how the range
-    held on runs the model never saw (timing.report.RANGE_UNSEEN; measured, never set, by them)."""
+@dataclass(frozen=True)
+class Ranges:
+    """timing.report's RANGE_GIVEN, RANGE_ASSUMED and RANGE_WITHIN."""
+
+    given: tuple[float, float]
+    assumed: tuple[float, float]
+    within: dict[str, tuple[int, int]]
+
+
+def ranges(rows: list[dict], extra: list[dict] | None = None) -> Ranges:
+    """The ranges by the module docstring's rule, over the out-of-sample predictions (``out_of_sample``) of
+    ``fit_set(rows, extra)``: given, ``measured_range`` of the rows that publish their mean completion, predicted with
+    it; assumed, of every row predicted with the length assumed (the prior's, as for a user who gives none), which
+    adds the prior's own error. ``within``: (runs within, runs) of those two sets, and of the rows of UNSEEN_SPLITS of
+    a shape ms-swift can run predicted by the constants as they are (how the range held on runs never fitted on:
+    measured, never set, by them)."""
+    given, assumed = out_of_sample(fit_set(rows, extra))
+    given = [r for r in given if r.inputs.completion_given]
+    low_high = measured_range(given), measured_range(assumed)
     unseen = [r for r in evaluate_all([r for r in rows if r["split"] in UNSEEN_SPLITS])[0] if not inexpressible(r.row)]
-    return sum(within(r, given, assumed) for r in unseen), len(unseen)
+
+    def count(results: list[Result]) -> tuple[int, int]:
+        return sum(within(r, *low_high) for r in results), len(results)
+    return Ranges(*low_high, {"given": count(given), "assumed": count(assumed), "unseen": count(unseen)})
 
 
 def in_sample_ranges(fit_rows: list[dict]) -> tuple[tuple[float, float], tuple[float, float]]:
@@ -450,8 +461,7 @@ def main(argv: list[str]) -> int:
     before, errors_before = constants(), split_errors(rows, extra)
     after = fit(rows, extra)
     errors_after = split_errors(rows, extra)
-    fit_rows = fit_set(rows, extra)
-    given, assumed = ranges(fit_rows)
+    found = ranges(rows, extra)
     print(f"refit on {len(fit_set(rows))} published fit rows (the fit split's rows ms-swift can run)"
           + (f" + {len(extra)} of yours ({', '.join(files)})" if extra else "") + "\n")
     print(f"{'constant':<22} {'before':>10} {'after':>10}")
@@ -461,12 +471,11 @@ def main(argv: list[str]) -> int:
     for name, (n, median, p90) in errors_after.items():
         b = errors_before[name]
         print(f"{name:<22} {n:>3}  {b[1]:>14.0f} {b[2]:>6.0f}   {median:>13.0f} {p90:>6.0f}")
-    unseen = unseen_within(rows, given, assumed)
-    print(f"\nrange (measured ÷ predicted, 10th-90th percentile, each fit source predicted by the constants fitted "
-          f"without it): length given {given[0]:.2f}-{given[1]:.2f}, assumed {assumed[0]:.2f}-{assumed[1]:.2f}; "
-          f"fresh rows of a shape ms-swift can run within it: {unseen[0]} of {unseen[1]}")
+    print(f"\nrange (measured ÷ predicted, {PERCENTILES[0]}th-{PERCENTILES[1]}th percentile, each fit source predicted by "
+          f"the constants fitted without it): length given {found.given[0]:.2f}-{found.given[1]:.2f}, assumed "
+          f"{found.assumed[0]:.2f}-{found.assumed[1]:.2f}; runs within it (within, runs): {found.within}")
     print("to keep them: set the constants in grpo_ui/timing/efficiency.py and lengths.py, the ranges (RANGE_GIVEN, "
-          "RANGE_ASSUMED, RANGE_UNSEEN) in grpo_ui/timing/report.py")
+          "RANGE_ASSUMED, RANGE_WITHIN) in grpo_ui/timing/report.py")
     return 0
 
 

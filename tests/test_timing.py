@@ -28,7 +28,6 @@ from bench.time_calibration import (
     out_of_sample,
     ranges,
     source_key,
-    unseen_within,
 )
 from grpo_ui.knowledge.catalog import find_model
 from grpo_ui.spec.model import JobSpec
@@ -38,7 +37,7 @@ from grpo_ui.timing import efficiency as eff
 from grpo_ui.timing import lengths
 from grpo_ui.timing.inputs import NoTimeEstimate, time_inputs
 from grpo_ui.timing.predict import predict, predict_spec
-from grpo_ui.timing.report import PHASES, RANGE_ASSUMED, RANGE_GIVEN, RANGE_UNSEEN
+from grpo_ui.timing.report import PHASES, RANGE_ASSUMED, RANGE_GIVEN, RANGE_WITHIN
 
 ROOT = Path(__file__).parent.parent
 H100 = [{"host": "n0", "gpus": list(range(8)), "gpu_model": "NVIDIA H100 80GB HBM3"}]
@@ -358,13 +357,11 @@ def test_a_row_file_that_cannot_be_read_names_the_file_and_the_line(tmp_path):
 def test_the_ranges_and_the_length_prior_are_what_the_fit_rows_give():
     """timing.report's ranges are the 10th-90th percentiles of measured ÷ predicted over the fit set's rows, each
     predicted by the constants fitted without its source (length given: the rows that publish it; assumed: every
-    fit-set row predicted without it), RANGE_UNSEEN how many fresh rows ms-swift can run fall within them,
+    fit-set row predicted without it), RANGE_WITHIN how many of those and of the fresh rows fall within them,
     timing.lengths' prior the pair that best fits the fit rows' published means and tests/data/completion_lengths.jsonl;
     re-derive them (bench/time_calibration.py --fit prints them) when the rows or the model change."""
-    given, assumed = ranges(FIT_ROWS)
-    assert RANGE_GIVEN == (round(given[0], 2), round(given[1], 2))
-    assert RANGE_ASSUMED == (round(assumed[0], 2), round(assumed[1], 2))
-    assert RANGE_UNSEEN == unseen_within(CALIBRATION)
+    found = ranges(CALIBRATION)
+    assert (RANGE_GIVEN, RANGE_ASSUMED, RANGE_WITHIN) == (found.given, found.assumed, found.within)
     assert (lengths.FILL, lengths.TYPICAL_TOKENS) == length_prior(FIT_ROWS)
 
 
@@ -442,7 +439,9 @@ def test_cli_contract(tmp_path):
     out = json.loads(cli(path, "--gpu", "H100", "--json").stdout)["time"]
     assert set(out) == {"step_s", "phases_s", "steps", "total_h", "gpu_hours", "cost", "range", "range_share",
                         "range_meaning"}
-    assert out["range_share"] == 0.8 and out["range_meaning"].startswith("8 in 10 of the published GRPO runs")
+    within, runs = RANGE_WITHIN["assumed"]
+    assert out["range_share"] == round(within / runs, 2)
+    assert out["range_meaning"].startswith(f"{within} of the {runs} published GRPO runs the model is fitted on measured")
     assert "as if its completion length were unknown" in out["range_meaning"]
     assert isinstance(out["step_s"], float) and set(out["phases_s"]) == set(PHASES)
     assert sum(out["phases_s"].values()) == pytest.approx(out["step_s"], abs=0.01)
@@ -455,7 +454,10 @@ def test_cli_contract(tmp_path):
     assert given["total_h"] == pytest.approx(200 * given["step_s"] / 3600, rel=5e-3)
     assert given["gpu_hours"] == pytest.approx(given["total_h"] * 8, rel=5e-3)
     assert given["cost"] == pytest.approx(given["gpu_hours"] * 3, rel=5e-3)
-    assert "completion length" not in given["range_meaning"]
+    within, runs = RANGE_WITHIN["given"]
+    assert given["range_meaning"].startswith(f"{within} of the {runs} published GRPO runs the model is fitted on that "
+                                             "give their completion length")
+    assert "unknown" not in given["range_meaning"] and given["range_share"] == round(within / runs, 2)
     text = cli(path, "--gpu", "H100", "--completion-tokens", "300", "--steps", "200", "--price", "3").stdout
     assert f"{given['phases_s']['rollout']:.2f} s" in text and "200 steps" in text and "GPU-hours on 8 GPUs" in text
     assert f"range: {given['range_meaning']}" in text

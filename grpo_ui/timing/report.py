@@ -22,19 +22,17 @@ PHASES = {
 # The model's own error on runs its fit has not seen: for each source of the step-time fit set
 # (tests/data/time_measurements.jsonl's fit rows ms-swift can run), the constants fitted on those rows are fitted again
 # without that source and its rows predicted with them; the measured seconds per step were between these multiples of
-# that prediction for RANGE_SHARE of the rows (their 10th and 90th percentiles; bench/time_calibration.ranges; the
-# rule is that module's docstring). Given the mean completion length: over the rows that publish it, predicted with it;
-# assumed (timing.lengths' prior): over every fit-set row predicted as if it gave none, so the range also holds the
-# prior's error. Held-out and fresh rows never set them: bench/time_accuracy.py prints how many of each split fall
-# within (fewer than RANGE_SHARE of the fresh rows: RANGE_UNSEEN); tests/test_timing.py keeps them equal to what the
-# rule gives.
-RANGE_SHARE = 0.8
+# that prediction for 8 in 10 of the rows, nominally (their 10th and 90th percentiles; bench/time_calibration.ranges,
+# the rule is that module's docstring). Given the mean completion length: over the rows that publish it, predicted
+# with it; assumed (timing.lengths' prior): over every fit-set row predicted as if it gave none, so the range also
+# holds the prior's error. Held-out and fresh rows never set them.
 RANGE_GIVEN = (0.66, 1.94)
 RANGE_ASSUMED = (0.41, 2.53)
-# How the range held on runs the model was never fitted on: (rows within their range, rows) of the fresh splits' rows
-# of a shape ms-swift can run (sources collected after the model was built; bench/time_calibration.unseen_within, a
-# test keeps it).
-RANGE_UNSEEN = (18, 25)
+# (runs within, runs), as counted: of the fit-set runs each range was measured on, and of the fresh splits' rows of a
+# shape ms-swift can run (sources collected after the model was built, never fitted on; they measure the range, they
+# never set it). bench/time_accuracy.py prints them per split; tests/test_timing.py keeps all of these equal to what
+# the rule gives.
+RANGE_WITHIN = {"given": (15, 19), "assumed": (17, 23), "unseen": (18, 25)}
 
 
 @dataclass
@@ -72,23 +70,33 @@ class TimeReport:
         return self.step_s * low, self.step_s * high
 
     @property
+    def range_share(self) -> float:
+        """The share of the published runs ``range`` was measured on that fell within it (RANGE_WITHIN)."""
+        within, runs = RANGE_WITHIN["given" if self.length_given else "assumed"]
+        return within / runs
+
+    @property
     def range_meaning(self) -> str:
-        """What ``range`` is, in words (RANGE_SHARE's share of the published runs it was measured on)."""
-        length = "" if self.length_given else " and as if its completion length were unknown"
-        within, unseen = RANGE_UNSEEN
-        return (f"{round(RANGE_SHARE * 10)} in 10 of the published GRPO runs the model is fitted on measured within "
-                f"this range, each predicted without its own source's runs{length}; of {unseen} published runs "
-                f"collected after it was built and never fitted on, {within} did")
+        """What ``range`` is, in words: how many published runs fell within it, out of sample."""
+        within, runs = RANGE_WITHIN["given" if self.length_given else "assumed"]
+        unseen_within, unseen = RANGE_WITHIN["unseen"]
+        which, how = (" that give their completion length", "") if self.length_given else (
+            "", " and as if its completion length were unknown")
+        return (f"{within} of the {runs} published GRPO runs the model is fitted on{which} measured within this range, "
+                f"each predicted by the model fitted without its own source's runs{how}; of {unseen} published runs "
+                f"collected after the model was built and never fitted on, {unseen_within} fell within the range "
+                "they were given")
 
     def to_dict(self) -> dict:
         """The CLI's ``time`` object (its contract): step_s, phases_s (adding up to step_s), steps, total_h,
-        gpu_hours, cost, range, range_share (the share of published runs the range held), range_meaning (``range``
-        in words)."""
+        gpu_hours, cost, range, range_share (the share of the published runs it was measured on that fell within it),
+        range_meaning (``range`` in words)."""
         def r(x):
             return None if x is None else round(x, 3)
         return {"step_s": r(self.step_s), "phases_s": {k: r(v) for k, v in self.phases.items()},
                 "steps": self.steps, "total_h": r(self.total_h), "gpu_hours": r(self.gpu_hours), "cost": r(self.cost),
-                "range": [r(x) for x in self.range], "range_share": RANGE_SHARE, "range_meaning": self.range_meaning}
+                "range": [r(x) for x in self.range], "range_share": round(self.range_share, 2),
+                "range_meaning": self.range_meaning}
 
 
 def duration(seconds: float) -> str:
