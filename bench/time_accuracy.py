@@ -22,6 +22,7 @@ figures (bench/megatron_calibration.py), and the training steps per engine of te
 
 from __future__ import annotations
 
+import statistics
 import sys
 from collections import defaultdict
 
@@ -38,6 +39,7 @@ from bench.time_calibration import (
     inexpressible,
     length_prior,
     load,
+    out_of_sample,
     ranges,
     stats,
     within,
@@ -159,6 +161,13 @@ def coverage_report(by_split, rows) -> list[str]:
     unseen = [r for split in UNSEEN_SPLITS for r in by_split[split] if not inexpressible(r.row)]
     out.append(f"{'fresh, all rounds, shapes ms-swift can run':<46} "
                + " ".join(coverage(unseen, *rule) for rule in rules.values()))
+    fit_rows = fit_set(rows)
+    moved = []
+    for apart, assume_length in zip(out_of_sample(fit_rows), (False, True), strict=True):
+        together = {r.row["id"]: r.ours for r in evaluate_all(fit_rows, assume_length)[0]}
+        moved += [abs(r.ours / together[r.row["id"]] - 1) * 100 for r in apart]
+    out.append(f"fit-set predictions without their own source against with it (length given and assumed): "
+               f"{statistics.median(moved):.0f} % apart at the median, {max(moved):.0f} % at most")
     return out
 
 
