@@ -28,7 +28,8 @@ the round overhead) are fitted again without that source's rows, and its rows ar
 (leave-one-source-out). The range is the 10th and 90th percentile of measured ÷ predicted over those predictions:
 length given, over the fit set's rows that publish their mean completion, predicted with it; length assumed, over
 every fit-set row predicted as if it gave none (the prior refitted without the source too). So 8 in 10 of the fit
-set's published runs, each predicted by the model fitted without its own source, fell within it. The training
+set's published runs, each predicted by the model fitted without its own source, fell within it, nominally (as
+counted, with the interpolation between order statistics: timing.report.RANGE_WITHIN). The training
 engines' efficiencies are not refitted per source: they come from other files (bench/engine_calibration.py), never
 from these rows. Held-out and fresh rows never enter the range. (Before, the range was the same percentiles of the
 fit rows predicted by the constants fitted on them: in-sample, narrower than the error on an unseen run.)
