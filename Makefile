@@ -88,9 +88,11 @@ megatron-venv: $(MEGATRON_VENV)/.ok
 assets: swift-venv
 	$(SWIFT_VENV)/bin/python tests/tiny_job.py build $(ASSETS)
 
+# Two pytest-xdist workers (CI has two cores; many tests wait on subprocesses, hosts and browsers); tests sharing the
+# system's Slurm or a real Ray cluster keep to one worker (tests/conftest.py).
 test: system-deps test-deps swift-venv swift3-venv megatron-venv assets
 	GRPO_UI_SWIFT_VENV=$(SWIFT_VENV) GRPO_UI_SWIFT3_VENV=$(SWIFT3_VENV) GRPO_UI_MEGATRON_VENV=$(MEGATRON_VENV) \
-		GRPO_UI_ASSETS=$(ASSETS) $(VENV)/bin/pytest
+		GRPO_UI_ASSETS=$(ASSETS) $(VENV)/bin/pytest -n 2 --dist loadgroup
 
 # The README's screenshots: the browser tests take them into build/screenshots/ (make test runs them); this copies
 # the latest ones into docs/screenshots/.

@@ -63,4 +63,15 @@ def store_with_job(tmp_path, monkeypatch):
     return make
 
 
+def pytest_collection_modifyitems(items):
+    """make test runs the suite on two pytest-xdist workers (-n 2 --dist loadgroup); the tests that share something
+    machine-wide run on one worker, one after another: the system's Slurm daemons (one test cluster at a time), and
+    the real Ray clusters of test_ray.py (a few GiB each: one at a time keeps the suite within a small CI machine)."""
+    for item in items:
+        if "slurm" in item.fixturenames:
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+        elif item.module.__name__ == "tests.test_ray":
+            item.add_marker(pytest.mark.xdist_group("ray"))
+
+
 pytest_plugins = ["tests.hosts", "tests.slurm", "tests.browser"]

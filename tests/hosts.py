@@ -7,6 +7,7 @@ say why. Everything is torn down at the end of the session, also after failures.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -176,7 +177,10 @@ def hostnet(tmp_path_factory):
     reason = _why_not()
     if reason:
         pytest.skip(reason)
-    net = HostNet(tmp_path_factory.mktemp("hostnet"), f"g{os.getpid() % 10000}", _free_subnet(os.getpid() % 50))
+    # One session at a time picks a subnet and takes it (pytest-xdist's workers, other test sessions on the machine).
+    with open("/tmp/grpo-ui-hostnet.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        net = HostNet(tmp_path_factory.mktemp("hostnet"), f"g{os.getpid() % 10000}", _free_subnet(os.getpid() % 50))
     try:
         yield net
     finally:
