@@ -28,6 +28,7 @@ from grpo_ui.spec.resolve import resolve
 from grpo_ui.spec.yaml_io import validate_spec
 from tests.hosts import stop_active_jobs
 from tests.megatron_oracle import probe
+from tests.slurm import describe
 from tests.test_launcher import job_pids, wait_for
 from tests.tiny_job import ASSETS, CPU_ENV, SWIFT_VENV, paths, swift_python, tiny_spec_data
 
@@ -153,7 +154,8 @@ def test_started_cluster_runs_grpo_on_two_nodes_shows_no_secret_and_is_ended(net
     assert sorted({s for rows in jobs.store.metrics(job_id).values() for s, _ in rows}) == [1, 2, 3]
     assert [j.state for j in jobs.store.jobs() if j.id == job_id] == ["succeeded"]  # what History lists
     assert not any(SECRET in line for _, line, _ in jobs.store.log_lines(job_id, 0, 10000))
-    assert not job_pids(job_id, jobs.store), "processes of the launch (job or Ray) left"
+    left = job_pids(job_id, jobs.store)
+    assert not left, f"processes of the launch (job or Ray) left; the job says {job.error!r}:\n{describe(left)}"
     assert not (tmp_path / "runs/ray-start/node_0.secrets.env").exists()
     assert not Path(f"/tmp/grpo-ui-ray-{handle.tag}-0").exists()
 
@@ -476,5 +478,6 @@ def test_ms_swift_ray_mode_on_a_started_cluster_runs_where_the_job_works_and_kee
         JobsApi(handle.dashboard, timeout=5).version()
     read, path = jobs.backend(spec).job_log(handle)
     assert read(path, 0, 1 << 24) == kept and b"stand-in: done" in kept
-    assert not job_pids(job_id, jobs.store), "processes of the launch (job or Ray) left"
+    left = job_pids(job_id, jobs.store)
+    assert not left, f"processes of the launch (job or Ray) left; the job says {job.error!r}:\n{describe(left)}"
     assert not list((tmp_path / "runs/ray-megatron-start").glob("*.secrets.env"))

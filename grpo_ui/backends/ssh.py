@@ -119,8 +119,8 @@ def tar_payload(files: dict[str, tuple[str, int]]) -> bytes:
 def stop_marked(runner: Runner, token: str, grace: float, remove: str = "",
                 group: tuple[int, str] | None = None) -> str:
     """SIGTERM the processes that carry the environment entry ``token`` on the runner's machine, SIGKILL after the
-    grace period (again while any is left, up to five times), verify nothing is left; 'gone', 'stopped', 'killed' or 'left PID…'. ``remove``: a file to delete
-    first (a secrets file a start never got to read). ``group``: (process group, its leader's start time): its
+    grace period (again while any is left, up to five times), verify nothing is left (twice, a second apart); 'gone',
+    'stopped', 'killed' or 'left PID…'. ``remove``: a file to delete first (a secrets file a start never got to read). ``group``: (process group, its leader's start time): its
     members are signalled too while its leader is still that process (same pid and start time, so a recycled pid is
     never signalled): a child that cleared its environment (`env -i`) is still in the group. Once verified, the group
     number stays ours as long as it has members, so the wait loop may keep using it."""
@@ -131,11 +131,13 @@ def stop_marked(runner: Runner, token: str, grace: float, remove: str = "",
            'members() { find_job "$t"; [ -n "$grp" ] && ps -eo pid=,pgid=,stat= | '
            'awk -v g="$g" \'$2 == g && $3 !~ /^Z/ {print $1}\'; }; '
            'pids=$(members); [ -z "$pids" ] && echo gone && exit 0; '
+           # none left twice, a second apart: a process may start one more while it ends (Ray's raylet starts
+           # workers), and a child forked in that moment shows up a little later
+           'none_left() { [ -z "$(members)" ] && sleep 1 && [ -z "$(members)" ]; }; '
            f"kill -TERM $pids 2>/dev/null; for _ in $(seq {int(grace * 5)}); do sleep 0.2; "
-           '[ -z "$(members)" ] && echo stopped && exit 0; done; '
-           # SIGKILL again while members are left: a process may start one more (Ray's raylet starts workers)
-           'for _ in 1 2 3 4 5; do left=$(members); [ -z "$left" ] && break; kill -KILL $left 2>/dev/null; '
-           'sleep 0.5; done; left=$(members); [ -z "$left" ] && echo killed || echo "left" $left')
+           '[ -z "$(members)" ] && none_left && echo stopped && exit 0; done; '
+           'for _ in 1 2 3 4 5; do none_left && break; kill -KILL $(members) 2>/dev/null; sleep 0.5; done; '
+           'left=$(members); [ -z "$left" ] && echo killed || echo "left" $left')
     return runner.run(cmd, timeout=grace + 30).out.strip()
 
 
