@@ -145,6 +145,6 @@ def _verdict_findings(report: MemoryReport | None, advice: list[Suggestion], eff
     if report.verdict == "tight":
         return [finding("MEMORY-TIGHT", "warning", fields,
                         f"Tight {where} of a {card}: {role.margin_peak_gib:.1f} GiB with the estimate's measured error "
-                        f"margin (+{ESTIMATE_MARGIN:.0%} of what it models; 1 in 10 published runs measured more than "
-                        "that).", fix, apply)]
+                        f"margin (+{ESTIMATE_MARGIN:.0%} of what it models: 9 in 10 of the published runs it was set "
+                        "on measured within it, fewer of those collected since).", fix, apply)]
     return [finding("MEMORY-OOM", "error", fields, f"Predicted out of memory {where} on a {card}.", fix, apply)]
