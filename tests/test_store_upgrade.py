@@ -97,9 +97,13 @@ def stored(page: str, node: dict | None) -> dict | None:
 
 
 def elements(node: dict | None, depth: int = 0) -> list[str]:
-    """A dump as its elements in page order, each with its depth (blocks by kind and label)."""
+    """A dump as its elements in page order, each with its depth (blocks by kind and label; a table cell by cell, so
+    a column a release adds is an element added)."""
     if node is None:
         return []
+    if node["kind"] == "Dataframe":
+        return [f"{depth} [Dataframe]", *(f"{depth + 1} row {k} {json.dumps({c: v})}" for k, row in
+                                          enumerate(node["rows"]) for c, v in sorted(row.items()))]
     if "children" not in node:
         return [f"{depth} {json.dumps(node, sort_keys=True)}"]
     return [f"{depth} [{node['kind']}] {node.get('label')}", *(e for c in node["children"] for e in elements(c, depth + 1))]
