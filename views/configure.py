@@ -155,9 +155,11 @@ def config_json_import(spec: JobSpec) -> None:
 def engine_picker(base: JobSpec, values: dict) -> str:
     """The training engine (swift rlhf, megatron rlhf, megatron rlhf in ms-swift's Ray mode): sets the engine and
     use_ray values; returns the engine."""
-    now = form.engine_choice(*(field_value(form.FIELDS_BY_PATH[p], base) for p in form.ENGINE_FIELDS))
+    if "f:engine_choice" not in st.session_state:  # set before the widget, so the browser shows it too
+        st.session_state["f:engine_choice"] = form.engine_choice(*(field_value(form.FIELDS_BY_PATH[p], base)
+                                                                   for p in form.ENGINE_FIELDS))
     choice = st.radio("Training engine", list(form.ENGINE_CHOICES), key="f:engine_choice", horizontal=True,
-                      index=list(form.ENGINE_CHOICES).index(now), format_func=lambda k: form.ENGINE_CHOICES[k][0],
+                      format_func=lambda k: form.ENGINE_CHOICES[k][0],
                       help="swift rlhf: the transformers Trainer with DeepSpeed ZeRO or FSDP. megatron rlhf: "
                            "Megatron-Core's tensor, pipeline, context and expert parallelism (large and MoE models; "
                            "its sizes appear beside the GPUs below). Ray mode: megatron rlhf --use_ray, Ray placing "
@@ -169,7 +171,7 @@ def engine_picker(base: JobSpec, values: dict) -> str:
 def layout_row(base: JobSpec, values: dict, slots: dict) -> dict:
     """Megatron's parallel sizes beside the training GPUs: the GPUs and the data-parallel size they leave (slots filled
     once the job is assessed), each size's widget, what must divide what and the findings on the sizes (slots)."""
-    with st.container(border=True):
+    with st.container(border=True, key="megatron_layout"):
         st.markdown("**Megatron layout**", help="Each model replica spans TP·PP·CP GPUs; the training GPUs hold DP = "
                     "GPUs ÷ (TP·PP·CP) replicas. EP splits an MoE's experts, ETP each expert's matrices.")
         cols = st.columns([1.6, 1, 1, 1, 1, 1, 1.6])
@@ -195,9 +197,11 @@ def show_layout(shown: dict, a: Assessment | None) -> None:
 def ray_cluster_picker(base: JobSpec, values: dict) -> list[str]:
     """The Ray backend's way to a cluster: start one on the job's hosts, or a running one's Jobs API address; returns
     the Ray settings that way uses (the address cleared when grpo-ui starts the cluster)."""
-    now = form.ray_cluster(field_value(form.FIELDS_BY_PATH["cluster.ray_address"], base))
+    if "f:ray_cluster" not in st.session_state:
+        st.session_state["f:ray_cluster"] = form.ray_cluster(field_value(form.FIELDS_BY_PATH["cluster.ray_address"],
+                                                                         base))
     choice = st.radio("Ray cluster", list(form.RAY_CLUSTERS), key="f:ray_cluster", horizontal=True,
-                      index=list(form.RAY_CLUSTERS).index(now), format_func=lambda k: form.RAY_CLUSTERS[k][0],
+                      format_func=lambda k: form.RAY_CLUSTERS[k][0],
                       help="Start one: ray start on every node over SSH (node 0 the head), ended when the job ends "
                            "unless kept. A running cluster (yours, or KubeRay's): grpo-ui submits the job to its "
                            "Jobs API and starts nothing there; its nodes are the job's nodes.")
