@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from grpo_ui.backends.base import DRIVER
 from grpo_ui.backends.ray import RayHandle
 from grpo_ui.backends.ray_jobs import JobsApi, JobsApiError
 from grpo_ui.core.errors import UserError
 from grpo_ui.jobs.follow import LOGGING_PATH, Watcher
 from grpo_ui.jobs.service import Jobs, LaunchError
 from grpo_ui.jobs.store import Store
+from grpo_ui.launch.plan import DRIVER
 from grpo_ui.launch.render import RAY_CONFIG
 from grpo_ui.spec.resolve import resolve
 from grpo_ui.spec.yaml_io import validate_spec

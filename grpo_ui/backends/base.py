@@ -8,7 +8,7 @@ job as JSON and hands back later, so a restarted app can poll and stop the job a
 rows, the state machine, root causes, log offsets, metrics and alerts are the service's.
 
 Nodes are numbered by their index in ``spec.cluster.nodes`` (a trainer's NODE_RANK is its place among the trainer
-entries: JobSpec.numbered); what runs the nodes (a Ray job's driver: Backend.job_log) by DRIVER.
+entries: JobSpec.numbered); what runs the nodes (a Ray job's driver: Backend.job_log) by DRIVER (grpo_ui.launch.plan).
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ JobState = Literal["queued", "running", "succeeded", "failed", "stopped"]
 # unknown: the node could not be asked this time (its last known state stands)
 NodeState = Literal["pending", "running", "succeeded", "failed", "lost", "stopped", "unknown"]
 Progress = Callable[[str, str], None]  # (host, what happens now)
-DRIVER = -1  # the number of a job's driver among its nodes (its log's, in the store)
 LogReader = Callable[[str, int, int], bytes]  # (path, offset, limit) → the bytes there, b"" past the end
 
 

@@ -21,7 +21,6 @@ import posixpath
 import time
 from dataclasses import dataclass, field
 
-from grpo_ui.backends.base import DRIVER
 from grpo_ui.backends.remote import pyspy
 from grpo_ui.backends.remote.ssh import SshError
 from grpo_ui.core import shell
@@ -43,6 +42,7 @@ from grpo_ui.jobs.service import BACKENDS, Jobs
 from grpo_ui.jobs.specs import job_spec
 from grpo_ui.jobs.store import Job, JobState, Node
 from grpo_ui.jobs.time_loop import record_pace
+from grpo_ui.launch.plan import DRIVER
 from grpo_ui.launch.runfiles import NodeFiles
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.resolve import Resolved

@@ -11,12 +11,12 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from grpo_ui.backends.base import DRIVER
 from grpo_ui.doctor.pace import MOSTLY_CAPPED, RECENT_CYCLES, SLEEP_MARK, Pace, pace, seconds_text
 from grpo_ui.jobs.memory_loop import EXPORTED
 from grpo_ui.jobs.specs import job_spec
 from grpo_ui.jobs.store import JobState, Store, TimeAtLaunch, Unavailable
 from grpo_ui.knowledge.engines import EngineConfigError, zero_config
+from grpo_ui.launch.plan import DRIVER
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.resolve import Resolved, resolve
 

@@ -23,6 +23,8 @@ from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.names import check_name
 from grpo_ui.spec.resolve import Resolved, resolve
 
+DRIVER = -1  # the number of a job's driver (what runs the nodes: a Ray job's) among its nodes, its log's in the store
+
 
 def default_job_id(spec: JobSpec) -> str:
     """A job's id when the user names none: <name>-<YYYYmmdd-HHMMSS> (it names the job's run directory)."""
