@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from grpo_ui.backends.base import DRIVER
 from grpo_ui.backends.preflight import HostFacts
 from grpo_ui.backends.preflight.status import PreflightRun
 from grpo_ui.backends.ray import RayHandle, RayNode
 from grpo_ui.importer import import_uploads
 from grpo_ui.jobs.service import HANDLE, STATUS
 from grpo_ui.jobs.store import Store
+from grpo_ui.launch.plan import DRIVER
 from grpo_ui.launch.render import RAY_CONFIG
 from grpo_ui.spec.fields import GROUPS
 from grpo_ui.spec.paths import with_changes

@@ -8,7 +8,7 @@ import json
 import time
 from dataclasses import dataclass
 
-from grpo_ui.backends.base import DRIVER, Handle
+from grpo_ui.backends.base import Handle
 from grpo_ui.doctor.curves import extra_curves
 from grpo_ui.doctor.rootcause import first_error_index
 from grpo_ui.doctor.stacks import RankStack, parse_dumps
@@ -29,6 +29,7 @@ from grpo_ui.jobs.store import (
     Unavailable,
 )
 from grpo_ui.jobs.time_loop import StepTimeSummary
+from grpo_ui.launch.plan import DRIVER
 from grpo_ui.spec.layout import engine_words, layout_words
 
 __all__ = ["DRIVER", "BackendWords", "GpuProcess", "Job", "JobState", "JobView", "LaunchError", "LogLine", "LogStream", "MemoryAtLaunch",
