@@ -69,6 +69,7 @@ from grpo_ui.launch.runfiles import (
 )
 from grpo_ui.spec.cluster import ClusterSpec, Node
 from grpo_ui.spec.megatron import groups_text, unplaced
+from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.names import RUN_TOKEN
 from grpo_ui.spec.resolve import Resolved
 from grpo_ui.spec.swift_cli import RAY_ENTRYPOINT
@@ -210,13 +211,19 @@ def submission_text(eff: Resolved, job: RayJob, run_dir: str) -> str:
     ray, spec = eff.ray, eff.spec
     roles = (f"train and rollout share {ray.train_gpus} GPU(s)" if ray.colocate else
              f"train {ray.train_gpus} GPU(s), rollout {ray.rollout_gpus} GPU(s) ({ray.replicas} vLLM replica(s))")
-    secrets = (f"; {', '.join(spec.secret_env)} from a 0600 file on each node, never where Ray shows them"
-               if spec.secret_env else "")
     return "\n".join([
         f"Ray job on {ray_where(spec.cluster)}",
         f"  entrypoint: {job.entrypoint(run_dir)}  (runs megatron {' '.join(RAY_ENTRYPOINT)} {job.config})",
         f"  placement: {roles}, over {ray.nnodes} node(s): {groups_text(ray.groups)}, each on one node",
-        f"  runtime environment: the job's env ({', '.join(sorted(spec.env)) or 'none'}) and its marker{secrets}"])
+        runtime_env_text(spec, "a 0600 file on each node")])
+
+
+def runtime_env_text(spec: JobSpec, secrets_from: str) -> str:
+    """The last line of what is submitted: what the Ray job's runtime environment holds, and where the job's secrets
+    come from instead (``secrets_from``)."""
+    secrets = (f"; {', '.join(spec.secret_env)} from {secrets_from}, never where Ray shows them"
+               if spec.secret_env else "")
+    return f"  runtime environment: the job's env ({', '.join(sorted(spec.env)) or 'none'}) and its marker{secrets}"
 
 
 def driver_entrypoint(head: Node, run_dir: str) -> str:
@@ -231,13 +238,11 @@ def scripts_text(plan: LaunchPlan) -> str:
     cluster, the driver that runs each node's script on its node, what the job's runtime environment holds."""
     spec = plan.spec
     scripts = ", ".join(f"{spec.cluster.nodes[n.index].host} {n.script}" for n in plan.nodes)
-    secrets = (f"; {', '.join(spec.secret_env)} from a 0600 file each node's script reads, never where Ray shows them"
-               if spec.secret_env else "")
     return "\n".join([
         f"Ray job on {ray_where(spec.cluster)}",
         f"  entrypoint: {driver_entrypoint(spec.cluster.nodes[plan.nodes[0].index], plan.run_dir)}",
         f"  the driver runs each node's script on its node, one Ray actor there with the node's GPUs: {scripts}",
-        f"  runtime environment: the job's env ({', '.join(sorted(spec.env)) or 'none'}) and its marker{secrets}"])
+        runtime_env_text(spec, "a 0600 file each node's script reads")])
 
 
 class DriverLog:
