@@ -117,3 +117,111 @@ def test_the_monitor_page_writes_no_memory_peaks(tmp_path, monkeypatch):
     at = AppTest.from_file(str(ROOT / "views/monitor.py"), default_timeout=60).run()
     assert not at.exception and "Alerts (1)" in [h.value for h in at.subheader]
     assert store.memory_peaks("j") == []
+
+
+# --- megatron rlhf and the Ray backend: what the pages draw (tests/test_megatron_ray_pages.py draws it) ----------
+
+def test_the_megatron_layout_says_what_divides_what_from_the_resolved_job():
+    from grpo_ui.api.specs import parallel_layout, resolve, with_changes
+    from tests.test_megatron_ray_pages import MOE, RAY_MODE
+
+    moe = parallel_layout(resolve(MOE))
+    assert (moe.world, moe.dp, moe.dp_text, moe.gpus) == (8, 1, "8 ÷ (TP 4 · PP 2 · CP 1)", "8 training GPUs (1 node × 8)")
+    assert all(r.holds for r in moe.relations) and len(moe.relations) == 8
+    wrong = parallel_layout(resolve(with_changes(MOE, {"train.expert_model_parallel_size": 3,
+                                                       "train.global_batch_size": 9})))
+    failing = [r.text for r in wrong.relations if not r.holds]
+    assert failing == ["EP·ETP·PP = 3·1·2 = 6 divides the 8 training GPUs", "EP 3 divides its 128 experts",
+                       "num_generations 8 divides the generation batch 9"]
+    ray = parallel_layout(resolve(RAY_MODE))
+    assert ray.gpus == "train 4 GPUs, rollout 4 GPUs (2 vLLM replicas), over 1 node (Ray mode)" and ray.dp == 2
+    assert parallel_layout(resolve(SPEC)) is None  # swift rlhf: no Megatron layout
+
+
+def test_history_words_of_each_engine():
+    from grpo_ui.api.specs import resolve
+    from grpo_ui.spec.layout import engine_words, layout_words
+    from tests.test_megatron_ray_pages import MOE, RAY_MODE
+
+    said = [(engine_words(e), layout_words(e)) for e in map(resolve, (SPEC, MOE, RAY_MODE))]
+    assert said == [("swift rlhf", "DP 4 on 1 × 4 GPUs, zero3"), ("megatron rlhf", "TP 4 · PP 2 · EP 4 · DP 1 on 8 GPUs"),
+                    ("megatron rlhf (Ray mode)", "TP 2 · DP 2 on 4 GPUs")]
+
+
+def test_the_form_draws_each_engines_arguments_and_the_layout_apart():
+    from grpo_ui.api.specs import ARGS, form
+    from tests.test_megatron_ray_pages import MOE
+
+    tp = form.FIELDS_BY_PATH["train.tensor_model_parallel_size"]
+    deepspeed = form.FIELDS_BY_PATH["train.deepspeed"]
+    assert [form.on_form(tp, SPEC, "4.6", e) for e in ("swift", "megatron")] == [False, True]
+    assert [form.on_form(deepspeed, MOE, "4.6", e) for e in ("swift", "megatron")] == [True, False]
+    assert form.on_form(tp, MOE, "4.6", "swift")  # set: shown so it can be cleared
+    assert "parallel" not in form.sections(SPEC, "4.6", "swift") and "parallel" in form.sections(SPEC, "4.6", "megatron")
+    assert "ray" not in form.sections(SPEC, "4.6", "megatron") + form.sections(SPEC, "4.6", "swift")  # use_ray: apart
+    assert set(form.apart("megatron")) - set(form.apart("swift")) == set(form.LAYOUT_FIELDS) <= {d.path for d in ARGS}
+    assert [form.engine_choice(e, r) for e, r in (("swift", False), ("megatron", False), ("megatron", True),
+                                                  ("swift", True))] == ["swift", "megatron", "megatron-ray", "swift"]
+    assert all(form.engine_choice(**{k.split(".")[-1]: v for k, v in changes.items()}) == key
+               for key, (_, changes) in form.ENGINE_CHOICES.items())
+    assert (form.ray_cluster(" "), form.ray_cluster("http://10.0.0.1:8265")) == ("start", "existing")
+
+
+def test_the_layouts_findings_go_beside_the_layout_in_full_first():
+    from grpo_ui.api.specs import LAYOUT
+
+    world = finding("MEGATRON-WORLD", "error", ("train.tensor_model_parallel_size", "train.pipeline_model_parallel_size"),
+                    "does not divide", "use TP 4")
+    tight = finding("MEMORY-TIGHT", "warning", ("train.micro_batch_size", "train.tensor_model_parallel_size"), "tight",
+                    "recompute")
+    beside = beside_fields([world, tight], ["cluster", LAYOUT, "train.micro_batch_size"],
+                           {"train.context_parallel_size": "not a whole number"})
+    assert [(f.id, full) for f, full in beside[LAYOUT].findings] == [("MEGATRON-WORLD", True), ("MEMORY-TIGHT", True)]
+    assert beside[LAYOUT].parse_error == "train.context_parallel_size: not a whole number"
+    assert [(f.id, full) for f, full in beside["train.micro_batch_size"].findings] == [("MEMORY-TIGHT", False)]
+
+
+def test_a_ray_preflight_row_has_rays_version_and_what_it_counts():
+    facts = HostFacts("gpu-a", reachable=True, python="3.11", versions={"ray": "2.60.0"}, ray_resources={"GPU": 4.0,
+                                                                                                          "CPU": 16.0})
+    assert (facts_row(facts, "ray")["ray"], facts_row(facts, "ray")["Ray GPU / CPU"]) == ("2.60.0", "4 / 16")
+    assert facts_row(HostFacts("gpu-b", reachable=True), "ray")["Ray GPU / CPU"] == "—"  # a cluster grpo-ui starts
+    assert "ray" not in facts_row(facts) and "Ray GPU / CPU" not in facts_row(facts, "slurm")
+
+
+def test_where_each_backend_runs_a_job():
+    from grpo_ui.api.cluster import dashboard_address, where
+    from grpo_ui.api.specs import with_changes
+    from tests.test_megatron_ray_pages import RAY_MODE
+
+    started = with_changes(RAY_MODE, {"cluster.ray_address": None, "cluster.ray_dashboard_port": 8300})
+    assert where(with_changes(RAY_MODE, {"cluster.backend": "ssh"})) == "gpu-a, gpu-b"
+    assert where(with_changes(RAY_MODE, {"cluster.backend": "slurm", "cluster.login": "login-1"})) == \
+        "Slurm (sbatch on login-1)"
+    assert where(RAY_MODE) == "Ray: the Ray cluster at http://10.0.0.1:8265, its driver on gpu-a"
+    assert where(started) == "Ray: a Ray cluster grpo-ui starts on gpu-a, gpu-b (head gpu-a; ended when the job ends)"
+    assert (dashboard_address(RAY_MODE.cluster), dashboard_address(started.cluster)) == (
+        "http://10.0.0.1:8265", "http://10.0.0.1:8300")
+
+
+def test_a_ray_jobs_logs_and_dashboard_link(tmp_path):
+    from grpo_ui.api.jobs import DRIVER
+    from grpo_ui.backends.ray import RayHandle, RayNode
+    from tests.test_megatron_ray_pages import RAY_MODE
+
+    store = Store(tmp_path / "db.sqlite")
+    for job, spec in (("mode", RAY_MODE), ("scripts", RAY_MODE.model_copy(update={"engine": "swift"}))):
+        store.create_job(job, spec.name, spec_to_yaml(spec), "running")
+        for k, role in enumerate(("trainer", "rollout")):
+            store.add_node(job, k, f"gpu-{'ab'[k]}", role, 0 if k == 0 else None, f"node_{k}.sh", f"/runs/{job}")
+    view = Workspace(tmp_path / "db.sqlite").view
+    assert view("mode").link is None  # not started yet
+    store.set_meta("mode", HANDLE, RayHandle("mode", "/runs/mode", "t", "mode-t", "http://10.0.0.1:8265",
+                                             nodes=[RayNode(0, "trainer", 0, "ray_job.sh", "10.0.0.1")]).to_json())
+    assert view("mode").link == ("the Ray dashboard", "http://10.0.0.1:8265/#/jobs/mode-t")
+    assert [(s.stream, s.label) for s in view("mode").log_streams()] == [
+        (DRIVER, "driver · the Ray job (with what ms-swift's Ray workers print)")]
+    assert [s.label for s in view("scripts").log_streams()] == [
+        "driver · the Ray job", "node 0 · gpu-a · trainer rank 0", "node 1 · gpu-b · rollout"]
+    assert (view("mode").step_word, view("scripts").step_word) == ("Iteration", "Step")
+    assert [s.stream for s in stored_job((tmp_path / "ssh").mkdir() or tmp_path / "ssh").view("j").log_streams()] == [0]  # SSH: no driver

@@ -316,27 +316,47 @@ def widget_keys(at) -> set[str]:
 
 
 def test_every_declared_field_is_on_the_form(tmp_path, monkeypatch):
-    """Each ms-swift argument in its section, the job settings in the sidebar, the cluster, Slurm and Ray settings of
-    the chosen backend (and only those) below the node table, every node setting as a column of it, and the estimate's settings in the
-    step-time panel."""
-    from grpo_ui.spec.form import FORM_FIELDS, NODE_FIELDS, ROW
+    """Each ms-swift argument its version takes in its section while its engine is chosen (beside the model the
+    engine's choice, beside the GPUs Megatron's parallel sizes; the other engine's only when set, to be cleared), the
+    job settings in the sidebar, the cluster, Slurm and Ray settings of the chosen backend (and only those; Ray's of
+    its way to a cluster) below the node table, every node setting as a column of it, and the estimate's settings in
+    the step-time panel."""
+    from grpo_ui.spec.form import ENGINE_FIELDS, FORM_FIELDS, LAYOUT_FIELDS, NODE_FIELDS, RAY_CLUSTERS, ROW, on_form
+    from grpo_ui.spec.form import sections as offered
+    from grpo_ui.spec.yaml_io import load_spec
 
     monkeypatch.setenv("GRPO_UI_HOME", str(tmp_path))
-    (tmp_path / "draft.yaml").write_text(EVERY_SETTING.read_text())  # backend slurm
+    (tmp_path / "draft.yaml").write_text(EVERY_SETTING.read_text())  # backend slurm, engine megatron, 4.5
+    spec = load_spec(EVERY_SETTING)
     at = AppTest.from_file(APP, default_timeout=60).run()
     seen = set()
-    for group in dict.fromkeys(d.group for d in ARGS):
-        at.button_group(key="section").set_value(group).run()
-        seen |= widget_keys(at)
+    for engine in ("swift", "megatron"):
+        at.radio(key="f:engine_choice").set_value(engine).run()
+        here = set()
+        for group in offered(spec, spec.swift_version, engine):
+            at.button_group(key="section").set_value(group).run()
+            here |= widget_keys(at)
+        takes = {f"f:{d.path}" for d in ARGS if on_form(d, spec, spec.swift_version, engine)} - {
+            f"f:{p}" for p in ENGINE_FIELDS}
+        assert takes <= here and not {f"f:{d.path}" for d in ARGS} - takes & here
+        assert ({f"f:{p}" for p in LAYOUT_FIELDS} <= here) == (engine == "megatron")
+        seen |= here
     assert not at.exception
-    settings = [d for d in FORM_FIELDS if d.section in ("job", "cluster", "slurm", "estimate")]
-    assert {f"f:{d.path}" for d in FORM_FIELDS if d.applies not in ("ssh", "ray")} <= seen
+    settings = [d for d in FORM_FIELDS if d.section in ("job", "cluster", "slurm", "estimate")
+                and d.path not in ENGINE_FIELDS]
+    drawn = {f"f:{d.path}" for d in FORM_FIELDS if d.applies not in ("ssh", "ray") and d.path not in ENGINE_FIELDS}
+    assert drawn - seen == {"f:rollout.num_infer_workers"}  # ms-swift 3.2–3.4 only
     assert not {f"f:{d.path}" for d in settings if d.applies in ("ssh", "ray")} & seen
     for backend in ("ssh", "ray"):
         at.selectbox(key="f:cluster.backend").set_value(backend).run()
         shown = widget_keys(at)
-        assert {f"f:{d.path}" for d in settings if d.applies in (None, backend)} <= shown
-        assert not {f"f:{d.path}" for d in settings if d.applies not in (None, backend)} & shown
+        used = RAY_CLUSTERS["existing"][1] if backend == "ray" else ()  # ray_address is set: a running cluster
+        unused = {p for _, paths in RAY_CLUSTERS.values() for p in paths} - set(used)
+        assert {f"f:{d.path}" for d in settings if d.applies in (None, backend) and d.path not in unused} <= shown
+        assert not {f"f:{d.path}" for d in settings if d.applies not in (None, backend) or d.path in unused} & shown
+    at.radio(key="f:ray_cluster").set_value("start").run()
+    assert {f"f:{p}" for p in RAY_CLUSTERS["start"][1]} <= widget_keys(at) and "f:cluster.ray_address" not in \
+        widget_keys(at)
     table = next(d for d in at.dataframe if d.key == "nodes")
     assert list(table.value.columns) == [d.name for d in NODE_FIELDS] + [ROW]
 

@@ -279,6 +279,18 @@ def test_a_megatron_step_adds_up_and_longer_completions_take_longer():
     assert long.step_s > short.step_s and long.phases["train"] > short.phases["train"]
 
 
+def test_the_run_is_megatrons_train_iters_not_swift_rlhfs_max_steps():
+    """megatron rlhf runs train_iters iterations (or those num_train_epochs makes of the dataset's rows); max_steps is
+    swift rlhf's and unset here. The prediction once counted epochs of the dataset for a job that sets train_iters."""
+    from grpo_ui.timing.predict import predict_spec
+    given = predict_spec(job(train__train_iters=50, estimate__dataset_rows=2000))
+    assert given.steps == 50 and given.total_h == pytest.approx(50 * given.step_s / 3600)
+    by_epochs = predict_spec(job(train__num_train_epochs=1, estimate__dataset_rows=640))
+    assert by_epochs.steps == resolve(job(train__num_train_epochs=1, estimate__dataset_rows=640)).megatron.train_iters > 0
+    unknown = predict_spec(job(train__num_train_epochs=1))
+    assert unknown.steps is None and any("train.train_iters" in a for a in unknown.assumptions)
+
+
 # The published rows
 
 ROWS = megatron_calibration.rows()

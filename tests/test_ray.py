@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from grpo_ui.api.cluster import facts_row, where
+from grpo_ui.api.jobs import JobView, LogStream
 from grpo_ui.backends.ray import RayHandle
 from grpo_ui.backends.ray_jobs import JobsApi, JobsApiError
 from grpo_ui.core.errors import UserError
@@ -176,12 +178,18 @@ def test_rollback_when_ray_cannot_start_on_a_node_leaves_nothing(net, jobs, tmp_
 
 
 def test_existing_cluster_preflight_names_missing_nodes_and_gpus(cluster, jobs, tmp_path, net):
+    """Preflight on the running cluster: a host that is no node of it and a node given more GPUs than Ray counts
+    there are named; the Cluster page's preflight table shows each node's Ray and the GPUs and CPUs Ray counts on it
+    (nothing counted on the stranger); an address nothing answers at is said unreachable."""
     hosts, address = cluster
     (stranger,) = net.add(1)
     spec = ray_spec([hosts[0], stranger], tmp_path, max_steps=3, address=address)
     nodes = [spec.cluster.nodes[0].model_copy(update={"gpus": [0, 1]}), spec.cluster.nodes[1]]
     spec = spec.model_copy(update={"cluster": spec.cluster.model_copy(update={"nodes": nodes})})
-    _, found = jobs.preflight(spec)
+    facts, found = jobs.preflight(spec)
+    rows = [facts_row(f, "ray") for f in facts]
+    assert [(r["host"], r["ray"], r["Ray GPU / CPU"]) for r in rows] == [
+        (hosts[0].name, "2.60.0", "1 / 1"), (stranger.name, "2.60.0", "—")]
     by_id = {f.id: f for f in found}
     assert f"No alive node of the Ray cluster at {stranger.addr}" in by_id["RAY-NODE-MISSING"].message
     assert "uses 2 GPU(s) but its Ray node has 1" in by_id["RAY-GPUS"].message
@@ -385,6 +393,7 @@ def test_ms_swift_ray_mode_on_an_existing_cluster_runs_as_rendered_with_its_secr
     spec = colocated.model_copy(update={"cluster": colocated.cluster.model_copy(update={"nodes": [
         colocated.cluster.nodes[0], colocated.cluster.nodes[1].model_copy(update={"role": "rollout"})]})})
     assert not [f for f in jobs.preflight(spec)[1] if f.severity == "error" and f.id.startswith("RAY")]
+    assert where(spec) == f"Ray: the Ray cluster at {address}, its driver on {hosts[0].name}"  # Launch's words
     plan = jobs.plan(spec, "ray-megatron")
     assert plan.bundle.ray and not plan.errors and [n.role for n in plan.nodes] == ["trainer", "rollout"]
     run_dir = tmp_path / "runs" / "ray-megatron"
@@ -423,6 +432,11 @@ def test_ms_swift_ray_mode_on_an_existing_cluster_runs_as_rendered_with_its_secr
     assert logging.startswith(f"{tmp_path}/out/v0-") and logging.endswith("/logging.jsonl")
     assert jobs.store.offset(job_id, 0, logging) > 0  # read from the file, not only the printed lines
     assert jobs.store.completions(job_id)[0]["completion"] == "5"
+    # what Monitor shows of it: its page on the Ray dashboard, the driver's log as the one stream, iterations
+    view = JobView(jobs.store, jobs.store.job(job_id))
+    assert view.link == ("the Ray dashboard", f"{address}/#/jobs/{handle.submission}")
+    assert view.log_streams() == [LogStream(DRIVER, "driver · the Ray job (with what ms-swift's Ray workers print)")]
+    assert view.step_word == "Iteration"
 
     # a second such job waits for the GPUs the first holds, and says so like a queued Slurm job
     second = jobs.launch(jobs.plan(spec, "ray-megatron-2"), {"HF_TOKEN": SECRET})
@@ -430,6 +444,8 @@ def test_ms_swift_ray_mode_on_an_existing_cluster_runs_as_rendered_with_its_secr
         jobs.store.meta(second, "backend_status") or ""), 120), jobs.store.meta(second, "backend_status")
     waiting = json.loads(jobs.store.meta(second, "backend_status"))["reason"]
     assert waiting.startswith("waiting for resources: ") and "1 GPU" in waiting, waiting
+    said = JobView(jobs.store, jobs.store.job(second)).backend_words()  # Monitor's box while it waits
+    assert said.reason == waiting and said.detail
 
     for job in (second, job_id):
         outcome = jobs.stop(job)

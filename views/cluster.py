@@ -1,11 +1,21 @@
-"""Cluster: the job's hosts, SSH connection tests with explicit host-key trust, and the backend's preflight (on SSH
-hosts with their GPU inventory; on Slurm the partition, the request and the shared run directory)."""
+"""Cluster: the job's hosts, on Ray the cluster they run on (started on them or a running one, its ports, its
+dashboard), SSH connection tests with explicit host-key trust, and the backend's preflight (on SSH hosts with their
+GPU inventory — on Ray with their Ray version and, on a running cluster, the GPUs Ray counts —; on Slurm the
+partition, the request and the shared run directory)."""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from grpo_ui.api.cluster import PreflightRun, connection_of, facts_row, ssh_hosts, trust_host_key
+from grpo_ui.api.cluster import (
+    PreflightRun,
+    connection_of,
+    dashboard_address,
+    facts_row,
+    ray_where,
+    ssh_hosts,
+    trust_host_key,
+)
 from grpo_ui.api.specs import form, with_changes
 from grpo_ui.core.findings import SEVERITY_ICON, sort_findings
 from views import drafts, hosts
@@ -30,6 +40,20 @@ draft = drafts.tab_draft()
 spec = draft.spec
 st.caption(f"Draft **{draft.name}** — hosts come from the Configure page's Cluster part (saved as you edit).")
 table = st.empty()  # drawn last: its status column shows the connection tests and preflight below
+if spec.cluster.backend == "ray":
+    c = spec.cluster
+    st.subheader("Ray cluster")
+    st.markdown(f"The job runs on {ray_where(c)}.")
+    if c.ray_address:
+        st.caption("grpo-ui submits the job to this cluster's Jobs API and starts nothing there; each node of the job "
+                   "must be a node of that cluster (preflight asks it which nodes it has, with their GPUs).")
+    else:
+        st.caption(f"`ray start --head` on {c.nodes[0].host}: GCS on port {c.ray_port}, the dashboard and Jobs API on "
+                   f"port {c.ray_dashboard_port}, bound to {c.nodes[0].routable} only; `ray start --address` on the "
+                   "others, each node's GPUs as its Ray GPUs.")
+    st.markdown(f"Ray dashboard: [{dashboard_address(c)}]({dashboard_address(c)})"
+                + ("" if c.ray_address else " (while a job runs" + (", and after: kept)" if c.ray_keep else ")")))
+    st.caption("The Ray settings are in the Configure page's 2. Cluster part.")
 
 known = ssh_hosts()
 aliases = [a for a in known if a not in {n.host for n in spec.cluster.nodes}]
@@ -82,7 +106,7 @@ if (run := hosts.preflight_run()) is not None:
     if stale := run.stale(spec):
         st.warning(f"**Stale:** {stale}; the results below are from then. Run preflight again.")
     if run.facts:
-        st.dataframe([facts_row(f) for f in run.facts], hide_index=True, width="stretch")
+        st.dataframe([facts_row(f, spec.cluster.backend) for f in run.facts], hide_index=True, width="stretch")
     for f in sort_findings(run.findings):
         st.markdown(f"{SEVERITY_ICON[f.severity]} **{f.id}** ({', '.join(f.fields)}): {f.message} — *{f.fix}*")
     if not run.findings:

@@ -10,8 +10,10 @@ import streamlit as st
 
 from grpo_ui.api.specs import (
     ARGS,
+    COMMANDS,
     ESTIMATE_MARGIN,
     GROUPS,
+    LAYOUT,
     PASTED,
     ArgDecl,
     Assessment,
@@ -32,6 +34,7 @@ from grpo_ui.api.specs import (
     hub_arch,
     import_uploads,
     job_steps,
+    parallel_layout,
     parse_hf_config,
     render,
     secrets_moved,
@@ -86,10 +89,11 @@ def help_text(decl: Decl) -> str:
     return decl.help + (f"  \n({decl.applies} backend only)" if decl.applies else "")
 
 
-def field_widget(decl: Decl, base: JobSpec, where=st):
-    """The field's widget in ``where``; its value outlives the widget being hidden (persist_state)."""
+def field_widget(decl: Decl, base: JobSpec, where=st, label: str | None = None):
+    """The field's widget in ``where`` (labelled with its name unless ``label``); its value outlives the widget being
+    hidden (persist_state)."""
     value = field_value(decl, base)
-    key, label, help_ = "f:" + decl.path, decl.name, help_text(decl)
+    key, label, help_ = "f:" + decl.path, label or decl.name, help_text(decl)
     kind = form.widget_kind(decl)
     if kind == "checkbox":
         return where.checkbox(label, key=key, help=help_, persist_state="session")
@@ -146,6 +150,64 @@ def config_json_import(spec: JobSpec) -> None:
             else:
                 apply_fix(spec, {"hf_configs": {**spec.hf_configs, model: cfg}})
                 st.rerun()
+
+
+def engine_picker(base: JobSpec, values: dict) -> str:
+    """The training engine (swift rlhf, megatron rlhf, megatron rlhf in ms-swift's Ray mode): sets the engine and
+    use_ray values; returns the engine."""
+    if "f:engine_choice" not in st.session_state:  # set before the widget, so the browser shows it too
+        st.session_state["f:engine_choice"] = form.engine_choice(*(field_value(form.FIELDS_BY_PATH[p], base)
+                                                                   for p in form.ENGINE_FIELDS))
+    choice = st.radio("Training engine", list(form.ENGINE_CHOICES), key="f:engine_choice", horizontal=True,
+                      format_func=lambda k: form.ENGINE_CHOICES[k][0],
+                      help="swift rlhf: the transformers Trainer with DeepSpeed ZeRO or FSDP. megatron rlhf: "
+                           "Megatron-Core's tensor, pipeline, context and expert parallelism (large and MoE models; "
+                           "its sizes appear beside the GPUs below). Ray mode: megatron rlhf --use_ray, Ray placing "
+                           "the trainers and vLLM on the cluster's GPUs (the Ray backend runs it).")
+    values.update(form.ENGINE_CHOICES[choice][1])
+    return values["engine"]
+
+
+def layout_row(base: JobSpec, values: dict, slots: dict) -> dict:
+    """Megatron's parallel sizes beside the training GPUs: the GPUs and the data-parallel size they leave (slots filled
+    once the job is assessed), each size's widget, what must divide what and the findings on the sizes (slots)."""
+    with st.container(border=True, key="megatron_layout"):
+        st.markdown("**Megatron layout**", help="Each model replica spans TP·PP·CP GPUs; the training GPUs hold DP = "
+                    "GPUs ÷ (TP·PP·CP) replicas. EP splits an MoE's experts, ETP each expert's matrices.")
+        cols = st.columns([1.6, 1, 1, 1, 1, 1, 1.6])
+        shown = {"gpus": cols[0].empty(), "dp": cols[-1].empty()}
+        for col, (path, short) in zip(cols[1:-1], form.LAYOUT_FIELDS.items(), strict=True):
+            values[path] = field_widget(form.FIELDS_BY_PATH[path], base, col, label=short)
+        shown["relations"] = st.empty()
+        slots[LAYOUT] = st.empty()
+    return shown
+
+
+def show_layout(shown: dict, a: Assessment | None) -> None:
+    """The layout's GPUs, DP and relations, from the assessed job (a dash while the form does not parse)."""
+    layout = parallel_layout(a.resolved) if a else None
+    shown["gpus"].metric("Training GPUs", layout.world if layout else "—", help=layout.gpus if layout else None)
+    shown["dp"].metric("Data parallel (DP)", layout.dp if layout else "—",
+                       help=f"{layout.dp_text} = {layout.dp}" if layout else None)
+    if layout:
+        shown["relations"].caption(f"{layout.gpus} · DP = {layout.dp_text} = {layout.dp}  \n" + "  \n".join(
+            f"{':green[✓]' if r.holds else ':red[✗]'} {r.text}" for r in layout.relations))
+
+
+def ray_cluster_picker(base: JobSpec, values: dict) -> list[str]:
+    """The Ray backend's way to a cluster: start one on the job's hosts, or a running one's Jobs API address; returns
+    the Ray settings that way uses (the address cleared when grpo-ui starts the cluster)."""
+    if "f:ray_cluster" not in st.session_state:
+        st.session_state["f:ray_cluster"] = form.ray_cluster(field_value(form.FIELDS_BY_PATH["cluster.ray_address"],
+                                                                         base))
+    choice = st.radio("Ray cluster", list(form.RAY_CLUSTERS), key="f:ray_cluster", horizontal=True,
+                      format_func=lambda k: form.RAY_CLUSTERS[k][0],
+                      help="Start one: ray start on every node over SSH (node 0 the head), ended when the job ends "
+                           "unless kept. A running cluster (yours, or KubeRay's): grpo-ui submits the job to its "
+                           "Jobs API and starts nothing there; its nodes are the job's nodes.")
+    if choice == "start":
+        values["cluster.ray_address"] = ""
+    return list(form.RAY_CLUSTERS[choice][1])
 
 
 def apply_fix(spec: JobSpec, changes: dict) -> None:
@@ -374,17 +436,25 @@ st.subheader("1. Model and GPUs", anchor="model")
 model_col, gpu_col = st.columns(2)
 model_slot, config_slot = model_col.container(), model_col.container()
 gpu_slot = gpu_col.container()
+values, slots = {}, {}
+engine = engine_picker(base, values)
+slots["engine"], slots["train.use_ray"] = st.empty(), st.empty()
 
 st.subheader("2. Cluster", anchor="cluster")
-values, slots = {}, {}
+layout_shown = None
 with st.container(border=True):
-    st.caption("One row per machine. role trainer runs swift rlhf; role rollout runs swift rollout (server mode). "
-               "Hosts from ~/.ssh/config can be added on the Cluster page.")
+    st.caption(f"One row per machine. role trainer runs {COMMANDS[engine]}; role rollout runs swift rollout "
+               "(server mode; in Ray mode, the rollout's own GPUs). Hosts from ~/.ssh/config can be added on the "
+               "Cluster page.")
     nodes = st.data_editor(form.node_rows(base), key="nodes", num_rows="dynamic", width="stretch",
                            column_config={**{d.name: node_column(d, base) for d in form.NODE_FIELDS}, form.ROW: None})
+    if engine == "megatron":
+        layout_shown = layout_row(base, values, slots)
     backend = field_value(form.FIELDS_BY_PATH["cluster.backend"], base)  # settings for the other backend: hidden
+    ray_used = ray_cluster_picker(base, values) if backend == "ray" else []
     for part in ("cluster", "slurm"):
-        shown = [d for d in form.FORM_FIELDS if d.section == part and d.applies in (None, backend)]
+        shown = [d for d in form.FORM_FIELDS if d.section == part and d.applies in (None, backend)
+                 and (d.path not in form.RAY_SETTINGS or d.path in ray_used)]
         if part == "slurm" and shown:
             st.markdown("**Slurm**")
         cols = st.columns(4)
@@ -395,17 +465,22 @@ with st.container(border=True):
 st.subheader("3. Training settings", anchor="training")
 # Only the chosen section's widgets are drawn (each Streamlit widget costs time that grows with the whole form);
 # the others keep their values in the session.
-section = st.segmented_control("Section", list(GROUPS), format_func=GROUPS.get, key="section", required=True,
-                               default=next(iter(GROUPS)), persist_state="session", label_visibility="collapsed")
+version = field_value(form.FIELDS_BY_PATH["swift_version"], base)
+offered = form.sections(base, version, engine)  # the other engine's (Megatron's) only when set
+if st.session_state.get("section") not in offered:
+    st.session_state["section"] = offered[0]
+section = st.segmented_control("Section", offered, format_func=GROUPS.get, key="section", required=True,
+                               default=offered[0], persist_state="session", label_visibility="collapsed")
 cols = st.columns(3)
-for k, decl in enumerate(d for d in ARGS if d.group == section):
+for k, decl in enumerate(d for d in ARGS if d.group == section and d.path not in form.apart(engine)
+                         and form.on_form(d, base, version, engine)):
     with cols[k % 3]:
         values[decl.path] = field_widget(decl, base)
         slots[decl.path] = st.empty()
 
 with st.sidebar:
     st.subheader("Job")
-    for decl in (d for d in form.FORM_FIELDS if d.section == "job"):
+    for decl in (d for d in form.FORM_FIELDS if d.section == "job" and d.path not in form.ENGINE_FIELDS):
         values[decl.path] = field_widget(decl, base)
         slots[decl.path] = st.empty()
 
@@ -417,6 +492,8 @@ a = None if parse_errors else assessed(text, arch is not None, spec, arch)  # va
 findings = by_id(sort_findings(a.findings)) if a else []
 for path, beside in beside_fields(a.findings if a else [], list(slots), parse_errors).items():
     show_beside(slots[path], beside)
+if layout_shown:
+    show_layout(layout_shown, a)
 with notice_slot:
     if refused := st.session_state.get("import_refused"):
         import_refused_banner(refused)

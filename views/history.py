@@ -1,5 +1,5 @@
-"""History: past jobs with their config, final metrics, outcome, memory and step time (predicted at launch vs
-measured); compare two runs; re-open a config."""
+"""History: past jobs with their backend, engine and parallel layout, config, final metrics, outcome, memory and
+step time (predicted at launch vs measured); compare two runs; re-open a config."""
 
 from __future__ import annotations
 
@@ -37,6 +37,8 @@ job = view.job
 c1, c2 = st.columns(2)
 with c1:
     st.markdown(f"**Outcome:** {job.state}")
+    row = rows[ids.index(pick)]
+    st.caption(f"{row['engine']} on {row['backend']}: {row['layout']}")
     if job.error:
         st.error(error_list(job.error))
     if note := view.override_note:

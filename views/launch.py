@@ -1,5 +1,6 @@
 """Launch: the job's plan (resolved once: findings, the memory estimate, the rendered scripts per node with a diff
-against node 0, the zip), secrets, and the launch of exactly that plan with per-node progress."""
+against node 0 — in ms-swift's Ray mode its Ray config —, the zip; on Ray where the job runs and what is submitted),
+secrets, and the launch of exactly that plan with per-node progress."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import difflib
 
 import streamlit as st
 
+from grpo_ui.api.cluster import where
 from grpo_ui.api.jobs import LaunchError, Unavailable, predictions_of
 from grpo_ui.api.specs import (
     JobSpec,
@@ -15,7 +17,9 @@ from grpo_ui.api.specs import (
     credentials_needed,
     default_job_id,
     duration,
+    scripts_text,
     spec_to_yaml,
+    submission_text,
     undeclared,
 )
 from grpo_ui.core.findings import SEVERITY_ICON, error_list, sort_findings, unique
@@ -56,12 +60,17 @@ if plan.assessment.blocked:
     override = drafts.override_reason(draft.id, "Override: why this is safe to run anyway (kept with the job, shown "
                                       "on Monitor and History)", key=f"launch_override:{draft.id}")
 held = plan.assessment.held(override)
-where = (f"Slurm (sbatch on {spec.cluster.login})" if spec.cluster.backend == "slurm"
-         else ", ".join(n.host for n in plan.nodes))
 outside = [f"{h}:{p}" for h, p in plan.resolved.server_endpoints] if plan.resolved.server and not plan.role(
     "rollout") else []
-st.caption(f"{len(plan.role('trainer'))} trainer node(s), {len(plan.role('rollout'))} rollout server(s) on {where}; "
-           f"run directory {plan.run_dir}")
+if bundle.ray:  # ms-swift's Ray mode: Ray places the roles on the nodes' GPUs
+    st.caption(f"ms-swift's Ray mode on {len(plan.nodes)} node(s); run directory {plan.run_dir}")
+else:
+    st.caption(f"{len(plan.role('trainer'))} trainer node(s), {len(plan.role('rollout'))} rollout server(s) on "
+               f"{where(spec)}; run directory {plan.run_dir}")
+if spec.cluster.backend == "ray":
+    st.markdown("**What is submitted to Ray**")
+    st.code(submission_text(plan.resolved, bundle.ray, plan.run_dir) if bundle.ray else scripts_text(plan),
+            language=None, wrap_lines=True)
 if outside:
     st.caption(f"{SEVERITY_ICON['info']} Rollout server(s) outside this job, which you start: {', '.join(outside)}. "
                f"The trainers wait {spec.rollout.vllm_server_timeout:.0f} s for each to answer /health/; preflight "
@@ -85,7 +94,8 @@ else:
 
 names = sorted(bundle.files)
 c1, c2 = st.columns([3, 1])
-chosen = c1.selectbox("File", names, index=names.index("node_0.sh") if "node_0.sh" in names else 0)
+first = bundle.ray.config if bundle.ray else "node_0.sh"  # Ray mode: the Ray config, what ms-swift reads
+chosen = c1.selectbox("File", names, index=names.index(first) if first in names else 0)
 c2.download_button("Download all (zip)", b"" if held else bundle.zip_bytes(), file_name=f"{job_id}.zip",
                    disabled=held, width="stretch")
 text = bundle.files[chosen]

@@ -1,6 +1,7 @@
-"""Monitor: a job's state (and its place in the queue), progress and ETA, doctor alerts, the step time measured next
-to the prediction made at launch, metric charts, the job's GPUs on the same time axis, and each node's log (follow,
-search, first error). The live part refreshes itself
+"""Monitor: a job's state (and its place in the queue, or what it waits for), its page on the backend's dashboard,
+progress and ETA, doctor alerts, the step time measured next to the prediction made at launch, metric charts, the
+job's GPUs on the same time axis, and its logs — a Ray job's driver's and each node's (follow, search, first
+error). The live part refreshes itself
 without rerunning the page; following the job and sampling its GPUs is the jobs service's work, this page draws."""
 
 from __future__ import annotations
@@ -122,12 +123,15 @@ def live():
     backend = view.backend_words()
     if backend and job.state.launched:
         position = backend.queue_position
-        st.caption(backend.detail + (f" — queue position {position}" if position else ""))
+        said = backend.detail + (f" — queue position {position}" if position else "")
+        (st.info if job.state == "starting" and backend.reason else st.caption)(said)  # waiting: said plainly
+    if link := view.link:
+        st.markdown(f"[The job on {link[0]}]({link[1]})")
     steps = metrics.get("max_steps", [])
     pace = view.step_time()
     if steps:
         step, total = steps[-1][0], steps[-1][1]
-        c2.metric("Step", f"{step} / {total:.0f}")
+        c2.metric(view.step_word, f"{step} / {total:.0f}")
         st.progress(min(step / total, 1.0) if total else 0.0)
         c3.metric("ETA", pace.eta or "—", help="the steps left × the recent measured pace")
     if "reward" in metrics:
@@ -218,16 +222,13 @@ live()
 def logs():
     st.subheader("Logs")
     view = service.view(job_id)
-    nodes = view.nodes()
-    if not nodes:
+    streams = view.log_streams()  # a Ray job's driver first, then each node with a log of its own
+    if not streams:
         return
-    labels = [f"node {n.node_index} · {n.host} · {n.role}" + (f" rank {n.node_rank}" if n.role == "trainer" else "")
-              for n in nodes]
     c1, c2 = st.columns([2, 3])
-    pick = c1.selectbox("Node", range(len(nodes)), format_func=lambda k: labels[k], key="log_node")
-    query = c2.text_input("Search this node's log window", key="log_query")
-    node = nodes[pick]
-    window = view.log_lines(node.node_index, 5000)
+    pick = c1.selectbox("Log", range(len(streams)), format_func=lambda k: streams[k].label, key="log_node")
+    query = c2.text_input("Search this log's window", key="log_query")
+    window = view.log_lines(streams[pick].stream, 5000)
     at = first_error_index([r[1] for r in window])  # never a line of ms-swift's argument dump
     first_error = window[at] if at is not None else None
     if first_error:

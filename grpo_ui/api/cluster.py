@@ -17,15 +17,16 @@ from grpo_ui.backends.preflight.status import (
     connection_of,
     host_status,
 )
+from grpo_ui.backends.ray import dashboard_address, ray_where
 from grpo_ui.backends.remote.ssh import Pool, SshError, UnknownHostKey, ssh_config_path, trust_host_key
 from grpo_ui.checks.steps import HostCheck
-from grpo_ui.jobs.service import preflight
+from grpo_ui.jobs.service import preflight, where
 from grpo_ui.spec.cluster import Node
 from grpo_ui.spec.model import JobSpec
 
 __all__ = ["ConnectionTest", "HostCheck", "HostFacts", "HostStatus", "Pool", "PreflightRun", "UnknownHostKey",
-           "check_connection", "cluster_checks", "connection_of", "facts_row", "host_status", "preflight", "ssh_hosts",
-           "trust_host_key", "trust_unknown_keys"]
+           "check_connection", "cluster_checks", "connection_of", "dashboard_address", "facts_row", "host_status",
+           "preflight", "ray_where", "ssh_hosts", "trust_host_key", "trust_unknown_keys", "where"]
 
 
 def ssh_hosts() -> dict[str, str]:
@@ -64,12 +65,16 @@ def trust_unknown_keys(spec: JobSpec, pool: Pool, say: Callable[[str], None]) ->
             pass
 
 
-def facts_row(f: HostFacts) -> dict:
+def facts_row(f: HostFacts, backend: str = "ssh") -> dict:
     """A host's preflight facts as a table row: "—" for what is not known, "not reached" for its GPUs when preflight
-    could not reach it (not "none", which says it has no GPU)."""
+    could not reach it (not "none", which says it has no GPU). On the Ray backend also the node environment's Ray
+    and, on a running cluster, the GPUs and CPUs Ray counts on the node."""
     gpus = ", ".join(f"{g['gpu_index']}: {g['name']} ({g['mem_used']:.0f}/{g['mem_total']:.0f} MiB)" for g in f.gpus)
+    counted = f.ray_resources
+    ray = {"ray": f.versions.get("ray"),
+           "Ray GPU / CPU": f"{counted['GPU']:g} / {counted['CPU']:g}" if counted else None} if backend == "ray" else {}
     row = {"host": f.host, "python": f.python, "ms-swift": f.versions.get("ms-swift"), "torch": f.versions.get("torch"),
-           "vllm": f.versions.get("vllm"), "driver": f.driver,
+           "vllm": f.versions.get("vllm"), **ray, "driver": f.driver,
            "CUDA driver / torch": f"{f.driver_cuda or '—'} / {f.torch_cuda or 'CPU build'}" if f.python else None,
            "GPUs": gpus or ("none" if f.reachable else "not reached"),
            "disk free GiB": None if f.disk_free_gib is None else f"{f.disk_free_gib:.0f}"}

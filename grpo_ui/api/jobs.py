@@ -8,11 +8,12 @@ import json
 import time
 from dataclasses import dataclass
 
+from grpo_ui.backends.base import Handle
 from grpo_ui.doctor.curves import extra_curves
 from grpo_ui.doctor.rootcause import first_error_index
 from grpo_ui.doctor.stacks import RankStack, parse_dumps
 from grpo_ui.jobs import memory_loop, time_loop
-from grpo_ui.jobs.follow import STACKS, STACKS_AT, PollResult
+from grpo_ui.jobs.follow import STACKS, STACKS_AT, PollResult, log_streams
 from grpo_ui.jobs.service import HANDLE, STATUS, LaunchError, override_note
 from grpo_ui.jobs.specs import job_spec
 from grpo_ui.jobs.store import (
@@ -28,8 +29,10 @@ from grpo_ui.jobs.store import (
     Unavailable,
 )
 from grpo_ui.jobs.time_loop import StepTimeSummary
+from grpo_ui.launch.plan import DRIVER
+from grpo_ui.spec.layout import engine_words, layout_words
 
-__all__ = ["BackendWords", "GpuProcess", "Job", "JobState", "JobView", "LaunchError", "LogLine", "MemoryAtLaunch",
+__all__ = ["DRIVER", "BackendWords", "GpuProcess", "Job", "JobState", "JobView", "LaunchError", "LogLine", "LogStream", "MemoryAtLaunch",
            "Node", "PollResult", "Stacks", "StepTimeSummary", "StoredAlert", "TimeAtLaunch", "Unavailable",
            "first_error_index", "predictions_of", "significant"]
 
@@ -41,6 +44,14 @@ class BackendWords:
     detail: str
     reason: str | None
     queue_position: int | None  # 1 = next to start in its queue
+
+
+@dataclass(frozen=True)
+class LogStream:
+    """One log of a job as Monitor lists it: its driver's (a Ray job's) or a node's, by its stream number."""
+
+    stream: int
+    label: str
 
 
 @dataclass(frozen=True)
@@ -74,8 +85,32 @@ class JobView:
     def alerts(self) -> list[StoredAlert]:
         return self.store.alerts(self.id)
 
-    def log_lines(self, node_index: int, last: int) -> list[LogLine]:
-        return self.store.log_lines(self.id, node_index, last)
+    def log_lines(self, stream: int, last: int) -> list[LogLine]:
+        """The last lines of one log: a node's (its index) or the driver's (LogStream.stream)."""
+        return self.store.log_lines(self.id, stream, last)
+
+    def log_streams(self) -> list[LogStream]:
+        """The job's logs: its driver's first where it has one (a Ray job; in ms-swift's Ray mode it holds what Ray's
+        workers print, the nodes having no log of their own), then each node's."""
+        eff, nodes = job_spec(self.job), {n.node_index: n for n in self.nodes()}
+        driver = "driver · the Ray job" + (" (with what ms-swift's Ray workers print)" if eff.ray else "")
+        return [LogStream(s, driver if s == DRIVER else (
+            f"node {s} · {nodes[s].host} · {nodes[s].role}"
+            + (f" rank {nodes[s].node_rank}" if nodes[s].role == "trainer" else "")))
+            for s in log_streams(eff, list(nodes.values()))]
+
+    @property
+    def link(self) -> tuple[str, str] | None:
+        """(what it is, its address) of the job's page outside grpo-ui, once it was started: a Ray job's on the Ray
+        dashboard; None for the others."""
+        kept = self.store.meta(self.id, HANDLE)
+        handle = Handle.from_json(kept) if kept else None
+        return (handle.link_label, handle.link) if handle and handle.link else None
+
+    @property
+    def step_word(self) -> str:
+        """What the trainer counts steps as: megatron rlhf's iterations (its 'iteration N/M'), swift rlhf's steps."""
+        return "Iteration" if job_spec(self.job).megatron else "Step"
 
     def completions(self, last: int) -> list[dict]:
         return self.store.completions(self.id, last)
@@ -135,7 +170,9 @@ class JobView:
         trainer = estimate.role("trainer") if isinstance(estimate, MemoryAtLaunch) else None
         peaks = [p.peak_gib for p in self.store.memory_peaks(self.id)]
         pace = time_loop.comparison(self.store, self.id)
-        return {"job": job.id, "name": job.name, "state": job.state,
+        eff = job_spec(job)
+        return {"job": job.id, "name": job.name, "state": job.state, "backend": eff.spec.cluster.backend,
+                "engine": engine_words(eff), "layout": layout_words(eff),
                 "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(job.started or job.created)),
                 "minutes": round(((job.ended or time.time()) - (job.started or job.created)) / 60, 1),
                 "steps": int(m["max_steps"][-1][0]) if m.get("max_steps") else 0,

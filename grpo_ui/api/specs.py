@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grpo_ui.backends.ray import submission_text
+from grpo_ui.backends.ray import scripts_text, submission_text
 from grpo_ui.checks.assess import Assessment, assess
 from grpo_ui.checks.rules import validate
 from grpo_ui.checks.rules.credentials import credentials_needed, undeclared
@@ -22,7 +22,8 @@ from grpo_ui.memory.report import ESTIMATE_MARGIN, MemoryReport, format_report
 from grpo_ui.spec import form
 from grpo_ui.spec.cluster import Node
 from grpo_ui.spec.errors import SpecError
-from grpo_ui.spec.fields import GROUPS, ArgDecl, Decl, parse_version
+from grpo_ui.spec.fields import COMMANDS, GROUPS, ArgDecl, Decl, parse_version
+from grpo_ui.spec.layout import ParallelLayout, Relation, parallel_layout
 from grpo_ui.spec.megatron import MEGATRON_RENDERED_SINCE
 from grpo_ui.spec.model import ARGS, SETTINGS, JobSpec
 from grpo_ui.spec.names import check_name, is_loopback
@@ -34,18 +35,22 @@ from grpo_ui.spec.yaml_io import load_spec, spec_from_yaml, spec_to_yaml
 from grpo_ui.timing.report import PHASES, TimeReport, duration, format_time
 
 __all__ = [
-    "ARGS", "CONFIG_SUFFIXES", "ESTIMATE_MARGIN", "GROUPS", "MEGATRON_RENDERED_SINCE", "PASTED", "PHASES",
+    "ARGS", "COMMANDS", "CONFIG_SUFFIXES", "ESTIMATE_MARGIN", "GROUPS", "LAYOUT", "MEGATRON_RENDERED_SINCE", "PASTED", "PHASES",
     "RAY_CONFIG", "RAY_ENTRYPOINT", "RAY_JOB", "SETTINGS", "ArgDecl", "Assessment", "Beside", "Bundle", "Decl", "ImportRefused",
-    "JobSpec", "LaunchPlan", "MemoryReport", "ModelArch", "Node", "SpecError", "Step", "TimeReport", "assess",
+    "JobSpec", "LaunchPlan", "MemoryReport", "ModelArch", "Node", "ParallelLayout", "Relation", "SpecError", "Step",
+    "TimeReport", "assess",
     "beside_fields", "catalog", "check_name", "credentials_needed", "default_job_id", "duration", "form",
     "format_report", "format_time", "from_hf_config", "hub", "hub_arch", "import_scripts", "import_uploads",
-    "is_loopback", "job_steps", "load_spec", "parse_hf_config", "parse_version", "presets", "ray_config", "render",
-    "resolve", "rollout_command", "run_dir", "secrets_moved", "spec_from_yaml", "spec_to_yaml", "submission_text",
+    "is_loopback", "job_steps", "load_spec", "parallel_layout", "parse_hf_config", "parse_version", "presets",
+    "ray_config", "render",
+    "resolve", "rollout_command", "run_dir", "scripts_text", "secrets_moved", "spec_from_yaml", "spec_to_yaml",
+    "submission_text",
     "train_command", "undeclared",
     "with_changes", "write_bundle",
 ]
 
 CLUSTER_WIDE = ("cluster", "slurm", "spec")  # findings on these go beside the cluster part of the form
+LAYOUT = "layout"  # the place of the Megatron layout's sizes (form.LAYOUT_FIELDS), drawn together beside the GPUs
 
 
 @dataclass(frozen=True)
@@ -58,21 +63,29 @@ class Beside:
     findings: list[tuple[Finding, bool]]
 
 
+def _beside(place: str, path: str) -> bool:
+    """Whether the form shows what concerns ``path`` at ``place``: the field itself, the cluster part (cluster,
+    Slurm and whole-spec paths) or the Megatron layout (its sizes)."""
+    return path == place or (place == "cluster" and path.startswith(CLUSTER_WIDE)) or (
+        place == LAYOUT and path in form.LAYOUT_FIELDS)
+
+
 def beside_fields(findings: list[Finding], places: list[str], parse_errors: dict[str, str]) -> dict[str, Beside]:
     """Where the form shows each finding and each parse error: ``places`` are the form's field paths (and
-    ``"cluster"``) in the order it draws them. A finding goes beside every field it names — its cluster and Slurm
-    ones (and a whole-spec one) beside the cluster part — in full the first time, in order of severity, once per id."""
+    ``"cluster"``, ``LAYOUT``) in the order it draws them. A finding goes beside every field it names — its cluster
+    and Slurm ones (and a whole-spec one) beside the cluster part, the Megatron sizes' beside the layout — in full the
+    first time, in order of severity, once per id."""
     ordered = by_id(sort_findings(findings))
     shown: set[str] = set()
     out = {}
     for place in places:
-        here = [f for f in ordered if any(p == place or (place == "cluster" and p.startswith(CLUSTER_WIDE))
-                                          for p in f.fields)]
+        here = [f for f in ordered if any(_beside(place, p) for p in f.fields)]
         if place == "cluster":
             error = parse_errors.get(place) or "; ".join(f"{p}: {m}" for p, m in parse_errors.items()
                                                          if p.startswith(("cluster", "slurm"))) or None
         else:
-            error = parse_errors.get(place)
+            error = "; ".join(m if p == place else f"{p}: {m}" for p, m in parse_errors.items()
+                              if _beside(place, p)) or None
         out[place] = Beside(error, [(f, f.id not in shown) for f in here])
         shown |= {f.id for f in here}
     return out

@@ -95,6 +95,13 @@ class Handle:
     def from_dict(cls, data: dict) -> Handle:
         return cls(**data)
 
+    link_label: ClassVar[str] = ""  # what ``link`` leads to, in words
+
+    @property
+    def link(self) -> str | None:
+        """A page about the job outside grpo-ui (Ray: its page on the Ray dashboard), or None."""
+        return None
+
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
 
@@ -110,6 +117,7 @@ class Backend(ABC):
 
     name: str
     places_nodes: bool = False  # the backend, not the spec, chooses each node's machine (known once it runs)
+    has_driver: bool = False  # something runs the nodes whose log is the job's too (job_log: Ray's driver)
 
     def __init__(self, spec: JobSpec, pool: Pool | None = None):
         self.spec = spec
@@ -152,6 +160,10 @@ class Backend(ABC):
     @abstractmethod
     def launched_file(self, handle: Handle, node: int) -> str:
         """A file the start wrote where the node's files are: output newer than it belongs to this launch."""
+
+    def where(self) -> str:
+        """Where the job runs, in a few words (Launch, the CLI's plan): its hosts."""
+        return ", ".join(n.host for n in self.spec.cluster.nodes)
 
     def job_log(self, handle: Handle) -> tuple[LogReader, str] | None:
         """The log of what runs the nodes, beside the nodes' own (Ray: the job's driver, through the Jobs API), as

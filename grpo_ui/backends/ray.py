@@ -67,7 +67,9 @@ from grpo_ui.launch.runfiles import (
     NodeFiles,
     secrets_file,
 )
+from grpo_ui.spec.cluster import ClusterSpec, Node
 from grpo_ui.spec.megatron import groups_text, unplaced
+from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.names import RUN_TOKEN
 from grpo_ui.spec.resolve import Resolved
 from grpo_ui.spec.swift_cli import RAY_ENTRYPOINT
@@ -105,6 +107,7 @@ class RayHandle(Handle):
     """A Ray job: ``job`` is grpo-ui's job id, ``submission`` Ray's submission id for it."""
 
     backend = "ray"
+    link_label = "the Ray dashboard"
 
     tag: str = ""               # drawn at each launch: the markers of its processes
     submission: str = ""        # the Ray job's submission id
@@ -182,24 +185,64 @@ def driver_lines(log: str) -> dict:
     return out
 
 
+def dashboard_address(cluster: ClusterSpec) -> str:
+    """The Ray cluster's dashboard and Jobs API: ray_address, or on the cluster grpo-ui starts node 0's address at
+    ray_dashboard_port (http://HEAD:PORT)."""
+    if cluster.ray_address:
+        return cluster.ray_address
+    head = cluster.nodes[0].routable
+    return f"http://{f'[{head}]' if ':' in head else head}:{cluster.ray_dashboard_port}"
+
+
+def ray_where(cluster: ClusterSpec) -> str:
+    """Which Ray cluster runs the job, in words: the running one at ray_address (the driver on node 0), or the one
+    grpo-ui starts on the nodes (head node 0; kept or ended when the job ends)."""
+    hosts = [n.host for n in cluster.nodes]
+    if cluster.ray_address:
+        return f"the Ray cluster at {cluster.ray_address}, its driver on {hosts[0]}"
+    return (f"a Ray cluster grpo-ui starts on {', '.join(hosts)} (head {hosts[0]}; "
+            f"{'kept' if cluster.ray_keep else 'ended'} when the job ends)")
+
+
 def submission_text(eff: Resolved, job: RayJob, run_dir: str) -> str:
     """What the Ray backend submits for a job in ms-swift's Ray mode, in a few lines (the CLI's launch, render and
-    args): the cluster, the entrypoint and the command it runs, the placement Ray is asked for, what the job's runtime
-    environment holds."""
-    c, ray, spec = eff.spec.cluster, eff.ray, eff.spec
-    hosts = [n.host for n in c.nodes]
-    where = (f"the Ray cluster at {c.ray_address}, its driver on {hosts[0]}" if c.ray_address else
-             f"a Ray cluster grpo-ui starts on {', '.join(hosts)} (head {hosts[0]}; "
-             f"{'kept' if c.ray_keep else 'ended'} when the job ends)")
+    args, the Launch page): the cluster, the entrypoint and the command it runs, the placement Ray is asked for,
+    what the job's runtime environment holds."""
+    ray, spec = eff.ray, eff.spec
     roles = (f"train and rollout share {ray.train_gpus} GPU(s)" if ray.colocate else
              f"train {ray.train_gpus} GPU(s), rollout {ray.rollout_gpus} GPU(s) ({ray.replicas} vLLM replica(s))")
-    secrets = (f"; {', '.join(spec.secret_env)} from a 0600 file on each node, never where Ray shows them"
-               if spec.secret_env else "")
     return "\n".join([
-        f"Ray job on {where}",
+        f"Ray job on {ray_where(spec.cluster)}",
         f"  entrypoint: {job.entrypoint(run_dir)}  (runs megatron {' '.join(RAY_ENTRYPOINT)} {job.config})",
         f"  placement: {roles}, over {ray.nnodes} node(s): {groups_text(ray.groups)}, each on one node",
-        f"  runtime environment: the job's env ({', '.join(sorted(spec.env)) or 'none'}) and its marker{secrets}"])
+        runtime_env_text(spec, "a 0600 file on each node")])
+
+
+def runtime_env_text(spec: JobSpec, secrets_from: str) -> str:
+    """The last line of what is submitted: what the Ray job's runtime environment holds, and where the job's secrets
+    come from instead (``secrets_from``)."""
+    secrets = (f"; {', '.join(spec.secret_env)} from {secrets_from}, never where Ray shows them"
+               if spec.secret_env else "")
+    return f"  runtime environment: the job's env ({', '.join(sorted(spec.env)) or 'none'}) and its marker{secrets}"
+
+
+def driver_entrypoint(head: Node, run_dir: str) -> str:
+    """The entrypoint of the per-node scripts' Ray job: the driver (ray_driver.py) with its plan, in node 0's
+    Python."""
+    python = f"{shell.path(head.python_env)}/bin/python" if head.python_env else "python3"
+    return f"cd {shell.path(run_dir)} && {python} {RAY_DRIVER} {RAY_PLAN}"
+
+
+def scripts_text(plan: LaunchPlan) -> str:
+    """What the Ray backend submits for the per-node scripts (swift rlhf), in a few lines (the Launch page): the
+    cluster, the driver that runs each node's script on its node, what the job's runtime environment holds."""
+    spec = plan.spec
+    scripts = ", ".join(f"{spec.cluster.nodes[n.index].host} {n.script}" for n in plan.nodes)
+    return "\n".join([
+        f"Ray job on {ray_where(spec.cluster)}",
+        f"  entrypoint: {driver_entrypoint(spec.cluster.nodes[plan.nodes[0].index], plan.run_dir)}",
+        f"  the driver runs each node's script on its node, one Ray actor there with the node's GPUs: {scripts}",
+        runtime_env_text(spec, "a 0600 file each node's script reads")])
 
 
 class DriverLog:
@@ -228,17 +271,14 @@ class RayBackend(OnSpecHosts):
     """One job spec run as one Ray job; see the module docstring."""
 
     name = "ray"
+    has_driver = True
 
     @property
     def mode(self) -> str:
         return "existing" if self.spec.cluster.ray_address else "start"
 
-    def _dashboard(self) -> str:
-        c = self.spec.cluster
-        if c.ray_address:
-            return c.ray_address
-        head = c.nodes[0].routable
-        return f"http://{f'[{head}]' if ':' in head else head}:{c.ray_dashboard_port}"
+    def where(self) -> str:
+        return f"Ray: {ray_where(self.spec.cluster)}"
 
     # -- preflight ------------------------------------------------------------------------------------------------
 
@@ -269,6 +309,8 @@ class RayBackend(OnSpecHosts):
                         "Pick other ports, or point cluster.ray_address at the cluster that runs there.")] if busy else []
 
     def _cluster_findings(self, eff: Resolved, facts: list[HostFacts]) -> list[Finding]:
+        """What the running cluster says against the job: its Ray version against the nodes', each node of the job
+        alive in it with its GPUs as Ray resources (kept in its facts, ``ray_resources``), ms-swift's placement."""
         api, c = JobsApi(self.spec.cluster.ray_address, timeout=10), self.spec.cluster
         try:
             version, nodes = api.version(), api.nodes()
@@ -285,6 +327,8 @@ class RayBackend(OnSpecHosts):
         alive = {n.ip: n for n in nodes if n.alive}
         for i, node in enumerate(c.nodes):
             ray_node = alive.get(node.routable)
+            if ray_node is not None and i < len(facts):
+                facts[i].ray_resources = {k: ray_node.resources.get(k, 0) for k in ("GPU", "CPU")}
             if ray_node is None:
                 out.append(finding("RAY-NODE-MISSING", "error", f"cluster.nodes[{i}].address",
                                    f"No alive node of the Ray cluster at {node.routable} (node {i}, {node.host}); "
@@ -322,7 +366,7 @@ class RayBackend(OnSpecHosts):
               save: Callable[[Handle], None]) -> tuple[RayHandle, JobStatus]:
         c = self.spec.cluster
         tag = os.urandom(6).hex()
-        handle = RayHandle(plan.job_id, plan.run_dir, tag, f"{plan.job_id}-{tag}", self._dashboard(), self.mode,
+        handle = RayHandle(plan.job_id, plan.run_dir, tag, f"{plan.job_id}-{tag}", dashboard_address(c), self.mode,
                            c.ray_keep, plan.bundle.ray is not None, plan.bundle.ray is not None and bool(secrets),
                            nodes=[RayNode(n.index, n.role, n.rank, n.script, c.nodes[n.index].routable)
                                   for n in plan.nodes])
@@ -431,8 +475,7 @@ class RayBackend(OnSpecHosts):
                 packages = {"py_modules": [api.upload_package(*secrets_package())],
                             "worker_process_setup_hook": f"{SECRETS_MODULE}.load"}
         else:
-            python = f"{shell.path(head.python_env)}/bin/python" if head.python_env else "python3"
-            entry = f"cd {shell.path(plan.run_dir)} && {python} {RAY_DRIVER} {RAY_PLAN}"
+            entry = driver_entrypoint(head, plan.run_dir)
         progress(head.host, f"submitting Ray job {handle.submission}")
         api.submit(handle.submission, entry, {"env_vars": env, **packages},
                    {"grpo_ui_job": plan.job_id, "grpo_ui_launch": handle.tag}, {f"node:{handle.nodes[0].address}": 0.001})

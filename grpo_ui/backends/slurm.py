@@ -60,6 +60,9 @@ class SlurmBackend(Backend):
     def login(self) -> Runner:
         return runner_for(Node(host=self.spec.cluster.login), self.pool)
 
+    def where(self) -> str:
+        return f"Slurm (sbatch on {self.spec.cluster.login})"
+
     def runner(self, node: int) -> Runner:
         return self.login  # every node's files are in the shared run directory
 

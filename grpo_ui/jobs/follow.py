@@ -38,7 +38,7 @@ from grpo_ui.doctor.metrics import (
 )
 from grpo_ui.doctor.snapshot import Alert, job_settings, overdue
 from grpo_ui.jobs.memory_loop import record_peaks
-from grpo_ui.jobs.service import Jobs
+from grpo_ui.jobs.service import BACKENDS, Jobs
 from grpo_ui.jobs.specs import job_spec
 from grpo_ui.jobs.store import Job, JobState, Node
 from grpo_ui.jobs.time_loop import record_pace
@@ -66,6 +66,14 @@ class PollResult:
     new_steps: int = 0
     alerts: list[Alert] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+
+
+def log_streams(eff: Resolved, nodes: list[Node]) -> list[int]:
+    """The logs the watcher keeps of a job, by stream: its driver's where its backend runs one (Ray), then each
+    node's own — none in ms-swift's Ray mode, where no script runs on the nodes and Ray's workers print into the
+    driver's log."""
+    return ([DRIVER] if BACKENDS[eff.spec.cluster.backend].has_driver else []) + (
+        [] if eff.ray else [n.node_index for n in nodes])
 
 
 def _settings(spec: JobSpec) -> dict:

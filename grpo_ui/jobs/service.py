@@ -75,6 +75,11 @@ def backend_for(spec: JobSpec, pool: Pool | None = None) -> Backend:
     return BACKENDS[spec.cluster.backend](spec, pool)
 
 
+def where(spec: JobSpec) -> str:
+    """Where the spec's job runs, in a few words: its backend's (Launch, the CLI's plan)."""
+    return backend_for(spec).where()
+
+
 def preflight(spec: JobSpec, pool: Pool | None = None, progress: Progress = lambda where, msg: None
               ) -> tuple[list[HostFacts], list[Finding]]:
     """The backend's preflight of a job before any launch (the Cluster page, the ``preflight`` command): facts about

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from grpo_ui.spec.errors import SpecError
-from grpo_ui.spec.fields import ArgDecl, Decl, SettingDecl
+from grpo_ui.spec.fields import GROUPS, ArgDecl, Decl, SettingDecl
 from grpo_ui.spec.model import ARGS, SETTINGS, JobSpec
 from grpo_ui.spec.paths import with_changes
 
@@ -134,6 +134,68 @@ def form_value(decl: Decl, spec: JobSpec):
     if kind == "select":
         return current
     return to_text(decl, current)
+
+
+def on_form(decl: Decl, spec: JobSpec, version: str, engine: str) -> bool:
+    """Whether the form draws a field while it targets ``version`` and ``engine`` (the form's values of swift_version
+    and engine; ``spec`` the form's starting spec): every grpo-ui setting; an ms-swift argument when that version of
+    the engine takes it (num_infer_workers only 3.2–3.4, tensor_model_parallel_size only on megatron rlhf), or when
+    ``spec`` sets it anyway, so it can be cleared (VERSION-FLAG-UNSUPPORTED or ENGINE-FLAG says why). A version that
+    does not parse hides nothing (its own finding says so)."""
+    if not isinstance(decl, ArgDecl) or decl.name in decl.owner(spec).model_fields_set:
+        return True
+    if engine not in decl.engines:
+        return False
+    try:
+        return decl.on(engine).accepted_in(version)
+    except ValueError:
+        return True
+
+
+# Drawn apart from their sections: the engine choice (beside the model) and the Megatron layout (beside the GPUs).
+ENGINE_FIELDS = ("engine", "train.use_ray")
+LAYOUT_FIELDS = {"train.tensor_model_parallel_size": "TP", "train.pipeline_model_parallel_size": "PP",
+                 "train.context_parallel_size": "CP", "train.expert_model_parallel_size": "EP",
+                 "train.expert_tensor_parallel_size": "ETP"}  # path → the short name Megatron's docs use
+# The engine choice: what each sets (ms-swift's Ray mode is megatron rlhf with use_ray; swift rlhf GRPO has none)
+ENGINE_CHOICES: dict[str, tuple[str, dict]] = {
+    "swift": ("swift rlhf · DeepSpeed / FSDP", {"engine": "swift", "train.use_ray": False}),
+    "megatron": ("megatron rlhf · Megatron-Core (TP, PP, CP, EP)", {"engine": "megatron", "train.use_ray": False}),
+    "megatron-ray": ("megatron rlhf in ms-swift's Ray mode", {"engine": "megatron", "train.use_ray": True}),
+}
+
+
+def engine_choice(engine: str, use_ray: bool) -> str:
+    """The ENGINE_CHOICES key of the form's engine and use_ray values."""
+    return next(k for k, (_, v) in ENGINE_CHOICES.items()
+                if v == {"engine": engine, "train.use_ray": bool(use_ray) and engine == "megatron"})
+
+
+def apart(engine: str) -> tuple[str, ...]:
+    """The arguments the form draws apart from their sections: the engine choice, and on megatron rlhf its layout
+    (on swift rlhf the layout's sizes stay in their section, shown while set so they can be cleared)."""
+    return (*ENGINE_FIELDS, *(LAYOUT_FIELDS if engine == "megatron" else ()))
+
+
+def sections(spec: JobSpec, version: str, engine: str) -> list[str]:
+    """The training settings' sections (GROUPS) with a field on the form for ``version`` and ``engine`` besides the
+    ones drawn apart: a swift rlhf job has no Megatron section unless it sets one of its arguments."""
+    shown = {d.group for d in ARGS if d.path not in apart(engine) and on_form(d, spec, version, engine)}
+    return [g for g in GROUPS if g in shown]
+
+
+# The Ray backend's two ways to a cluster and the settings each uses (the others keep their values, unused):
+# ray_address set means the running cluster it names.
+RAY_CLUSTERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "start": ("Start one on the job's hosts", ("cluster.ray_port", "cluster.ray_dashboard_port", "cluster.ray_keep")),
+    "existing": ("Use a running cluster (its Jobs API address)", ("cluster.ray_address",)),
+}
+RAY_SETTINGS = tuple(path for _, paths in RAY_CLUSTERS.values() for path in paths)
+
+
+def ray_cluster(address_text: str | None) -> str:
+    """The RAY_CLUSTERS key of the form's ray_address text (empty: grpo-ui starts the cluster)."""
+    return "existing" if (address_text or "").strip() else "start"
 
 
 def changed_fields(spec: JobSpec, values: dict) -> dict:

@@ -59,12 +59,13 @@ def predict_spec(job: JobSpec | Resolved, gpu: str | None = None, arch: ModelArc
     eff = resolve(job, arch)
     t = time_inputs(eff, gpu, completion_tokens=completion_tokens)
     tr, e = eff.spec.train, eff.spec.estimate
-    if steps is None:
-        steps = run_steps(tr.max_steps, dataset_rows(eff.spec), t.prompts_per_round, t.steps_per_round,
-                          tr.num_train_epochs)
+    if steps is None:  # megatron rlhf runs train_iters iterations (from num_train_epochs when that is set)
+        steps = eff.megatron.train_iters if eff.megatron else run_steps(
+            tr.max_steps, dataset_rows(eff.spec), t.prompts_per_round, t.steps_per_round, tr.num_train_epochs)
     report = predict(t, steps, price if price is not None else e.price_per_gpu_hour)
     if report.steps is None:
-        report.assumptions.append("an unknown number of steps (set estimate.dataset_rows, or train.max_steps)")
+        report.assumptions.append("an unknown number of steps (set estimate.dataset_rows, or train."
+                                  f"{'train_iters' if eff.megatron else 'max_steps'})")
     if report.price is None:
         report.assumptions.append("no price per GPU-hour (set estimate.price_per_gpu_hour)")
     return report

@@ -91,6 +91,7 @@ class HostFacts:
     health: dict[str, str] = field(default_factory=dict)  # rank 0: each outside server's /health/ status or error
     error: str | None = None
     findings: list = field(default_factory=list)  # what preflight found on this host (preflight.host's findings)
+    ray_resources: dict[str, float] | None = None  # a running Ray cluster: the GPUs and CPUs Ray counts on this node
 
 
 WORKDIR = "workdir"  # the key of the node's working directory among the paths checked
