@@ -198,6 +198,17 @@ class Resolved:
         offload_optimizer / offload_param device)."""
         return bool(self.zero and (self.zero.offload_optimizer or self.zero.offload_param))
 
+    @property
+    def rollout_servers(self) -> RoleGpus:
+        """The GPUs that generate in server mode: the rollout nodes'; for servers started outside the job (server mode
+        without rollout nodes) one server per vllm_server_host, each on server.vllm_data_parallel_size ×
+        vllm_tensor_parallel_size GPUs of the trainers' model, as swift rollout takes them."""
+        if self.rollout.nodes or not self.server:
+            return self.rollout
+        s = self.spec.server
+        return RoleGpus(max(len(self.server_endpoints), 1), s.vllm_data_parallel_size * s.vllm_tensor_parallel_size,
+                        self.trainer.model, self.trainer.gib)
+
     def rollout_port(self, index: int) -> int:
         """The HTTP port rollout node ``index`` serves: its entry in vllm_server_port when the trainer lists the
         servers itself, else server.port."""
