@@ -158,8 +158,12 @@ class Resolved:
         """The model comes from the Hugging Face Hub (use_hf, or USE_HF in the job's or node 0's environment, as
         ms-swift's use_hf_hub reads it); else from ModelScope."""
         nodes = self.spec.trainer_nodes()
-        env = {**self.spec.env, **(nodes[0].env if nodes else {})}
-        return self.spec.train.use_hf or env.get("USE_HF", "0").strip().lower() in ("1", "true", "yes", "on", "y", "t")
+        return self.spec.train.use_hf or _env_flag(self.spec, nodes[0] if nodes else None, "USE_HF")
+
+    def on_cpu(self, node: Node) -> bool:
+        """The node runs the job on its CPUs: ACCELERATE_USE_CPU true in the job's or the node's environment, as
+        accelerate reads it (its use_cpu; ms-swift trains through accelerate's Trainer)."""
+        return _env_flag(self.spec, node, "ACCELERATE_USE_CPU")
 
     @property
     def colocate(self) -> bool:
@@ -221,6 +225,13 @@ class Resolved:
         return {"NNODES": str(self.nnodes), "NODE_RANK": str(rank), "MASTER_ADDR": self.master_addr,
                 "MASTER_PORT": str(self.master_port), "NPROC_PER_NODE": str(self.nproc_per_node),
                 "CUDA_VISIBLE_DEVICES": ",".join(map(str, node.gpus))}
+
+
+def _env_flag(spec: JobSpec, node: Node | None, name: str) -> bool:
+    """An on/off environment variable as ms-swift and accelerate read it (1, true, yes, on, y, t), the node's value
+    over the job's."""
+    env = {**spec.env, **(node.env if node else {})}
+    return env.get(name, "0").strip().lower() in ("1", "true", "yes", "on", "y", "t")
 
 
 def resolve(job: JobSpec | Resolved, arch: ModelArch | None = None) -> Resolved:
