@@ -136,8 +136,13 @@ def _verdict_findings(report: MemoryReport | None, advice: list[Suggestion], eff
     if report is None or report.verdict not in ("oom", "tight"):
         return []
     role = next(r for r in report.roles if r.verdict == report.verdict)
-    fix = (f"Cheapest change that fits: {advice[0].why}." if advice else
-           "No single or paired knob fits: use more or larger GPUs, or a smaller model.")
+    fits = next((s for s in advice if s.verdict == "fits"), None)
+    if advice and advice[0].verdict == "tight":  # out of OOM, not yet with the margin: said as what it leads to
+        fix = (f"Cheapest change out of OOM: {advice[0].why} (it leads to TIGHT: within the card, not with the "
+               "estimate's error margin)" + (f"; the cheapest that fits: {fits.why}." if fits else "."))
+    else:
+        fix = (f"Cheapest change that fits: {advice[0].why}." if advice else
+               "No single or paired knob fits: use more or larger GPUs, or a smaller model.")
     fields = MEGATRON_MEMORY_FIELDS if eff.megatron else MEMORY_FIELDS
     apply = advice[0].changes if advice else {}
     where = f"on the {role.role} GPU: peak {role.peak_gib:.1f} GiB in the {role.peak_phase} phase"
