@@ -22,6 +22,7 @@ from grpo_ui.spec.presets import presets
 from grpo_ui.spec.resolve import resolve
 from grpo_ui.spec.yaml_io import spec_to_yaml
 from tests.pages import ROOT, downloads_disabled, draft_of, field, open_app, texts
+from tests.test_example_findings import EXAMPLES
 from views.memory_chart import memory_chart
 
 FIRST, FULL, ROLLOUT = presets().values()
@@ -302,3 +303,78 @@ def test_a_same_batch_card_keeps_the_batch_and_brings_back_no_error(home):
         assert after.generation_batch == before.generation_batch
         assert (t1.per_device_train_batch_size * after.grad_accum == t0.per_device_train_batch_size * before.grad_accum)
         assert new_errors(job, s.changes) == set()
+
+
+# Issue 32: the first hour, tried as a new user would (ms-swift's example scripts as shipped; test_walkthrough and
+# test_browser_firsthour for what is seen in the browser).
+
+def imported(name: str, **changes):
+    spec = import_scripts([(name, (EXAMPLES / name).read_bytes())])[0]
+    return with_changes(spec, changes)
+
+
+def test_make_it_faster_says_what_its_cards_lead_to(home):
+    """The first preset fits; one of its faster cards leads to TIGHT, under a heading that said each option 'still
+    fits' (defect 7). The heading now says each stays within the card and what TIGHT means."""
+    a = assess(FIRST)
+    assert a.verdict == "fits" and "tight" in {f.verdict for f in a.faster}
+    heading = next(m.value for m in open_app().markdown if m.value.startswith("**Make it faster**"))
+    assert "still fits" not in heading and "stays within the card (TIGHT: not with the estimate's error margin)" in heading
+
+
+def test_no_make_it_faster_cards_say_why(home):
+    """grpo_7b.sh imported as shipped has an error open (its rollout server outside the job): no faster cards, and
+    nothing said why (defect 8). Now the page says the search waits for the job to pass; once it passes, the cards."""
+    spec = imported("external_server_7b.sh", **{"cluster.nodes[0].gpu_model": "NVIDIA H100 80GB HBM3"})
+    (home / "draft.yaml").write_text(spec_to_yaml(spec))
+    at = open_app()
+    assert assess(spec).time is not None and not any(m.value.startswith("- `") for m in at.markdown)
+    assert any(c.value.startswith("Make it faster is searched once the job passes") and "ROLLOUT-SERVER-OUTSIDE"
+               in c.value for c in at.caption)
+    passing = with_changes(spec, {"cluster.external_rollout": True, "secret_env": ["WANDB_API_KEY"]})
+    assert not assess(passing).errors and assess(passing).faster
+
+
+def test_no_nvidia_smi_figure_without_a_gpu_model(home):
+    """qlora.sh imported as shipped names no GPU: the page said nvidia-smi would show twice the peak (torch's cache
+    bounded by no card; 138.9 GiB for a larger job, more than any card has: defect 9). Without a card the cache is
+    not estimated and nothing is said of nvidia-smi; with one, the figure is within the card."""
+    spec = import_scripts([("qlora.sh", (ROOT / "tests/import_corpus/v4-30-qlora.sh").read_bytes())])[0]
+    (home / "draft.yaml").write_text(spec_to_yaml(spec))
+    report = estimate_spec(spec)
+    assert report.trainer.capacity_gib is None and report.trainer.expected_gib == report.trainer.peak_gib
+    assert not [b for b in memory_chart(report).to_plotly_json()["data"] if b["name"].endswith("(reclaimable)")]
+    shown = texts(open_app())
+    assert "nvidia-smi will show" not in shown and "is bounded by the card" in shown
+    on_a10 = estimate_spec(with_changes(spec, {"cluster.nodes[0].gpu_model": "NVIDIA A10"})).trainer
+    assert on_a10.peak_gib < on_a10.expected_gib <= on_a10.capacity_gib
+
+
+def test_the_form_draws_only_the_arguments_its_ms_swift_version_takes(home):
+    """num_infer_workers (ms-swift 3.2–3.4) was on the 4.6 form (defect 11). A 3.4 draft draws it; switched to 4.6 in
+    the form, it is gone; a 4.6 draft that sets it draws it, so it can be cleared (VERSION-FLAG-UNSUPPORTED says
+    why)."""
+    def rollout_fields(at) -> set[str]:
+        at.button_group(key="section").set_value("rollout").run()
+        return {t.key for t in at.text_input} | {s.key for s in at.selectbox}
+    (home / "draft.yaml").write_text(spec_to_yaml(with_changes(FIRST, {"swift_version": "3.4"})))
+    at = open_app()
+    assert "f:rollout.num_infer_workers" in rollout_fields(at)
+    at.selectbox(key="f:swift_version").set_value("4.6").run()
+    assert "f:rollout.num_infer_workers" not in rollout_fields(at)
+    set_anyway = with_changes(FIRST, {"rollout.num_infer_workers": 2})
+    assert form.on_form(form.FIELDS_BY_PATH["rollout.num_infer_workers"], set_anyway, "4.6", "swift")
+    assert not form.on_form(form.FIELDS_BY_PATH["rollout.num_infer_workers"], FIRST, "4.6", "swift")
+
+
+def test_beta_0_is_offered_in_one_click_only_while_memory_may_be_short():
+    """grpo_7b.sh on H100s fits with 26 GiB to spare on the trainer GPU, yet SEED-REF-MODEL offered beta 0 — dropping
+    the KL term — as a one-click fix (defect 11). It now says the room and applies nothing; on A100-40GB, out of
+    memory, the change is offered."""
+    roomy = imported("external_server_7b.sh", **{"cluster.nodes[0].gpu_model": "NVIDIA H100 80GB HBM3"})
+    (f,) = [f for f in assess(roomy).findings if f.id == "SEED-REF-MODEL"]
+    assert f.apply == {} and "26 GiB to spare" in f.message and f.fix.startswith("Nothing to change while it fits")
+    short = with_changes(roomy, {"cluster.nodes[0].gpu_model": "NVIDIA A100-SXM4-40GB"})
+    assert assess(short).verdict in ("tight", "oom")
+    (f,) = [f for f in assess(short).findings if f.id == "SEED-REF-MODEL"]
+    assert f.apply == {"train.beta": 0.0}

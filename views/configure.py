@@ -233,11 +233,16 @@ def fit_cards(options, spec: JobSpec) -> None:
 
 
 def faster_cards(a: Assessment, spec: JobSpec) -> None:
-    """Make it faster: each change that shortens the step and still passes, with the step it leads to."""
+    """Make it faster: each change that shortens the step and still passes, with the step and the memory verdict it
+    leads to; or why there is none."""
     if not a.faster:
+        if a.faster_none:
+            st.caption(a.faster_none)
         return
-    st.markdown("**Make it faster** — each option alone, with the step time it leads to (it still fits and passes "
-                "ms-swift's rules):")
+    tight = any(f.verdict == "tight" for f in a.faster)
+    st.markdown("**Make it faster** — each option alone, with the step time and the memory verdict it leads to; each "
+                "passes ms-swift's rules and stays within the card" + (
+                    " (TIGHT: not with the estimate's error margin)" if tight else "") + ":")
     for col, (k, f) in zip(st.columns(len(a.faster)), enumerate(a.faster), strict=True):
         with col.container(border=True):
             st.markdown(f"**{duration(f.step_s)}** per step (−{f.saving:.0%}) · {f.verdict.upper()}")
@@ -397,8 +402,9 @@ st.subheader("3. Training settings", anchor="training")
 # the others keep their values in the session.
 section = st.segmented_control("Section", list(GROUPS), format_func=GROUPS.get, key="section", required=True,
                                default=next(iter(GROUPS)), persist_state="session", label_visibility="collapsed")
+version, engine = (field_value(form.FIELDS_BY_PATH[path], base) for path in ("swift_version", "engine"))
 cols = st.columns(3)
-for k, decl in enumerate(d for d in ARGS if d.group == section):
+for k, decl in enumerate(d for d in ARGS if d.group == section and form.on_form(d, base, version, engine)):
     with cols[k % 3]:
         values[decl.path] = field_widget(decl, base)
         slots[decl.path] = st.empty()

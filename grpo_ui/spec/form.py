@@ -136,6 +136,19 @@ def form_value(decl: Decl, spec: JobSpec):
     return to_text(decl, current)
 
 
+def on_form(decl: Decl, spec: JobSpec, version: str, engine: str) -> bool:
+    """Whether the form draws a field while it targets ``version`` and ``engine`` (the form's values of swift_version
+    and engine; ``spec`` the form's starting spec): every grpo-ui setting; an ms-swift argument when that version of
+    the engine takes it (num_infer_workers only 3.2–3.4), or when ``spec`` sets it anyway, so it can be cleared
+    (VERSION-FLAG-UNSUPPORTED says why). A version that does not parse hides nothing (its own finding says so)."""
+    if not isinstance(decl, ArgDecl) or decl.name in decl.owner(spec).model_fields_set:
+        return True
+    try:
+        return decl.on(engine).accepted_in(version)
+    except ValueError:
+        return True
+
+
 def changed_fields(spec: JobSpec, values: dict) -> dict:
     """{path: form value} of the fields the form sets: the ones set before, and the ones whose widget no longer shows
     its starting value. The others stay unset, so their default (ms-swift's, for its arguments) keeps applying."""

@@ -72,8 +72,8 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-# What example scripts write for the user to fill in: a dotted quad with x's for numbers (ms-swift's multi-node examples'
-# MASTER_ADDR=xxx.xxx.xxx.xxx, 10.0.x.x) or a name that says it is yours to give (your_master_ip, YOUR-NODE-IP)
+# What example scripts write for the user to fill in: a dotted quad with x's for numbers (ms-swift's multi-node
+# examples' MASTER_ADDR=xxx.xxx.xxx.xxx, 10.0.x.x) or a name that says it is yours to give (your_master_ip)
 _PLACEHOLDER = re.compile(r"(?i)^(?:(?:\d{1,3}|x+)\.){3}(?:\d{1,3}|x+)$|^your[-_]")
 
 
