@@ -21,7 +21,7 @@ from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.presets import presets
 from grpo_ui.spec.resolve import resolve
 from grpo_ui.spec.yaml_io import spec_to_yaml
-from tests.pages import ROOT, downloads_disabled, draft_of, field, open_app, texts
+from tests.pages import ROOT, card_changes, downloads_disabled, draft_of, field, open_app, texts
 from tests.test_example_findings import EXAMPLES
 from views.memory_chart import memory_chart
 
@@ -79,8 +79,8 @@ def test_make_it_fit_cards_show_the_change_and_the_resulting_peak(home):
     field(at, "train.lora_rank").set_value("256").run()
     field(at, "rollout.vllm_gpu_memory_utilization").set_value("0.9").run()
     cards = [m.value for m in at.markdown if m.value.startswith("**") and " GiB** · " in m.value]
-    changes = [m.value for m in at.markdown if m.value.startswith("- `") and "` → `" in m.value]
-    assert cards and len(changes) == len(cards)
+    changes = card_changes(at)
+    assert cards and len(changes) == len(cards) and changes[0] == "- rollout.vllm_gpu_memory_utilization → 0.7"
 
 
 def test_the_memory_chart_has_one_colour_per_term_and_its_legend_and_capacity_clear_of_the_bars():
@@ -263,8 +263,7 @@ def test_an_imported_tokenizers_setting_stays_a_setting_and_the_launch_asks_only
 
 def cards_on_page() -> list[str]:
     """The changes of each make-it-fit card Configure shows for the draft."""
-    at = open_app()
-    return [m.value for m in at.markdown if m.value.startswith("- `") and "` → `" in m.value]
+    return card_changes(open_app())
 
 
 def new_errors(spec, changes) -> set[str]:
@@ -328,7 +327,7 @@ def test_no_make_it_faster_cards_say_why(home):
     spec = imported("external_server_7b.sh", **{"cluster.nodes[0].gpu_model": "NVIDIA H100 80GB HBM3"})
     (home / "draft.yaml").write_text(spec_to_yaml(spec))
     at = open_app()
-    assert assess(spec).time is not None and not any(m.value.startswith("- `") for m in at.markdown)
+    assert assess(spec).time is not None and not card_changes(at)
     assert any(c.value.startswith("Make it faster is searched once the job passes") and "ROLLOUT-SERVER-OUTSIDE"
                in c.value for c in at.caption)
     passing = with_changes(spec, {"cluster.external_rollout": True, "secret_env": ["WANDB_API_KEY"]})

@@ -88,8 +88,10 @@ if (run := hosts.preflight_run()) is not None:
     if not run.findings:
         st.success("Every host passed preflight.")
 
+others = form.node_columns(spec)[len(form.LEADING_COLUMNS):]  # what no node sets is left out
 table.dataframe([{"#": row.pop(form.ROW), "status": hosts.status(spec, k).text, **row}
                  for k, row in enumerate(form.node_rows(spec))], hide_index=True, width="stretch",
+                column_order=["#", *form.LEADING_COLUMNS, "status", *others],
                 column_config={"status": st.column_config.TextColumn(
                     "status", width="large", help="The worst of this host's latest connection test and preflight; "
                     "'?' when they were made before the cluster or the draft changed")})

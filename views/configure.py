@@ -6,6 +6,9 @@ reason."""
 
 from __future__ import annotations
 
+import html
+import re
+
 import streamlit as st
 
 from grpo_ui.api.specs import (
@@ -219,6 +222,19 @@ def memory_metrics(report, spec: JobSpec) -> None:
                         "(hatched in the chart) and gives it back before an OOM")
 
 
+def as_code(value) -> str:
+    """A value as inline code that a narrow card breaks only between words (after a dot or an underscore), never
+    inside one: HTML, its markdown characters as entities."""
+    text = "".join(f"&#{ord(c)};" if c in "_*`[]\\~" else c for c in html.escape(str(value)))
+    return '<code style="overflow-wrap: normal">' + re.sub(r"(\.|&#95;)", r"\1<wbr>", text) + "</code>"
+
+
+def change_list(changes: dict) -> None:
+    """A card's changes, one `path` → `value` a line."""
+    st.markdown("\n".join(f"- {as_code(path)} → {as_code(value)}" for path, value in changes.items()),
+                unsafe_allow_html=True)
+
+
 def fit_cards(options, spec: JobSpec) -> None:
     """Make-it-fit: each option as a card with the change it makes and the peak it leads to."""
     if not options:
@@ -227,7 +243,7 @@ def fit_cards(options, spec: JobSpec) -> None:
     for col, (k, s) in zip(st.columns(len(options)), enumerate(options), strict=True):
         with col.container(border=True):
             st.markdown(f"**{s.peak_gib:.1f} GiB** · {s.verdict.upper()}")
-            st.markdown("\n".join(f"- `{path}` → `{value}`" for path, value in s.changes.items()))
+            change_list(s.changes)
             st.caption(s.why)
             st.button("Make it fit: apply", key=f"fit:{k}", on_click=apply_fix, args=(spec, s.changes))
 
@@ -246,7 +262,7 @@ def faster_cards(a: Assessment, spec: JobSpec) -> None:
     for col, (k, f) in zip(st.columns(len(a.faster)), enumerate(a.faster), strict=True):
         with col.container(border=True):
             st.markdown(f"**{duration(f.step_s)}** per step (−{f.saving:.0%}) · {f.verdict.upper()}")
-            st.markdown("\n".join(f"- `{path}` → `{value}`" for path, value in f.changes.items()))
+            change_list(f.changes)
             st.caption(f.why)
             st.button("Make it faster: apply", key=f"faster:{k}", on_click=apply_fix, args=(spec, f.changes))
 
@@ -284,8 +300,9 @@ def time_panel(a: Assessment, spec: JobSpec, base: JobSpec) -> None:
                        "run's completions/mean_length.")
     with st.container(border=True):
         st.caption("What you expect of the run (unset: assumed, as said above)")
-        for col, decl in zip(st.columns(len(ESTIMATE_FIELDS)), ESTIMATE_FIELDS, strict=True):
-            field_widget(decl, base, col)
+        cols = st.columns(3)  # three a row: each name on one line at 1440 px
+        for k, decl in enumerate(ESTIMATE_FIELDS):
+            field_widget(decl, base, cols[k % 3])
     faster_cards(a, spec)
 
 
@@ -386,6 +403,7 @@ with st.container(border=True):
     st.caption("One row per machine. role trainer runs swift rlhf; role rollout runs swift rollout (server mode). "
                "Hosts from ~/.ssh/config can be added on the Cluster page.")
     nodes = st.data_editor(form.node_rows(base), key="nodes", num_rows="dynamic", width="stretch",
+                           column_order=form.node_columns(),
                            column_config={**{d.name: node_column(d, base) for d in form.NODE_FIELDS}, form.ROW: None})
     backend = field_value(form.FIELDS_BY_PATH["cluster.backend"], base)  # settings for the other backend: hidden
     for part in ("cluster", "slurm"):
