@@ -21,10 +21,9 @@ from grpo_ui.api.specs import (
     Beside,
     Bundle,
     Decl,
-    ImportRefused,
+    ImportOutcome,
     JobSpec,
     ModelArch,
-    SpecError,
     Step,
     assess,
     beside_fields,
@@ -33,11 +32,10 @@ from grpo_ui.api.specs import (
     form,
     from_hf_config,
     hub_arch,
-    import_uploads,
+    import_files,
     job_steps,
     parse_hf_config,
     render,
-    secrets_moved,
     spec_from_yaml,
     spec_to_yaml,
     with_changes,
@@ -317,34 +315,36 @@ def steps_indicator(shown: list[Step]) -> None:
 
 
 def run_import(files: dict[str, bytes], version: str, keep_partial: bool = False) -> None:
-    """Import the files as a new draft; a refused import is kept in the session (shown under the paste box and
-    at the top of the page, with the choice to keep what could be read)."""
-    try:
-        imported, notes = import_uploads(files, version, keep_partial=keep_partial)
-    except ImportRefused as e:
-        st.session_state["import_refused"] = {"files": files, "version": version,
-                                              "problems": [f"{f.message} — *{f.fix}*" for f in e.findings]}
-        return
-    except SpecError as e:
-        st.session_state["import_refused"] = None
-        st.session_state["import_error"] = str(e)
-        return
-    moved = secrets_moved(imported)
-    st.session_state["import_notes"] = [f.to_dict() for f in [*notes, *moved]]
-    st.session_state["import_refused"] = st.session_state["import_error"] = None
-    drafts.create(imported.name, imported)
+    """Import the files as a new draft. The outcome replaces the last import's in the session (shown under the paste
+    box, a refusal also at the top of the page with the choice to keep what could be read): nothing an earlier
+    import said stays beside it."""
+    outcome = import_files(files, version, keep_partial=keep_partial)
+    st.session_state["last_import"] = {"files": files, "version": version, "outcome": outcome}
+    if outcome.spec is not None:
+        drafts.create(outcome.spec.name, outcome.spec)
 
 
-def import_refused_banner(refused: dict) -> None:
+def import_refused_banner(last: dict) -> None:
     """A refused import at the top of the page: what bash or ms-swift would refuse, and the two ways on."""
     with st.container(border=True):
-        st.error("**Import refused: no draft was made.** " + " ".join(refused["problems"]))
+        st.error("**Import refused: no draft was made.** " + " ".join(
+            f"{f.message} — *{f.fix}*" for f in last["outcome"].refused))
         c1, c2, _ = st.columns([2, 1, 2])
         c1.button("Keep what could be read as a draft", key="keep_partial", on_click=run_import,
-                  args=(refused["files"], refused["version"], True),
+                  args=(last["files"], last["version"], True),
                   help="A new draft with what comes before the problem; it says at the top what is missing, and "
                        "launch is held until each missing field is filled in.")
-        c2.button("Dismiss", key="dismiss_refused", on_click=lambda: st.session_state.update(import_refused=None))
+        c2.button("Dismiss", key="dismiss_refused", on_click=lambda: st.session_state.update(last_import=None))
+
+
+def import_outcome(outcome: ImportOutcome) -> None:
+    """Under the paste box: why the last import made no draft, or the notes of the draft it made."""
+    for f in outcome.refused:
+        st.error(f"{f.message} — *{f.fix}*")
+    if outcome.error:
+        st.error(outcome.error)
+    for note in outcome.notes:
+        st.caption(f"{SEVERITY_ICON[note.severity]} {note.message}")
 
 
 def partial_import_banner(spec: JobSpec) -> None:
@@ -382,15 +382,10 @@ with st.sidebar:
     if st.button("Import", width="stretch", disabled=not (uploads or pasted.strip())):
         run_import({u.name: u.getvalue() for u in uploads} if uploads else {PASTED: pasted.encode()},
                    base.swift_version)
-        if not st.session_state.get("import_refused") and not st.session_state.get("import_error"):
+        if st.session_state["last_import"]["outcome"].spec is not None:
             st.rerun()
-    if refused := st.session_state.get("import_refused"):
-        for problem in refused["problems"]:
-            st.error(problem)
-    if error := st.session_state.get("import_error"):
-        st.error(error)
-    for note in st.session_state.get("import_notes", []):
-        st.caption(f"{SEVERITY_ICON[note['severity']]} {note['message']}")
+    if last := st.session_state.get("last_import"):
+        import_outcome(last["outcome"])
 
 st.subheader("1. Model and GPUs", anchor="model")
 model_col, gpu_col = st.columns(2)
@@ -442,8 +437,8 @@ findings = by_id(sort_findings(a.findings)) if a else []
 for path, beside in beside_fields(a.findings if a else [], list(slots), parse_errors).items():
     show_beside(slots[path], beside)
 with notice_slot:
-    if refused := st.session_state.get("import_refused"):
-        import_refused_banner(refused)
+    if (last := st.session_state.get("last_import")) and last["outcome"].refused:
+        import_refused_banner(last)
     if spec.import_errors:
         partial_import_banner(spec)
 if draft.version != st.session_state["draft_version"] or not parse_errors and not autosave(draft, spec, text):
