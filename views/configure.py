@@ -501,7 +501,7 @@ held = bool(parse_errors) or a.held(override)
 c1.download_button("Download job YAML", text, file_name=f"{spec.name}.yaml", key="dl_yaml",
                    disabled=held)
 with steps_slot:
-    steps_indicator(job_steps(spec, a, parse_errors, held, bool(override), hosts.checks(spec)))
+    steps_indicator(job_steps(spec, a, parse_errors, held, bool(override), hosts.checks(spec, draft.id)))
 bundle = None if parse_errors or held else rendered(text, a, spec.name)
 c2.download_button("Download node scripts (zip)", bundle.zip_bytes() if bundle else b"", disabled=held,
                    file_name=f"{spec.name}.zip", key="dl_zip")
