@@ -217,6 +217,9 @@ def test_each_import_replaces_what_the_last_one_said(tmp_path, monkeypatch):
     assert not [e for e in at.main.error if "Import refused" in e.value]
     paste(at, UNCLOSED)
     assert [e for e in at.main.error if "Import refused" in e.value] and "banana" not in sidebar(at)
+    next(b for b in at.button if b.label == "Dismiss").click().run()
+    assert not [e for e in at.main.error if "Import refused" in e.value] and "line 5" not in sidebar(at)
+    paste(at, UNCLOSED)
     paste(at, example)
     assert "--train_type is called --tuner_type" in sidebar(at) and "line 5" not in sidebar(at)
     assert not [e for e in at.main.error if "Import refused" in e.value]
