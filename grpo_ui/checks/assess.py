@@ -94,7 +94,8 @@ def _faster(eff: Resolved, time: TimeReport | None, found: list[Finding]) -> tup
     errors = sorted({f.id for f in found if f.severity == "error"})
     if errors:
         return [], (f"Make it faster is searched once the job passes: each change it offers must leave a job that "
-                    f"passes ms-swift's rules and fits, and {', '.join(errors)} is open.")
+                    f"passes ms-swift's rules and fits, and {', '.join(errors)} {'is' if len(errors) == 1 else 'are'} "
+                    "open.")
     quicker = faster(eff, time)
     return quicker, None if quicker else (f"Make it faster: no single change shortens the step by "
                                           f"{MIN_SAVING:.0%} or more and still passes ms-swift's rules and fits.")
