@@ -57,7 +57,7 @@ def test_the_time_panel_in_the_browser(time_app, page):
     expect(metrics.filter(has_text="Run")).to_contain_text(duration(report.total_h * 3600))
     expect(metrics.filter(has_text="GPU-hours")).to_contain_text(f"{report.gpu_hours:,.0f}")
     expect(metrics.filter(has_text="Cost")).to_contain_text(f"{report.cost:,.0f}")
-    chart = page.locator(".js-plotly-plot").filter(has_text="per optimizer step")
+    chart = page.locator("svg.time-chart").filter(has_text="per optimizer step")
     expect(chart).to_contain_text("rollout")
     expect(chart).to_contain_text("weight sync")
     expect(page.get_by_text(re.compile(r"^Assumes prompts of 256 tokens"))).to_be_visible()

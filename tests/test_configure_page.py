@@ -4,6 +4,7 @@ indicator, the model picker and config.json, make-it-fit cards and the memory ch
 user met fixed (issue 18, and the review findings after it)."""
 
 import json
+from xml.etree import ElementTree
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -23,7 +24,7 @@ from grpo_ui.spec.resolve import resolve
 from grpo_ui.spec.yaml_io import spec_to_yaml
 from tests.pages import ROOT, card_changes, downloads_disabled, draft_of, field, open_app, texts
 from tests.test_example_findings import EXAMPLES
-from views.memory_chart import memory_chart
+from views.memory_chart import memory_chart, series
 
 FIRST, FULL, ROLLOUT = presets().values()
 
@@ -83,12 +84,23 @@ def test_make_it_fit_cards_show_the_change_and_the_resulting_peak(home):
     assert cards and len(changes) == len(cards) and changes[0] == "- rollout.vllm_gpu_memory_utilization → 0.7"
 
 
+def drawn(svg_text: str) -> ElementTree.Element:
+    """A chart as the browser gets it (SVG), parsed."""
+    return ElementTree.fromstring(svg_text)
+
+
 def test_the_memory_chart_has_one_colour_per_term_and_its_legend_and_capacity_clear_of_the_bars():
-    fig = memory_chart(estimate_spec(ROLLOUT)).to_plotly_json()
-    colours = [bar["marker"]["color"] for bar in fig["data"]]
-    layout = fig["layout"]
-    assert len(set(colours)) == len(colours) > 8 and layout["legend"]["orientation"] == "h" and \
-        layout["legend"]["y"] < 0 and not layout.get("annotations") and "GiB" in layout["title"]["text"]
+    report = estimate_spec(ROLLOUT)
+    chart = drawn(memory_chart(report))
+    colours = [s.colour for s in series(report)]
+    assert len(set(colours)) == len(colours) > 8
+    bars = [r for r in chart.iter("rect") if r.find("title") is not None and r.find("title").text.endswith(" GiB")]
+    bottom = max(float(r.get("y")) + float(r.get("height")) for r in bars)
+    legend = chart.find("g")  # below the bars, naming every term
+    assert float(legend.get("transform").split()[1].rstrip(")")) > bottom
+    assert {s.name for s in series(report)} <= {t.text for t in legend.iter("text")}
+    (cap,) = [line for line in chart.iter("line") if line.get("stroke") == "red"]  # the capacity: a line, not a bar
+    assert cap.get("stroke-dasharray") and "dashed red line" in chart.find("text").text
 
 
 def test_an_unknown_model_points_to_a_config_json_that_can_be_uploaded(home):
@@ -222,10 +234,15 @@ def test_a_catalogue_model_asks_for_no_config_json_when_a_field_does_not_parse(h
 def test_the_chart_marks_torchs_cache_reclaimable_and_the_page_names_the_nvidia_smi_figure(home):
     report = estimate_spec(FULL)
     (home / "draft.yaml").write_text(spec_to_yaml(FULL))
-    bars = memory_chart(report).to_plotly_json()["data"]
-    cache = [b for b in bars if b["name"].endswith(" (reclaimable)")]
-    assert cache and all(b["marker"]["pattern"]["shape"] == "/" for b in cache)
-    assert all(not b["marker"].get("pattern", {}).get("shape") for b in bars if b not in cache)
+    chart = drawn(memory_chart(report))
+    patterns = {p.get("id") for p in chart.iter("pattern")}
+    for s in series(report):  # a reclaimable term hatched and lighter, every other one plain
+        fills = {(r.get("fill"), r.get("opacity")) for r in chart.iter("rect")
+                 if r.find("title") is not None and f": {s.name} " in r.find("title").text}
+        assert fills and s.hatched == s.name.endswith(" (reclaimable)")
+        assert fills == ({(f"url(#{s.pattern_id})", "0.5")} if s.hatched else {(s.colour, None)})
+        assert s.pattern_id in patterns or not s.hatched
+    assert any(s.hatched for s in series(report))
     trainer = report.trainer
     assert f"nvidia-smi will show about {trainer.expected_gib:.1f} GiB" in texts(open_app())
 
@@ -343,7 +360,7 @@ def test_no_nvidia_smi_figure_without_a_gpu_model(home):
     (home / "draft.yaml").write_text(spec_to_yaml(spec))
     report = estimate_spec(spec)
     assert report.trainer.capacity_gib is None and report.trainer.expected_gib == report.trainer.peak_gib
-    assert not [b for b in memory_chart(report).to_plotly_json()["data"] if b["name"].endswith("(reclaimable)")]
+    assert not [s for s in series(report) if s.hatched] and not list(drawn(memory_chart(report)).iter("pattern"))
     shown = texts(open_app())
     assert "nvidia-smi will show" not in shown and "is bounded by the card" in shown
     on_a10 = estimate_spec(with_changes(spec, {"cluster.nodes[0].gpu_model": "NVIDIA A10"})).trainer

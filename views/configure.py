@@ -161,6 +161,12 @@ def assessed(text: str, from_hub: bool, _spec: JobSpec, _arch: ModelArch | None)
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
+def charts(text: str, from_hub: bool, _a: Assessment) -> tuple[str | None, str | None]:
+    """The assessed spec's memory and time charts (SVG), by the same key as its assessment: drawn once."""
+    return (memory_chart(_a.memory) if _a.memory else None, time_chart(_a.time) if _a.time else None)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
 def rendered(text: str, _a: Assessment, job_id: str) -> Bundle:
     """The assessed spec's scripts (for the downloads and the preview), by the spec's content and the job id."""
     return render(_a, job_id)
@@ -268,9 +274,9 @@ def faster_cards(a: Assessment, spec: JobSpec) -> None:
 ESTIMATE_FIELDS = [d for d in form.FORM_FIELDS if d.section == "estimate"]
 
 
-def time_panel(a: Assessment, spec: JobSpec, base: JobSpec) -> None:
-    """Time per optimizer step by phase, the run's hours, GPU-hours and cost, what was assumed, the estimate
-    settings that change it, and the Make it faster cards."""
+def time_panel(a: Assessment, spec: JobSpec, base: JobSpec, chart: str | None) -> None:
+    """Time per optimizer step by phase (``chart``), the run's hours, GPU-hours and cost, what was assumed, the
+    estimate settings that change it, and the Make it faster cards."""
     st.markdown("**Time per optimizer step**", help="Predicted from the GPUs' datasheets and the job's shape, with "
                 "efficiencies fitted on published GRPO runs (bench/time_accuracy.py measures its error).")
     report = a.time
@@ -289,7 +295,7 @@ def time_panel(a: Assessment, spec: JobSpec, base: JobSpec) -> None:
         cols[2].metric("GPU-hours", f"{report.gpu_hours:,.0f}" if run else "—", help=f"{report.gpus} GPUs")
         cols[3].metric("Cost", f"{report.cost:,.0f}" if report.cost is not None else "—",
                        help="GPU-hours × estimate.price_per_gpu_hour")
-        st.plotly_chart(time_chart(report), width="stretch")
+        st.markdown(chart, unsafe_allow_html=True)
         st.caption("Assumes " + "; ".join(report.assumptions) + ".")
         if not report.length_given:
             st.caption(f"The completion length is the guess the step time depends on most: "
@@ -457,6 +463,7 @@ if parse_errors:  # what is below would describe an older form: hidden, never th
 else:
     st.markdown("**GPU memory per device**")
     report = a.memory
+    memory_svg, time_svg = charts(text, arch is not None, a)
     if report is None:  # an unknown model or GPU, an unreadable DeepSpeed/FSDP config
         st.info(a.memory_error)
     else:  # the metrics across the page's width: nothing of them is cut at 1440 px
@@ -477,10 +484,10 @@ else:
             for note in dict.fromkeys(n for r in report.roles for n in r.notes):
                 where = " Choose it in [1. Model and GPUs](#model)." if note.startswith("No GPU model chosen") else ""
                 st.caption(f"{SEVERITY_ICON['warning']} {note}{where}")
-            st.plotly_chart(memory_chart(report), width="stretch")
+            st.markdown(memory_svg, unsafe_allow_html=True)
     if report:
         fit_cards(a.suggestions, spec)
-    time_panel(a, spec, base)
+    time_panel(a, spec, base, time_svg)
 if a and spec.train.model and (a.resolved.arch is None or spec.train.model in spec.hf_configs):  # unknown, or known from it
     with config_slot:
         if hub_error:
