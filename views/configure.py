@@ -119,14 +119,14 @@ def node_column(decl, base: JobSpec):
     return st.column_config.TextColumn(decl.name, help=help_, required=decl.required, default="")
 
 
-def show_beside(slot, beside: Beside) -> None:
-    """What goes beside a field (grpo_ui.api.specs.beside_fields): why it does not parse, then each finding in full
-    or as a pointer to Checks."""
+def show_beside(where, beside: Beside) -> None:
+    """What goes beside a field (grpo_ui.api.specs.beside_fields), in ``where``: why it does not parse, then each
+    finding in full or as a pointer to Checks."""
     lines = ([f"{SEVERITY_ICON['error']} {beside.parse_error}"] if beside.parse_error else []) + [
         f"{SEVERITY_ICON[f.severity]} **{f.id}**" + (f": {f.message} — *{f.fix}*" if full else " — see [4. Checks](#checks)")
         for f, full in beside.findings]
     if lines:
-        slot.markdown("\n\n".join(lines))
+        where.markdown("\n\n".join(lines))
 
 
 def config_json_import(spec: JobSpec) -> None:
@@ -399,49 +399,54 @@ model_slot, config_slot = model_col.container(), model_col.container()
 gpu_slot = gpu_col.container()
 
 st.subheader("2. Cluster", anchor="cluster")
-values, slots = {}, {}
 with st.container(border=True):
     st.caption("One row per machine. role trainer runs swift rlhf; role rollout runs swift rollout (server mode). "
                "Hosts from ~/.ssh/config can be added on the Cluster page.")
     nodes = st.data_editor(form.node_rows(base), key="nodes", num_rows="dynamic", width="stretch",
                            column_order=form.node_columns(),
                            column_config={**{d.name: node_column(d, base) for d in form.NODE_FIELDS}, form.ROW: None})
-    backend = field_value(form.FIELDS_BY_PATH["cluster.backend"], base)  # settings for the other backend: hidden
-    for part in ("cluster", "slurm"):
-        shown = [d for d in form.FORM_FIELDS if d.section == part and d.applies in (None, backend)]
+    # The job as the form holds it now (each widget's value is in the session before it is drawn), assessed once
+    # before the fields are drawn, so what is said of a field is drawn right after it: no placeholder elements.
+    backend, version, engine = (field_value(form.FIELDS_BY_PATH[path], base)
+                                for path in ("cluster.backend", "swift_version", "engine"))
+    section = st.session_state.get("section") or next(iter(GROUPS))  # the training settings' shown section
+    cluster_fields = {part: [d for d in form.FORM_FIELDS if d.section == part and d.applies in (None, backend)]
+                      for part in ("cluster", "slurm")}  # settings for the other backend: hidden
+    section_fields = [d for d in ARGS if d.group == section and form.on_form(d, base, version, engine)]
+    job_fields = [d for d in form.FORM_FIELDS if d.section == "job"]
+    values = {d.path: field_value(d, base) for d in form.FORM_FIELDS}  # a hidden one: as last set
+    spec, parse_errors = form.build_spec(base, values, list(nodes))
+    text = spec_to_yaml(spec)
+    arch, hub_error = (None, None) if parse_errors else hub_arch(spec)
+    a = None if parse_errors else assessed(text, arch is not None, spec, arch)  # values, findings, memory, time
+    findings = by_id(sort_findings(a.findings)) if a else []
+    beside = beside_fields(a.findings if a else [], ["cluster", *(d.path for d in section_fields + job_fields)],
+                           parse_errors)
+    for part, shown in cluster_fields.items():
         if part == "slurm" and shown:
             st.markdown("**Slurm**")
         cols = st.columns(4)
         for k, decl in enumerate(shown):
-            values[decl.path] = field_widget(decl, base, cols[k % 4])
-    slots["cluster"] = st.empty()
+            field_widget(decl, base, cols[k % 4])
+    show_beside(st, beside["cluster"])
 
 st.subheader("3. Training settings", anchor="training")
 # Only the chosen section's widgets are drawn (each Streamlit widget costs time that grows with the whole form);
 # the others keep their values in the session.
-section = st.segmented_control("Section", list(GROUPS), format_func=GROUPS.get, key="section", required=True,
-                               default=next(iter(GROUPS)), persist_state="session", label_visibility="collapsed")
-version, engine = (field_value(form.FIELDS_BY_PATH[path], base) for path in ("swift_version", "engine"))
+st.segmented_control("Section", list(GROUPS), format_func=GROUPS.get, key="section", required=True,
+                     default=next(iter(GROUPS)), persist_state="session", label_visibility="collapsed")
 cols = st.columns(3)
-for k, decl in enumerate(d for d in ARGS if d.group == section and form.on_form(d, base, version, engine)):
+for k, decl in enumerate(section_fields):
     with cols[k % 3]:
-        values[decl.path] = field_widget(decl, base)
-        slots[decl.path] = st.empty()
+        field_widget(decl, base)
+        show_beside(st, beside[decl.path])
 
 with st.sidebar:
     st.subheader("Job")
-    for decl in (d for d in form.FORM_FIELDS if d.section == "job"):
-        values[decl.path] = field_widget(decl, base)
-        slots[decl.path] = st.empty()
+    for decl in job_fields:
+        field_widget(decl, base)
+        show_beside(st, beside[decl.path])
 
-values = {d.path: field_value(d, base) for d in form.FORM_FIELDS} | values  # hidden ones: as last set
-spec, parse_errors = form.build_spec(base, values, list(nodes))
-text = spec_to_yaml(spec)
-arch, hub_error = (None, None) if parse_errors else hub_arch(spec)
-a = None if parse_errors else assessed(text, arch is not None, spec, arch)  # values, findings, memory, time: once
-findings = by_id(sort_findings(a.findings)) if a else []
-for path, beside in beside_fields(a.findings if a else [], list(slots), parse_errors).items():
-    show_beside(slots[path], beside)
 with notice_slot:
     if (last := st.session_state.get("last_import")) and last["outcome"].refused:
         import_refused_banner(last)
@@ -514,8 +519,9 @@ c2.download_button("Download node scripts (zip)", bundle.zip_bytes() if bundle e
                    file_name=f"{spec.name}.zip", key="dl_zip")
 if bundle:
     first = "node_0.sh" if "node_0.sh" in bundle.files else sorted(bundle.files)[0]
-    with st.expander(f"{first} (the Launch page shows every file)"):
-        st.code(bundle.files[first], language="bash", wrap_lines=True)
+    preview = st.expander(f"{first} (the Launch page shows every file)", key="script_preview", on_change="rerun")
+    if preview.open:  # drawn when opened: a closed one sends nothing, and loads no highlighter
+        preview.code(bundle.files[first], language="bash", wrap_lines=True)
 
 st.subheader("6. Launch", anchor="launch")
 if held:
