@@ -74,3 +74,11 @@ def test_the_time_panel_in_the_browser(time_app, page):
     promised = first_card.inner_text().split(" per step")[0]
     click(page, apply)
     expect(per_step).to_contain_text(promised)
+
+
+def test_node_0s_script_is_drawn_when_its_expander_is_opened(time_app, page):
+    """The preview is a lazy expander (sent only while open, bench/ui.py's first load): opened, it shows the script."""
+    open_page(page, time_app)
+    expect(page.get_by_test_id("stCode")).to_have_count(0)
+    click(page, page.get_by_text("node_0.sh (the Launch page shows every file)"))
+    expect(page.get_by_test_id("stCode")).to_contain_text("swift rlhf")
