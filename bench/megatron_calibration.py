@@ -20,6 +20,7 @@ from pathlib import Path
 from bench.calibration import Result, load, modelled_gib, predicted_gib, weights_only_gib
 from grpo_ui.memory.estimate import estimate
 from grpo_ui.memory.inputs import ExtraModel, Inputs, inputs_from_spec
+from grpo_ui.memory.report import ESTIMATE_MARGIN
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.swift_args import RolloutArgs, TrainArgs
@@ -118,6 +119,10 @@ def memory_report(line) -> list[str]:
         out.append(line("  lengths assumed", [r for r in part if lengths_assumed(r.row)]))
     out.append(line("Megatron GRPO", [r for r in results if r.row["workload"] == "grpo"]))
     out.append(f"rank overhead the fit rows give: {rank_overhead(results):.1f} GiB (memory.megatron.RANK_OVERHEAD_GIB)")
+    out.append(f"rows within the estimate's error margin (memory.ESTIMATE_MARGIN {ESTIMATE_MARGIN:.0%}, set on the "
+               "DeepSpeed path's fit rows): " + ", ".join(
+                   f"{label} {sum(r.margin_needed <= ESTIMATE_MARGIN for r in part)}/{len(part)}"
+                   for label, part in (("fit", fit), ("held out", held))))
     out.append("per row (measured → ours, signed error; A: lengths assumed, C: the figure is the card's size):")
     for r in sorted(results, key=lambda r: r.signed(r.ours)):
         marks = ("A" if lengths_assumed(r.row) else " ") + ("C" if r.row.get("at_capacity") else " ")

@@ -18,7 +18,17 @@ import sys
 from collections import defaultdict
 
 from bench import megatron_calibration
-from bench.calibration import MARGIN_COVERAGE, covered, evaluate, held_out, load, margin, source_key, summary
+from bench.calibration import (
+    FIRST_ISSUE,
+    MARGIN_COVERAGE,
+    covered,
+    evaluate,
+    held_out,
+    load,
+    margin,
+    source_key,
+    summary,
+)
 from grpo_ui.memory.report import ESTIMATE_MARGIN
 
 DATA = "tests/data/memory_measurements.jsonl"
@@ -88,6 +98,12 @@ def main(argv: list[str]) -> int:
           + ", ".join(f"{label} {covered(part, ESTIMATE_MARGIN):.0%}" for label, part in
                       (("fit", fit), ("held out", held), ("fresh", fresh)))
           + " (a job is 'fits' only with the margin, 'tight' within the card without it)")
+    tuned = [r for r in fit if r.row["added"] == FIRST_ISSUE]
+    later = [r for r in fit if r.row["added"] != FIRST_ISSUE and not r.row["added"].startswith(FRESH)]
+    print("  in sample and out: " + ", ".join(
+        f"{label} {sum(r.margin_needed <= ESTIMATE_MARGIN for r in part)}/{len(part)}" for label, part in (
+            (f"fit rows the terms were tuned on ({FIRST_ISSUE}'s)", tuned), ("later fit rows", later),
+            ("held out (never tuned on)", held), ("fresh (never tuned on; in both splits)", fresh))))
     by_kind = defaultdict(list)
     for r in results:
         by_kind[r.row["kind"]].append(r)

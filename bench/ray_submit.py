@@ -38,7 +38,7 @@ def running(api: JobsApi, submission: str, start: float) -> float:
 def ours(api: JobsApi) -> float:
     submission = f"bench-ours-{uuid.uuid4().hex[:8]}"
     start = time.perf_counter()
-    api.submit(submission, ENTRYPOINT, {"RAY_USAGE_STATS_ENABLED": "0"}, {"bench": "ours"}, {})
+    api.submit(submission, ENTRYPOINT, {"env_vars": {"RAY_USAGE_STATS_ENABLED": "0"}}, {"bench": "ours"}, {})
     took = running(api, submission, start)
     api.stop(submission)
     return took

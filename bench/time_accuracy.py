@@ -7,8 +7,9 @@ never tuned on: the out-of-sample figure; ``fresh2`` and ``fresh3``, such rounds
 3). Median and p90 absolute % error of ours, next to the naive baseline (one
 tokens-per-second-per-GPU figure fitted on the fit rows, measured in the same run); the same per framework the rows
 come from; the rows whose source gives the mean completion length apart from those where the model assumes it
-(timing.lengths' prior), since the length is the input the prediction depends on most; the measured ranges the
-prediction carries (timing.report.RANGE_GIVEN / RANGE_ASSUMED) and how many rows fall within them; each row.
+(timing.lengths' prior), since the length is the input the prediction depends on most; the ranges the prediction
+carries (timing.report.RANGE_GIVEN / RANGE_ASSUMED, out of sample by bench/time_calibration.py's rule) beside the
+in-sample ones they replaced, and how many rows of each split fall within each; each row.
 Targets: median ≤ 25 %, p90 ≤ 60 %, and better than the baseline.
 
 The Megatron-Core rows (NeMo RL's tables, ms-swift's and verl's Megatron runs) are predicted as megatron rlhf jobs
@@ -21,24 +22,30 @@ figures (bench/megatron_calibration.py), and the training steps per engine of te
 
 from __future__ import annotations
 
+import statistics
 import sys
 from collections import defaultdict
 
 from bench import engine_calibration, megatron_calibration
 from bench.time_calibration import (
+    PERCENTILES,
+    UNSEEN_SPLITS,
     baseline_rate,
     error,
     evaluate_all,
     fit,
     fit_set,
+    in_sample_ranges,
     inexpressible,
     length_prior,
     load,
+    out_of_sample,
     ranges,
     stats,
+    within,
 )
 from grpo_ui.timing import lengths
-from grpo_ui.timing.report import RANGE_ASSUMED, RANGE_GIVEN
+from grpo_ui.timing.report import RANGE_ASSUMED, RANGE_GIVEN, RANGE_WITHIN
 
 SPLITS = {"fit": "fit", "held_out": "held out (seen)", "fresh": "fresh", "fresh2": "fresh, round 2",
           "fresh3": "fresh, round 3"}
@@ -118,9 +125,50 @@ def met(part, rate: float) -> bool:
     return ours[0] <= TARGET[0] and ours[1] <= TARGET[1] and ours[0] < base[0] and ours[1] < base[1]
 
 
-def within(r) -> bool:
-    low, high = r.report.range
-    return low <= r.measured <= high
+def coverage(part, given: tuple[float, float], assumed: tuple[float, float]) -> str:
+    """'k/n (share)' of the rows within their range, or '—' for none."""
+    if not part:
+        return f"{'—':>12}"
+    k = sum(within(r, given, assumed) for r in part)
+    return f"{f'{k}/{len(part)} ({k / len(part):.0%})':>12}"
+
+
+def coverage_report(by_split, rows) -> list[str]:
+    """How many rows of each split fall within the ranges by the rule they had before (in-sample: the fit set's
+    rows predicted by the constants fitted on them) and by the rule they have (timing.report's, from each fit-set
+    source predicted without it: bench/time_calibration.ranges), over all rows, the shapes ms-swift can run, the
+    length given or assumed and the Megatron-Core rows; and the counts timing.report.RANGE_WITHIN keeps."""
+    found = ranges(rows)
+    rules = {"before (in-sample)": in_sample_ranges(fit_set(rows)), "now (out-of-sample)": (RANGE_GIVEN, RANGE_ASSUMED)}
+    out = [f"\nthe range (measured ÷ predicted, {PERCENTILES[0]}th-{PERCENTILES[1]}th percentile): by rule, length "
+           "given / assumed, and the rows of each split within it",
+           *(f"  {name:<20} ×{g[0]:.2f} – ×{g[1]:.2f} / ×{a[0]:.2f} – ×{a[1]:.2f}" for name, (g, a) in rules.items()),
+           f"  (timing.report.RANGE_GIVEN / RANGE_ASSUMED: ×{RANGE_GIVEN[0]:.2f} – ×{RANGE_GIVEN[1]:.2f} / "
+           f"×{RANGE_ASSUMED[0]:.2f} – ×{RANGE_ASSUMED[1]:.2f}; bench/time_calibration.ranges gives ×{found.given[0]:.2f}"
+           f" – ×{found.given[1]:.2f} / ×{found.assumed[0]:.2f} – ×{found.assumed[1]:.2f})",
+           "  fit-set runs each predicted without their own source, within the range they set: length given "
+           f"{found.within['given'][0]}/{found.within['given'][1]}, assumed {found.within['assumed'][0]}/"
+           f"{found.within['assumed'][1]} (timing.report.RANGE_WITHIN: {RANGE_WITHIN})",
+           f"{'rows within the range':<46} {'before':>12} {'now':>12}"]
+    kinds = (("", lambda r: True), (", shapes ms-swift can run", lambda r: not inexpressible(r.row)),
+             (", length published", lambda r: r.inputs.completion_given),
+             (", length assumed", lambda r: not r.inputs.completion_given),
+             (", Megatron-Core rows", lambda r: megatron_calibration.time_row_layout(r.row)))
+    for suffix, keep in kinds:
+        for split, part in by_split.items():
+            part = [r for r in part if keep(r)]
+            out.append(f"{SPLITS[split] + suffix:<46} " + " ".join(coverage(part, *rule) for rule in rules.values()))
+    unseen = [r for split in UNSEEN_SPLITS for r in by_split[split] if not inexpressible(r.row)]
+    out.append(f"{'fresh, all rounds, shapes ms-swift can run':<46} "
+               + " ".join(coverage(unseen, *rule) for rule in rules.values()))
+    fit_rows = fit_set(rows)
+    moved = []
+    for apart, assume_length in zip(out_of_sample(fit_rows), (False, True), strict=True):
+        together = {r.row["id"]: r.ours for r in evaluate_all(fit_rows, assume_length)[0]}
+        moved += [abs(r.ours / together[r.row["id"]] - 1) * 100 for r in apart]
+    out.append(f"fit-set predictions without their own source against with it (length given and assumed): "
+               f"{statistics.median(moved):.0f} % apart at the median, {max(moved):.0f} % at most")
+    return out
 
 
 def main(argv: list[str]) -> None:
@@ -168,15 +216,10 @@ def main(argv: list[str]) -> None:
         print(line(f"Megatron, {SPLITS[split]}", [r for r in megatron if r.split == split], rate))
     print("\n".join(megatron_calibration.time_report()))
     print("\n".join(engine_calibration.time_report()))
+    print("\n".join(coverage_report(by_split, rows)))
     fit_rows = fit_set(rows)
-    given, assumed = ranges(fit_rows)
-    print(f"\nrange (measured ÷ predicted, fit rows' 10th-90th percentile): length given {given[0]:.2f}-{given[1]:.2f} "
-          f"(timing.report.RANGE_GIVEN {RANGE_GIVEN[0]:.2f}-{RANGE_GIVEN[1]:.2f}), assumed {assumed[0]:.2f}-"
-          f"{assumed[1]:.2f} (RANGE_ASSUMED {RANGE_ASSUMED[0]:.2f}-{RANGE_ASSUMED[1]:.2f})")
-    print(f"rows outside {BAND[0]} % / +{BAND[1]} %: {sum(not BAND[0] <= (r.ours / r.measured - 1) * 100 <= BAND[1] for r in results)}, "
+    print(f"\nrows outside {BAND[0]} % / +{BAND[1]} %: {sum(not BAND[0] <= (r.ours / r.measured - 1) * 100 <= BAND[1] for r in results)}, "
           f"without a stated reason: {len(unexplained(results))}")
-    print("rows within their range: " + ", ".join(
-        f"{SPLITS[split]} {sum(within(r) for r in part) / len(part):.0%}" for split, part in by_split.items() if part))
     fill, typical = length_prior(fit_rows)
     print(f"mean completion when none is given: {lengths.TYPICAL_TOKENS} × (1 − exp(−{lengths.FILL} × cap / "
           f"{lengths.TYPICAL_TOKENS})) (timing.lengths; the fit rows and tests/data/completion_lengths.jsonl give "

@@ -88,6 +88,13 @@ def standalone():
         parser = HfArgumentParser([MegatronRLHFArguments])
     return sorted(s[2:] for a in parser._actions if a.nargs == '?' for s in a.option_strings)
 
+for path, world in request.get('ray_configs', []):  # as ms-swift's Ray driver hands its train group to the workers
+    from swift.ray.megatron.driver_utils import _dict_to_argv, merge_group_dict, parse_ray_yaml
+    _, groups, shared = parse_ray_yaml(path)
+    shared['use_ray'] = True  # MegatronRayPipeline.__init__
+    request['jobs'].append({'argv': _dict_to_argv(merge_group_dict(shared, groups['train'])), 'post_init': True,
+                            'world': world})
+
 print(json.dumps({'version': __version__, 'results': [parse(j) for j in request['jobs']],
                   'defaults': defaults() if request.get('defaults') else {},
                   'standalone': standalone() if request.get('standalone') else []}))
@@ -98,13 +105,18 @@ def python() -> Path:
     return MEGATRON_VENV / "bin" / "python"
 
 
-def probe(jobs: list[dict], defaults: bool = False, standalone: bool = False, cwd: Path | None = None) -> dict:
+def probe(jobs: list[dict], defaults: bool = False, standalone: bool = False, cwd: Path | None = None,
+          ray_configs: list[tuple[str, int]] = ()) -> dict:
     """Parse every job ({argv, post_init?, world?}) with ms-swift's MegatronRLHFArguments in one process; with
-    ``post_init`` also construct it (its __post_init__ checks, world size ``world``) and report what it raised."""
+    ``post_init`` also construct it (its __post_init__ checks, world size ``world``) and report what it raised.
+    ``ray_configs`` ((path, training GPUs) of Ray configs): each read with ms-swift's own Ray YAML reader
+    (swift/ray/megatron/driver_utils.py parse_ray_yaml, merge_group_dict, _dict_to_argv) into the train group's
+    arguments as its workers get them, then parsed and constructed the same way; their results follow the jobs'."""
     env = {**os.environ, "PYTHONPATH": str(STANDINS), "MODELSCOPE_CACHE": str(cwd or Path.cwd()),
            "CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([str(python()), "-c", PROBE], input=json.dumps({"jobs": jobs, "defaults": defaults,
-                                                                          "standalone": standalone}),
+                                                                          "standalone": standalone,
+                                                                          "ray_configs": list(ray_configs)}),
                           capture_output=True, text=True, timeout=900, cwd=cwd, env=env)
     if proc.returncode:
         raise RuntimeError(proc.stderr[-3000:])

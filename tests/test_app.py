@@ -122,6 +122,8 @@ def test_the_step_time_follows_the_form_and_make_it_faster_applies(app):
         return next(m.value for m in at.metric if m.label == "Per step")
 
     assert shown(app) == duration(predict_spec(load_draft()).step_s)
+    per_step = next(m for m in app.metric if m.label == "Per step")  # the range said as what it is
+    assert predict_spec(load_draft()).range_meaning in per_step.help and "completion length" in per_step.help
     assert any(c.value.startswith("Assumes prompts of 256 tokens") for c in app.caption)
     guess = "The completion length is the guess the step time depends on most"
     assert any(c.value.startswith(guess) and "estimate.completion_tokens" in c.value for c in app.caption)

@@ -85,6 +85,20 @@ def test_the_logging_rank_is_the_last_and_lives_on_the_last_node():
     assert gpu_roles(mega)[("n1", 7)] == ("trainer", 15)  # memory(GiB) is paired with that GPU
 
 
+def test_in_ray_mode_the_last_rank_is_on_the_trainer_node_whose_address_sorts_last():
+    """ms-swift's Ray mode ranks the train placement groups by their node's IP as a string (resource_pool.py
+    sort_pgs_by_node_ip): 10.0.0.9 sorts after 10.0.0.10, so the last rank, and logging.jsonl, are on the node listed
+    first here; memory(GiB) pairs with that node's last GPU."""
+    nodes = [{"host": "a", "address": "10.0.0.9", "gpus": [0, 1]}, {"host": "b", "address": "10.0.0.10", "gpus": [0, 1]}]
+    base = {"train.model": "Qwen/Qwen3-8B", "train.dataset": ["d"], "train.reward_funcs": ["accuracy"],
+            "train.train_iters": 10, "cluster.nodes": nodes}
+    ray = resolve(with_changes(JobSpec(engine="megatron"), {**base, "train.use_ray": True}))
+    assert (ray.node_order, ray.logging_rank, ray.logging_node) == ([1, 0], 3, 0)
+    assert gpu_roles(ray)[("a", 1)] == ("trainer", 3) and gpu_roles(ray)[("b", 0)] == ("trainer", 0)
+    torchrun = resolve(with_changes(JobSpec(engine="megatron"), {**base, "rollout.vllm_mode": "colocate"}))
+    assert (torchrun.node_order, torchrun.logging_node) == ([0, 1], 1)
+
+
 def test_ray_mode_keeps_completions_in_the_drivers_output_dir():
     """Ray mode: the workers write logging.jsonl in their versioned run dir, the driver completions.jsonl in the
     unversioned output_dir above it."""

@@ -101,8 +101,8 @@ def test_a_ray_job_is_its_config_and_the_driver_that_reads_it(tmp_path):
     assert config["train"]["tensor_model_parallel_size"] == 4 and config["train"]["tuner_type"] == "lora"
     assert "vllm_mode" not in json.dumps(config) and "use_ray" not in config
     ray = bundle.ray
-    assert (ray.script, ray.config, ray.gpus, ray.env) == (RAY_SCRIPT, RAY_CONFIG, 8, {"MAX_PIXELS": "602112"})
-    assert ray.entrypoint == ("megatron", "rlhf", "--use_ray", "true", "--config", RAY_CONFIG)
+    assert (ray.script, ray.config) == (RAY_SCRIPT, RAY_CONFIG)  # what the Ray backend submits
+    assert ray.entrypoint(str(tmp_path / "runs" / "job-1")) == f"cd {tmp_path}/runs/job-1 && bash --norc {RAY_SCRIPT}"
     argv, env = run(tmp_path, RAY_SCRIPT, bundle.files[RAY_SCRIPT])
     assert argv[1:] == ["rlhf", "--use_ray", "true", "--config", str(tmp_path / "runs" / "job-1" / RAY_CONFIG)]
     assert not {"NPROC_PER_NODE", "NNODES", "NODE_RANK"} & set(env) and env["MAX_PIXELS"] == "602112"
@@ -119,7 +119,14 @@ def test_a_separate_ray_job_gives_rollout_its_own_gpus_and_server_arguments():
     assert config["rollout"] == {"gpus": 4, "vllm_tensor_parallel_size": 2, "vllm_gpu_memory_utilization": 0.8}
 
 
-def test_a_ray_plan_has_no_node_to_start_over_ssh_and_says_why():
-    plan = make_plan(megatron(**{"train.use_ray": True, "rollout.vllm_mode": None, "train.train_iters": 10}), "j")
-    assert plan.nodes == [] and plan.bundle.ray is not None
-    assert "RAY-BACKEND" in {f.id for f in plan.errors}
+def test_a_ray_plan_has_every_node_ray_places_its_roles_on_and_no_script_for_them():
+    """The plan of a Ray-mode job keeps the cluster's nodes (Ray places the roles there: the backend sends them the
+    config and secrets file, the watcher and telemetry follow them) with their numbers, but no node script: the
+    bundle's RayJob is what runs. On the SSH backend it is refused with the Ray backend as the fix."""
+    ray_mode = {"train.use_ray": True, "rollout.vllm_mode": None, "train.train_iters": 10}
+    plan = make_plan(megatron(**ray_mode), "j")
+    assert plan.bundle.ray is not None and not {n.script for n in plan.nodes} & set(plan.bundle.files)
+    assert [(n.index, n.role, n.rank) for n in plan.nodes] == [(0, "trainer", 0), (1, "trainer", 1)]
+    refused = next(f for f in plan.errors if f.id == "RAY-BACKEND")
+    assert refused.apply == {"cluster.backend": "ray"} and "cluster.backend to ray" in refused.fix
+    assert "RAY-BACKEND" not in {f.id for f in make_plan(megatron(**ray_mode, **{"cluster.backend": "ray"}), "j").errors}

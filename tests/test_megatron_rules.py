@@ -59,6 +59,15 @@ MEGATRON_CASES = {
     "RAY-VLLM-MODE": ({**RAY, "rollout.vllm_mode": "server"}, RAY),
     "RAY-TRAIN-ITERS": ({**RAY, "train.train_iters": None}, {**RAY, "train.num_train_epochs": 1}),
     "RAY-NO-EVAL": ({**RAY, "train.val_dataset": ["v.jsonl"]}, RAY),
+    # 4 training GPUs on one trainer node (nnodes 1), 8 rollout GPUs on two nodes: ms-swift asks for one 8-GPU group
+    "RAY-PLACEMENT": ({**RAY, "cluster.nodes": [{"host": "gpu-a", "gpus": [0, 1, 2, 3]},
+                                                {"host": "roll-a", "role": "rollout", "gpus": [0, 1, 2, 3]},
+                                                {"host": "roll-b", "role": "rollout", "gpus": [0, 1, 2, 3]}]},
+                      {**RAY, "cluster.nodes": [{"host": "gpu-a", "gpus": [0, 1, 2, 3]},
+                                                {"host": "roll-a", "role": "rollout", "gpus": list(range(8))}]}),
+    "RAY-WORKDIR": ({**RAY, "cluster.backend": "ray", "cluster.ray_address": "http://10.0.0.1:8265"},
+                    {**RAY, "cluster.backend": "ray", "cluster.ray_address": "http://10.0.0.1:8265",
+                     "train.output_dir": "/shared/out"}),
 }
 
 

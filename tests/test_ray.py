@@ -1,30 +1,35 @@
 """The Ray backend on a real Ray cluster (Ray 2.60 from the nodes' ms-swift venv) in the test network namespaces,
 running real ms-swift GRPO on the CPU with the tiny model: a cluster the backend starts itself over SSH, and one
 started beforehand and used by its Jobs API address, as an existing (e.g. KubeRay) cluster is. What Ray shows of a
-job (its entrypoint, metadata and runtime environment) is read back from the real Jobs API."""
+job (its entrypoint, metadata and runtime environment) is read back from the real Jobs API. ms-swift's Ray mode
+(megatron rlhf --use_ray) cannot train here, Megatron needing GPUs: its jobs run a stand-in `megatron` (STANDIN,
+below) that does with ms-swift's own code everything its driver does before training."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import urllib.request
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from grpo_ui.backends.ray import RayHandle
-from grpo_ui.backends.ray_jobs import JobsApi
+from grpo_ui.backends.ray_jobs import JobsApi, JobsApiError
 from grpo_ui.core.errors import UserError
-from grpo_ui.jobs.follow import Watcher
+from grpo_ui.jobs.follow import LOGGING_PATH, Watcher
 from grpo_ui.jobs.service import Jobs, LaunchError
 from grpo_ui.jobs.store import Store
-from grpo_ui.launch.plan import DriverEntry
+from grpo_ui.launch.plan import DRIVER
+from grpo_ui.launch.render import RAY_CONFIG
+from grpo_ui.spec.resolve import resolve
 from grpo_ui.spec.yaml_io import validate_spec
 from tests.hosts import stop_active_jobs
+from tests.megatron_oracle import probe
 from tests.test_launcher import job_pids, wait_for
-from tests.tiny_job import ASSETS, SWIFT_VENV, tiny_spec_data
+from tests.tiny_job import ASSETS, CPU_ENV, SWIFT_VENV, paths, swift_python, tiny_spec_data
 
 pytestmark = pytest.mark.slow
 SECRET = "hf_ray-test-secret-value-0123456789"
@@ -240,31 +245,236 @@ def test_existing_cluster_restarted_app_reattaches_then_a_killed_node_is_named_f
         again.close()
 
 
-def test_ms_swift_ray_mode_entrypoint_with_its_config_is_accepted(cluster, jobs, tmp_path):
-    """ms-swift's Ray mode (Megatron needs GPUs: not here): node 0's script runs `megatron rlhf --use_ray true
-    --config <the rendered YAML>` as the Ray job's entrypoint, the YAML shipped beside it. A stand-in `megatron`
-    (first on the node's PATH, said so here) prints what it was given; Ray runs the entrypoint on node 0 and the job
-    succeeds, its config read from the run directory, its secret read from the 0600 file and shown nowhere."""
+# A stand-in for ms-swift's `megatron` (Megatron needs GPUs: ms-swift's Ray mode cannot train here). It does what
+# ms-swift's Ray driver does before training, with ms-swift's own code: reads the config with its Ray YAML reader
+# (driver_utils.py parse_ray_yaml), joins the Ray cluster, asks Ray for its resource pools (MegatronRayPipeline.
+# _create_pools: the STRICT_PACK placement groups) and spawns the train worker group on them (WorkerGroup.from_pool,
+# each worker with ms-swift's own runtime environment). Instead of MegatronWorker's training each worker reports
+# where it runs and a hash of the secret it got (never the value), prints ms-swift's `args.output_dir` line (local
+# rank 0) and, on the last rank, writes logging.jsonl in the versioned run dir with ms-swift's JsonlWriter and prints
+# each row, one a second; the driver writes completions.jsonl in its unversioned output_dir meanwhile. It records its
+# argv, working directory, the config it read and the workers' reports in the run directory (standin.json).
+STANDIN = r"""#!{python}
+import datetime, hashlib, json, os, sys, time
+import ray
+from swift.ray.megatron.driver_utils import merge_group_dict, parse_ray_yaml
+from swift.ray.megatron.pipeline import MegatronRayPipeline
+from swift.ray.megatron.worker_group import WorkerGroup
+from swift.utils import JsonlWriter
+
+argv = sys.argv[1:]
+config = argv[argv.index("--config") + 1]
+_, groups, shared = parse_ray_yaml(config)
+train = merge_group_dict(shared, groups["train"])
+out = os.path.abspath(train["output_dir"])  # the driver's, unversioned (driver_utils.py build_dataset_from_dict)
+
+
+def digest(value):
+    return hashlib.sha256(value.encode()).hexdigest() if value else None
+
+
+class Worker:
+    def report(self):
+        return {"rank": int(os.environ["RANK"]), "node": ray.util.get_node_ip_address(), "cwd": os.getcwd(),
+                "secret": digest(os.environ.get("HF_TOKEN", ""))}
+
+    def train(self, version, iters):
+        run = os.path.join(os.path.abspath(train["output_dir"]), version)  # its own, from its working directory
+        if os.environ["LOCAL_RANK"] == "0":
+            print(f"[INFO:swift] args.output_dir: {run}", flush=True)
+        if int(os.environ["RANK"]) != int(os.environ["WORLD_SIZE"]) - 1:
+            return
+        os.makedirs(run, exist_ok=True)
+        writer = JsonlWriter(os.path.join(run, "logging.jsonl"), write_on_rank="last")
+        for it in range(1, iters + 1):
+            row = {"loss": round(0.5 / it, 8), "reward": round(it / iters, 8), "grad_norm": 0.1,
+                   "learning_rate": 1e-06, "iteration": f"{it}/{iters}", "elapsed_time": f"{it}s",
+                   "remaining_time": f"{iters - it}s", "memory(GiB)": 1.0, "train_speed(s/it)": 1.0}
+            print(row, flush=True)
+            writer.append(row)
+            time.sleep(1)
+
+
+pipeline = MegatronRayPipeline(config)
+ray.init(ignore_reinit_error=True)
+pipeline._create_pools()
+group = WorkerGroup.from_pool("train", pipeline.resource_pool_manager.get_pool("train"),
+                              worker_cls=ray.remote(num_gpus=0)(Worker))
+reports = ray.get([w.report.remote() for w in group.workers])
+record = {"argv": argv, "cwd": os.getcwd(), "config": open(config).read(), "workers": reports,
+          "driver_secret": digest(os.environ.get("HF_TOKEN", ""))}
+with open(os.path.join(os.environ["RUN_DIR"], "standin.json"), "w") as f:
+    json.dump(record, f)
+got = sum(r["secret"] == record["driver_secret"] for r in reports)
+print(f"stand-in: the secret reached {got} of {len(reports)} workers", flush=True)
+version = "v0-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+running = [w.train.remote(version, int(train["train_iters"])) for w in group.workers]
+completions, step = JsonlWriter(os.path.join(out, "completions.jsonl")), 0
+while ray.wait(running, num_returns=len(running), timeout=1.0)[1]:
+    step += 1
+    completions.append({"step": [step], "prompt": ["What is 2 + 3?"], "completion": ["5"], "format": [1.0]})
+ray.get(running)
+print("stand-in: done", flush=True)
+"""
+
+
+def standin_env(tmp_path: Path) -> Path:
+    """A Python environment whose `megatron` is the stand-in: a venv that sees the ms-swift venv's packages (Ray,
+    ms-swift 4.6, torch) through a .pth file, with its `ray`."""
+    env = tmp_path / "standin-env"
+    subprocess.run([str(swift_python()), "-m", "venv", "--without-pip", str(env)], check=True, timeout=120)
+    (site,) = (env / "lib").glob("python3*/site-packages")
+    (ours,) = (SWIFT_VENV / "lib").glob("python3*/site-packages")
+    (site / "swift_venv.pth").write_text(f"{ours}\n")
+    megatron = env / "bin" / "megatron"
+    megatron.write_text(STANDIN.replace("{python}", str(env / "bin" / "python")))
+    megatron.chmod(0o755)
+    (env / "bin" / "ray").symlink_to(SWIFT_VENV / "bin" / "ray")  # `ray start` on node 0: the ms-swift venv's Ray
+    return env
+
+
+def megatron_ray_spec(hosts, tmp_path: Path, env: Path, iters: int, address: str | None = None,
+                      output_dir: str | None = None, **cluster):
+    """A megatron rlhf job in ms-swift's Ray mode on the Ray backend: the tiny model and dataset, HF_TOKEN a secret;
+    node 0 runs the driver with the stand-in `megatron`. ``cluster``: settings, `nodes` included, over the defaults."""
+    p = paths()
+    nodes = [{"host": h.name, "address": h.addr, "gpus": [0], "python_env": str(env if k == 0 else SWIFT_VENV)}
+             for k, h in enumerate(hosts)]
+    return validate_spec({
+        "name": "tiny-megatron-ray", "engine": "megatron", "secret_env": ["HF_TOKEN"], "env": dict(CPU_ENV),
+        "train": {"model": str(p["model"]), "model_type": "qwen2", "template": "qwen", "dataset": [str(p["dataset"])],
+                  "reward_funcs": ["format"], "num_generations": 2, "micro_batch_size": 1, "global_batch_size": 4,
+                  "train_iters": iters, "max_completion_length": 16, "tuner_type": "lora", "logging_steps": 1,
+                  "log_completions": True, "use_ray": True, "output_dir": output_dir or str(tmp_path / "out")},
+        "rollout": {"vllm_mode": None},
+        "cluster": {"backend": "ray", "ray_address": address, "run_root": str(tmp_path / "runs"), "nodes": nodes,
+                    **cluster}})
+
+
+def everything_ray_shows(address: str, submission: str) -> str:
+    """What Ray's dashboard shows of the job (ray_job) and of its tasks, actors and placement groups (the State API,
+    runtime environments included), as one text."""
+    state = [urllib.request.urlopen(f"{address}/api/v0/{kind}?limit=10000&detail=true", timeout=30).read().decode()
+             for kind in ("tasks", "actors", "placement_groups")]
+    return json.dumps(ray_job(JobsApi(address), submission)) + "".join(state)
+
+
+def job_groups_alive(address: str, ray_job_id: str) -> list[dict]:
+    rows = json.loads(urllib.request.urlopen(f"{address}/api/v0/placement_groups?limit=10000&detail=true",
+                                             timeout=30).read())["data"]["result"]["result"]
+    return [r for r in rows if r["creator_job_id"] == ray_job_id and r["state"] != "REMOVED"]
+
+
+def test_ms_swift_ray_mode_on_an_existing_cluster_runs_as_rendered_with_its_secrets_is_watched_and_stopped(
+        cluster, jobs, tmp_path):
+    """A megatron rlhf job in ms-swift's Ray mode, separate placement (the trainer node and a rollout node, one GPU
+    each), on the running cluster: preflight finds its placement groups fit (and that colocated ones, wanting two CPUs
+    a GPU, would not); Ray runs exactly the rendered entrypoint, which runs `megatron` with the rendered config, and
+    ms-swift's own readers accept that config; ms-swift's Ray workers get the secret, which Ray shows nowhere; the
+    driver's log is a stream of its own, metrics come from the last rank's logging.jsonl, completions from the
+    driver's output_dir; stopped through the Jobs API, nothing of it is left (processes, placement groups, secrets)."""
     hosts, address = cluster
-    standin = tmp_path / "env/bin/megatron"
-    standin.parent.mkdir(parents=True)
-    standin.write_text('#!/bin/bash\necho "megatron $*"; cat "${@: -1}"; [ -n "$HF_TOKEN" ] && echo "token read"\n')
-    standin.chmod(0o755)
-    spec = ray_spec(hosts, tmp_path, max_steps=3, address=address)
-    nodes = [spec.cluster.nodes[0].model_copy(update={"python_env": str(tmp_path / "env")}), spec.cluster.nodes[1]]
-    spec = spec.model_copy(update={"cluster": spec.cluster.model_copy(update={"nodes": nodes})})
+    env = standin_env(tmp_path)
+    colocated = megatron_ray_spec(hosts, tmp_path, env, 400, address)
+    ray_errors = {f.id: f for f in jobs.preflight(colocated)[1] if f.severity == "error" and f.id.startswith("RAY")}
+    assert list(ray_errors) == ["RAY-PLACEMENT"], ray_errors  # (and PREFLIGHT-NO-VLLM: the stand-in needs none)
+    assert "cannot hold 2 × train+rollout (1 GPU)" in ray_errors["RAY-PLACEMENT"].message
+    assert f"{hosts[0].addr} 1 GPU / 1 CPU" in ray_errors["RAY-PLACEMENT"].message
+    spec = colocated.model_copy(update={"cluster": colocated.cluster.model_copy(update={"nodes": [
+        colocated.cluster.nodes[0], colocated.cluster.nodes[1].model_copy(update={"role": "rollout"})]})})
+    assert not [f for f in jobs.preflight(spec)[1] if f.severity == "error" and f.id.startswith("RAY")]
     plan = jobs.plan(spec, "ray-megatron")
-    # the Megatron render (another change) writes node 0's script with this command; here it stands in for it
-    script = plan.bundle.files["node_0.sh"]
-    start, end = script.index("\nswift "), script.index("\ncode=$?")
-    files = {**plan.bundle.files, "megatron_ray.yaml": "rlhf_type: grpo\ntrain:\n  gpus: 1\nrollout:\n  gpus: 1\n",
-             "node_0.sh": script[:start] + "\nmegatron rlhf --use_ray true --config megatron_ray.yaml" + script[end:]}
-    plan = replace(plan, bundle=replace(plan.bundle, files=files), driver=DriverEntry("megatron_ray.yaml"))
+    assert plan.bundle.ray and not plan.errors and [n.role for n in plan.nodes] == ["trainer", "rollout"]
+    run_dir = tmp_path / "runs" / "ray-megatron"
     job_id = jobs.launch(plan, {"HF_TOKEN": SECRET})
     handle = jobs.handle(job_id)
-    assert wait_for(lambda: jobs.refresh(job_id) == "succeeded", 120), jobs.store.job(job_id)
-    log = (tmp_path / "runs/ray-megatron/node_0.log").read_text()
-    assert "megatron rlhf --use_ray true --config megatron_ray.yaml" in log and "rollout:\n  gpus: 1" in log
-    assert "token read" in log
-    shown = json.dumps(ray_job(JobsApi(address), handle.submission))
-    assert "node_0.sh" in shown and SECRET not in shown
+    assert isinstance(handle, RayHandle) and handle.driver and handle.worker_secrets
+    watcher = Watcher(jobs)
+    assert wait_for(lambda: watcher.poll(job_id).new_steps and jobs.store.completions(job_id), 300), \
+        (jobs.store.job(job_id), jobs.store.log_lines(job_id, DRIVER, 40))
+    assert jobs.store.job(job_id).state == "running"
+
+    # what Ray ran: the rendered entrypoint, which ran `megatron rlhf --use_ray true --config <the rendered YAML>`
+    details = JobsApi(address).status(handle.submission)
+    assert details["entrypoint"] == plan.bundle.ray.entrypoint(plan.run_dir)
+    record = json.loads((run_dir / "standin.json").read_text())
+    assert record["argv"] == ["rlhf", "--use_ray", "true", "--config", str(run_dir / RAY_CONFIG)]
+    assert record["config"] == plan.bundle.files[RAY_CONFIG] == (run_dir / RAY_CONFIG).read_text()
+    # ms-swift's own Ray YAML reader and Megatron argument classes (the Megatron venv) take its train group
+    (parsed,) = probe([], ray_configs=[(str(run_dir / RAY_CONFIG), 1)], cwd=tmp_path)["results"]
+    assert parsed["unknown"] == [] and parsed["post_init"] == "ok" and parsed["ns"]["train_iters"] == 400
+
+    # the secret reached the driver and ms-swift's workers, and Ray shows it nowhere
+    secret = hashlib.sha256(SECRET.encode()).hexdigest()
+    assert record["driver_secret"] == secret and [w["secret"] for w in record["workers"]] == [secret]
+    shown = everything_ray_shows(address, handle.submission)
+    assert SECRET not in shown and "HF_TOKEN" not in json.dumps(details)
+    assert set(details["runtime_env"]["env_vars"]) == {*CPU_ENV, "GRPO_UI_RUN", "GRPO_UI_SECRETS_FILE",
+                                                       "RAY_COLOR_PREFIX"}
+    assert oct((run_dir / "ray_workers.secrets.env").stat().st_mode & 0o777) == "0o600"
+    assert not (run_dir / "ray_job.secrets.env").exists()  # the driver's script read and deleted its own
+
+    # watched: the driver's log as its own stream, metrics from logging.jsonl in the workers' versioned run dir
+    driver = [t for _, t, _ in jobs.store.log_lines(job_id, DRIVER, 2000)]
+    assert "stand-in: the secret reached 1 of 1 workers" in driver and not any(SECRET in t for t in driver)
+    logging = jobs.store.meta(job_id, LOGGING_PATH)
+    assert logging.startswith(f"{tmp_path}/out/v0-") and logging.endswith("/logging.jsonl")
+    assert jobs.store.offset(job_id, 0, logging) > 0  # read from the file, not only the printed lines
+    assert jobs.store.completions(job_id)[0]["completion"] == "5"
+
+    # a second such job waits for the GPUs the first holds, and says so like a queued Slurm job
+    second = jobs.launch(jobs.plan(spec, "ray-megatron-2"), {"HF_TOKEN": SECRET})
+    assert wait_for(lambda: jobs.refresh(second) == "starting" and "placement group" in (
+        jobs.store.meta(second, "backend_status") or ""), 120), jobs.store.meta(second, "backend_status")
+    waiting = json.loads(jobs.store.meta(second, "backend_status"))["reason"]
+    assert waiting.startswith("waiting for resources: ") and "1 GPU" in waiting, waiting
+
+    for job in (second, job_id):
+        outcome = jobs.stop(job)
+        assert all(what.startswith(("gone", "stopped", "killed", "ended")) for what in outcome.values()), outcome
+        assert jobs.store.job(job).state == "stopped"
+        assert JobsApi(address).status(jobs.handle(job).submission)["status"] == "STOPPED"
+        assert not job_pids(job, jobs.store)
+        assert not list((tmp_path / "runs" / job).glob("*.secrets.env"))
+    assert wait_for(lambda: not job_groups_alive(address, details["job_id"]), 60)
+
+
+def test_ms_swift_ray_mode_on_a_started_cluster_runs_where_the_job_works_and_keeps_the_drivers_log(net, jobs, tmp_path):
+    """Colocated on two trainer nodes (nnodes 2, a placement group of one GPU on each) on a cluster the backend
+    starts: Ray's workers run in the job's workdir, as the driver does, so a relative output_dir means the same
+    directory to both; the last rank is on the node whose address sorts last; the job succeeds, the cluster and the
+    secrets files are gone, and the driver's log, kept in the run directory before the cluster ended, is read to its
+    last line."""
+    hosts = net.add(2)
+    env = standin_env(tmp_path)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    spec = megatron_ray_spec(hosts, tmp_path, env, 3, output_dir="out", workdir=str(workdir), ray_port=6392,
+                             ray_dashboard_port=8277)
+    job_id = jobs.launch(jobs.plan(spec, "ray-megatron-start"), {"HF_TOKEN": SECRET})
+    handle = jobs.handle(job_id)
+    assert handle.mode == "start" and handle.driver
+    watcher = Watcher(jobs)
+    assert wait_for(lambda: watcher.poll(job_id).state in ("succeeded", "failed", "stopped"), 400)
+    job = jobs.store.job(job_id)
+    assert job.state == "succeeded", (job.error, jobs.store.log_lines(job_id, DRIVER, 40))
+    watcher.poll(job_id)  # the ended job's last pass (the cluster is gone by now)
+    record = json.loads((tmp_path / "runs/ray-megatron-start/standin.json").read_text())
+    assert {w["cwd"] for w in record["workers"]} == {str(workdir)} == {record["cwd"]}
+    secret = hashlib.sha256(SECRET.encode()).hexdigest()
+    assert [w["secret"] for w in record["workers"]] == [secret, secret]
+    last = max(record["workers"], key=lambda w: w["rank"])["node"]  # ms-swift's last rank, where logging.jsonl is
+    assert last == max(h.addr for h in hosts) == hosts[resolve(spec).logging_node].addr
+    assert jobs.store.meta(job_id, LOGGING_PATH).startswith(f"{workdir}/out/v0-")
+    assert sorted({s for rows in jobs.store.metrics(job_id).values() for s, _ in rows}) == [1, 2, 3]
+    assert jobs.store.completions(job_id)
+    driver = [t for _, t, _ in jobs.store.log_lines(job_id, DRIVER, 2000)]
+    assert "stand-in: done" in driver and not any(SECRET in t for t in driver)
+    assert any(t.startswith("(Worker pid=") and "'iteration': '3/3'" in t for t in driver)  # forwarded, no colours
+    kept = (tmp_path / "runs/ray-megatron-start/ray_driver.log").read_bytes()  # kept before the cluster was ended
+    with pytest.raises(JobsApiError):
+        JobsApi(handle.dashboard, timeout=5).version()
+    read, path = jobs.backend(spec).job_log(handle)
+    assert read(path, 0, 1 << 24) == kept and b"stand-in: done" in kept
+    assert not job_pids(job_id, jobs.store), "processes of the launch (job or Ray) left"
+    assert not list((tmp_path / "runs/ray-megatron-start").glob("*.secrets.env"))

@@ -18,13 +18,16 @@ import pytest
 from bench.time_calibration import (
     FITTED,
     RowsError,
+    constants,
     evaluate_all,
     fit,
     fit_set,
     inexpressible,
     length_prior,
     load,
+    out_of_sample,
     ranges,
+    source_key,
 )
 from grpo_ui.knowledge.catalog import find_model
 from grpo_ui.spec.model import JobSpec
@@ -34,7 +37,7 @@ from grpo_ui.timing import efficiency as eff
 from grpo_ui.timing import lengths
 from grpo_ui.timing.inputs import NoTimeEstimate, time_inputs
 from grpo_ui.timing.predict import predict, predict_spec
-from grpo_ui.timing.report import PHASES, RANGE_ASSUMED, RANGE_GIVEN
+from grpo_ui.timing.report import PHASES, RANGE_ASSUMED, RANGE_GIVEN, RANGE_WITHIN
 
 ROOT = Path(__file__).parent.parent
 H100 = [{"host": "n0", "gpus": list(range(8)), "gpu_model": "NVIDIA H100 80GB HBM3"}]
@@ -352,14 +355,30 @@ def test_a_row_file_that_cannot_be_read_names_the_file_and_the_line(tmp_path):
 
 
 def test_the_ranges_and_the_length_prior_are_what_the_fit_rows_give():
-    """timing.report's ranges are the fit rows' 10th-90th percentiles of measured ÷ predicted (length given: the rows
-    that publish it; assumed: every fit row predicted without it), timing.lengths' prior the pair that best fits the
-    fit rows' published means and tests/data/completion_lengths.jsonl; re-derive them (bench/time_calibration.py
-    --fit prints them) when the rows or the model change."""
-    given, assumed = ranges(FIT_ROWS)
-    assert RANGE_GIVEN == (round(given[0], 2), round(given[1], 2))
-    assert RANGE_ASSUMED == (round(assumed[0], 2), round(assumed[1], 2))
+    """timing.report's ranges are the 10th-90th percentiles of measured ÷ predicted over the fit set's rows, each
+    predicted by the constants fitted without its source (length given: the rows that publish it; assumed: every
+    fit-set row predicted without it), RANGE_WITHIN how many of those and of the fresh rows fall within them,
+    timing.lengths' prior the pair that best fits the fit rows' published means and tests/data/completion_lengths.jsonl;
+    re-derive them (bench/time_calibration.py --fit prints them) when the rows or the model change."""
+    found = ranges(CALIBRATION)
+    assert (RANGE_GIVEN, RANGE_ASSUMED, RANGE_WITHIN) == (found.given, found.assumed, found.within)
     assert (lengths.FILL, lengths.TYPICAL_TOKENS) == length_prior(FIT_ROWS)
+
+
+def test_a_sources_rows_are_predicted_by_constants_fitted_without_them():
+    """The ranges' predictions are out of sample: with one source's rows measured ten times slower, its own rows'
+    predictions stay as they were (fitted without them) while other sources' move (fitted with them); the constants
+    in grpo_ui.timing are left as they were."""
+    before = constants()
+    given, _ = out_of_sample(FIT_ROWS)
+    coursia = source_key(next(r for r in FIT_ROWS if r["id"].startswith("coursia-qwen3-14b")))
+    slowed = [{**r, "measured": {**r["measured"], "step_s": r["measured"]["step_s"] * 10}}
+              if source_key(r) == coursia else r for r in FIT_ROWS]
+    again, _ = out_of_sample(slowed)
+    assert constants() == before
+    own = [(a.ours, b.ours) for a, b in zip(given, again, strict=True) if source_key(a.row) == coursia]
+    assert len(own) == 4 and all(a == b for a, b in own)
+    assert any(a.ours != b.ours for a, b in zip(given, again, strict=True) if source_key(a.row) != coursia)
 
 
 def test_the_efficiencies_are_the_fit_rows_best(monkeypatch):
@@ -418,7 +437,12 @@ def test_cli_contract(tmp_path):
     path.write_text(spec_to_yaml(job(estimate__completion_tokens=None, cluster__nodes=[
         {"host": "localhost", "gpus": list(range(8))}])))
     out = json.loads(cli(path, "--gpu", "H100", "--json").stdout)["time"]
-    assert set(out) == {"step_s", "phases_s", "steps", "total_h", "gpu_hours", "cost", "range"}
+    assert set(out) == {"step_s", "phases_s", "steps", "total_h", "gpu_hours", "cost", "range", "range_share",
+                        "range_meaning"}
+    within, runs = RANGE_WITHIN["assumed"]
+    assert out["range_share"] == round(within / runs, 2)
+    assert out["range_meaning"].startswith(f"{within} of the {runs} published GRPO runs the model is fitted on measured")
+    assert "as if its completion length were unknown" in out["range_meaning"]
     assert isinstance(out["step_s"], float) and set(out["phases_s"]) == set(PHASES)
     assert sum(out["phases_s"].values()) == pytest.approx(out["step_s"], abs=0.01)
     assert out["steps"] is None and out["total_h"] is None and out["cost"] is None
@@ -430,8 +454,13 @@ def test_cli_contract(tmp_path):
     assert given["total_h"] == pytest.approx(200 * given["step_s"] / 3600, rel=5e-3)
     assert given["gpu_hours"] == pytest.approx(given["total_h"] * 8, rel=5e-3)
     assert given["cost"] == pytest.approx(given["gpu_hours"] * 3, rel=5e-3)
+    within, runs = RANGE_WITHIN["given"]
+    assert given["range_meaning"].startswith(f"{within} of the {runs} published GRPO runs the model is fitted on that "
+                                             "give their completion length")
+    assert "unknown" not in given["range_meaning"] and given["range_share"] == round(within / runs, 2)
     text = cli(path, "--gpu", "H100", "--completion-tokens", "300", "--steps", "200", "--price", "3").stdout
     assert f"{given['phases_s']['rollout']:.2f} s" in text and "200 steps" in text and "GPU-hours on 8 GPUs" in text
+    assert f"range: {given['range_meaning']}" in text
 
 
 def test_cli_on_a_cpu_host_says_why_there_is_no_time(tmp_path):

@@ -286,9 +286,9 @@ def time_panel(a: Assessment, spec: JobSpec, base: JobSpec, chart: str | None) -
         low, high = report.range
         run = report.total_h is not None
         cols = st.columns(4)
-        wider = "" if report.length_given else ", wider while the completion length is assumed"
-        cols[0].metric("Per step", duration(report.step_s), help=f"Likely {duration(low)} – {duration(high)}: the "
-                       f"range 8 in 10 published runs of the fit set fell in{wider}.")
+        wider = "" if report.length_given else " (wider while the completion length is assumed)"
+        cols[0].metric("Per step", duration(report.step_s), help=f"Likely {duration(low)} – {duration(high)}{wider}: "
+                       f"{report.range_meaning}.")
         cols[1].metric("Run", duration(report.total_h * 3600) if run else "—",
                        help=f"{report.steps:,} optimizer steps" if run else "Set the dataset's rows below, or "
                        "train.max_steps.")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from grpo_ui.backends.ray import submission_text
 from grpo_ui.checks.assess import Assessment, assess
 from grpo_ui.checks.rules import validate
 from grpo_ui.checks.rules.credentials import credentials_needed, undeclared
@@ -16,7 +17,7 @@ from grpo_ui.importer.build import CONFIG_SUFFIXES
 from grpo_ui.knowledge import catalog, hub
 from grpo_ui.knowledge.catalog import ModelArch, from_hf_config, parse_hf_config
 from grpo_ui.launch.plan import LaunchPlan, default_job_id
-from grpo_ui.launch.render import RAY_CONFIG, Bundle, render, write_bundle
+from grpo_ui.launch.render import RAY_CONFIG, RAY_JOB, Bundle, render, run_dir, write_bundle
 from grpo_ui.memory.report import ESTIMATE_MARGIN, MemoryReport, format_report
 from grpo_ui.spec import form
 from grpo_ui.spec.cluster import Node
@@ -33,14 +34,14 @@ from grpo_ui.spec.yaml_io import load_spec, spec_from_yaml, spec_to_yaml
 from grpo_ui.timing.report import PHASES, TimeReport, duration, format_time
 
 __all__ = [
-    "ARGS", "CONFIG_SUFFIXES", "ESTIMATE_MARGIN", "GROUPS", "MEGATRON_RENDERED_SINCE", "PASTED", "PHASES", "RAY_CONFIG",
-    "RAY_ENTRYPOINT", "SETTINGS", "ArgDecl", "Assessment", "Beside", "Bundle", "Decl", "ImportOutcome", "ImportRefused",
-    "JobSpec", "LaunchPlan", "MemoryReport", "ModelArch", "Node", "SpecError", "Step", "TimeReport", "assess",
-    "beside_fields", "catalog", "check_name", "credentials_needed", "default_job_id", "duration", "form",
-    "format_report", "format_time", "from_hf_config", "hub", "hub_arch", "import_files", "import_scripts",
-    "import_uploads", "is_loopback", "job_steps", "load_spec", "parse_hf_config", "parse_version", "presets",
-    "ray_config", "render", "resolve", "rollout_command", "secrets_moved", "spec_from_yaml", "spec_to_yaml",
-    "train_command", "undeclared", "with_changes", "write_bundle",
+    "ARGS", "CONFIG_SUFFIXES", "ESTIMATE_MARGIN", "GROUPS", "MEGATRON_RENDERED_SINCE", "PASTED", "PHASES",
+    "RAY_CONFIG", "RAY_ENTRYPOINT", "RAY_JOB", "SETTINGS", "ArgDecl", "Assessment", "Beside", "Bundle", "Decl",
+    "ImportOutcome", "ImportRefused", "JobSpec", "LaunchPlan", "MemoryReport", "ModelArch", "Node", "SpecError",
+    "Step", "TimeReport", "assess", "beside_fields", "catalog", "check_name", "credentials_needed", "default_job_id",
+    "duration", "form", "format_report", "format_time", "from_hf_config", "hub", "hub_arch", "import_files",
+    "import_scripts", "import_uploads", "is_loopback", "job_steps", "load_spec", "parse_hf_config", "parse_version",
+    "presets", "ray_config", "render", "resolve", "rollout_command", "run_dir", "secrets_moved", "spec_from_yaml",
+    "spec_to_yaml", "submission_text", "train_command", "undeclared", "with_changes", "write_bundle",
 ]
 
 CLUSTER_WIDE = ("cluster", "slurm", "spec")  # findings on these go beside the cluster part of the form

@@ -8,7 +8,7 @@ job as JSON and hands back later, so a restarted app can poll and stop the job a
 rows, the state machine, root causes, log offsets, metrics and alerts are the service's.
 
 Nodes are numbered by their index in ``spec.cluster.nodes`` (a trainer's NODE_RANK is its place among the trainer
-entries: JobSpec.numbered).
+entries: JobSpec.numbered); what runs the nodes (a Ray job's driver: Backend.job_log) by DRIVER (grpo_ui.launch.plan).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ JobState = Literal["queued", "running", "succeeded", "failed", "stopped"]
 # unknown: the node could not be asked this time (its last known state stands)
 NodeState = Literal["pending", "running", "succeeded", "failed", "lost", "stopped", "unknown"]
 Progress = Callable[[str, str], None]  # (host, what happens now)
+LogReader = Callable[[str, int, int], bytes]  # (path, offset, limit) → the bytes there, b"" past the end
 
 
 class BackendError(UserError):
@@ -65,8 +66,9 @@ class JobStatus:
     reason: str | None = None          # why it waits, while queued
     queue_position: int | None = None  # 1 = next to start in its queue, while queued
     error: str | None = None           # a failure no node accounts for, in the backend's words (and output)
-    remains: str | None = None         # what of an ended job still runs beside its nodes, for the service to stop
-    #                                    (Backend.stop): the Ray cluster grpo-ui started for it
+    remains: str | None = None         # what of an ended job is left beside its nodes, for the service to stop
+    #                                    (Backend.stop): the Ray cluster grpo-ui started for it, the secrets file
+    #                                    ms-swift's Ray workers read
 
 
 @dataclass
@@ -150,3 +152,8 @@ class Backend(ABC):
     @abstractmethod
     def launched_file(self, handle: Handle, node: int) -> str:
         """A file the start wrote where the node's files are: output newer than it belongs to this launch."""
+
+    def job_log(self, handle: Handle) -> tuple[LogReader, str] | None:
+        """The log of what runs the nodes, beside the nodes' own (Ray: the job's driver, through the Jobs API), as
+        (read, path) for a LogTail; None when the job has none (SSH, Slurm)."""
+        return None

@@ -4,50 +4,78 @@ cluster grpo-ui starts on the job's nodes over SSH (``cluster.ray_address`` unse
 
 Starting a cluster: ``ray start --head`` on node 0 (its GCS on ``ray_port``, the dashboard and Jobs API bound to node
 0's cluster address on ``ray_dashboard_port``, never 0.0.0.0), then ``ray start --address`` on the others, each node
-with its own GPUs as Ray's GPU resources (CUDA_VISIBLE_DEVICES = its gpus). Every Ray process carries
+with its own GPUs as Ray's GPU resources (CUDA_VISIBLE_DEVICES = its gpus) and started in the node's working
+directory, where Ray's workers then run (as the node scripts do). Every Ray process carries
 GRPO_UI_RUN=<job>/ray<node>@<launch> in its environment, so the cluster is ended exactly, by that marker, when the job
 ends (unless ``ray_keep``): not with ``ray stop``, which ends every Ray process of every user on the machine.
 
-The job: each node's run directory gets its script and 0600 secrets file over SSH, as with the SSH backend (the
-script reads and deletes it); node 0's also gets the driver (ray_driver.py) and its plan. The Ray job's entrypoint
-runs the driver on node 0 (pinned with Ray's ``node:<address>`` resource); the driver runs each node's script on its
-node (one actor per node, node affinity, the node's GPUs as resources), so the scripts SSH and Slurm run are the
-scripts Ray runs, with each node's marker in their environment. ms-swift's Ray mode (the plan's DriverEntry) runs
-node 0's script itself as the entrypoint instead. Ray's dashboard shows a job's entrypoint, metadata and runtime
-environment: only the job's own non-secret environment (spec.env) goes there, secrets never.
+Two kinds of job, told by the plan:
+- the per-node scripts (swift rlhf): each node's run directory gets its script and 0600 secrets file over SSH, as
+  with the SSH backend (the script reads and deletes it); node 0's also the driver (ray_driver.py) and its plan. The
+  entrypoint runs the driver on node 0 (pinned with Ray's ``node:<address>`` resource); the driver runs each node's
+  script on its node (one actor per node, node affinity, the node's GPUs as resources), so the scripts SSH and Slurm
+  run are the scripts Ray runs, with each node's marker in their environment;
+- ms-swift's Ray mode (the bundle's RayJob): the entrypoint is the driver's script (``megatron rlhf --use_ray true
+  --config ray_config.yaml``) on node 0, where it and its secrets file are sent; every node gets the Ray config and,
+  when the job has secrets, the 0600 file its Ray workers read them from (grpo_ui.backends.ray_secrets, shipped as a
+  Ray package and run by Ray in each worker process). The job's marker is in its runtime environment, which Ray gives
+  the driver and every worker of the job.
+Ray's dashboard shows a job's entrypoint, metadata and runtime environment: only the job's own non-secret environment
+(spec.env), its marker and the secrets file's path go there, never a value.
 
-Following: the Jobs API's status (PENDING/RUNNING/SUCCEEDED/FAILED/STOPPED) and the driver's ``grpo-ui:`` lines (a
-node waiting for resources, started, lost), each node's exit code from its run directory. Stopping: the Jobs API's
-stop, then every process of every node found by its marker and stopped, as the SSH backend does.
+Following: the Jobs API's status (PENDING/RUNNING/SUCCEEDED/FAILED/STOPPED; placement groups Ray has not placed yet
+and the driver's ``grpo-ui:`` lines say a job waits for resources), each node's exit code from its run directory
+(the per-node scripts), the driver's log through the Jobs API (job_log; kept in the run directory when grpo-ui ends
+the cluster it started). Stopping: the Jobs API's stop, then every process of every node found by its marker and
+stopped, as the SSH backend does, and the secrets files removed.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import ipaddress
 import json
 import os
 import re
 import time
+import zipfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from grpo_ui.backends.base import BackendError, Handle, JobStatus, NodeStatus, Progress
+from grpo_ui.backends import ray_secrets
+from grpo_ui.backends.base import BackendError, Handle, JobStatus, LogReader, NodeStatus, Progress
 from grpo_ui.backends.preflight import HostFacts, preflight
 from grpo_ui.backends.preflight.ports import taken
 from grpo_ui.backends.ray_jobs import ENDED, STATES, JobsApi, JobsApiError
 from grpo_ui.backends.remote.runner import Runner, parallel
 from grpo_ui.backends.remote.ssh import SshError
-from grpo_ui.backends.ssh import OnSpecHosts, node_files, run_token, stop_marked, tar_payload
+from grpo_ui.backends.ssh import OnSpecHosts, node_files, run_token, secrets_file_text, stop_marked, tar_payload
 from grpo_ui.core import shell
 from grpo_ui.core.errors import describe
 from grpo_ui.core.findings import Finding, finding
 from grpo_ui.launch.plan import LaunchPlan, PlannedNode
-from grpo_ui.launch.runfiles import RAY_DRIVER, RAY_PLAN, NodeFiles
+from grpo_ui.launch.render import RayJob
+from grpo_ui.launch.runfiles import (
+    RAY_CONFIG,
+    RAY_DRIVER,
+    RAY_DRIVER_LOG,
+    RAY_PLAN,
+    RAY_SCRIPT,
+    RAY_WORKER_SECRETS,
+    NodeFiles,
+    secrets_file,
+)
+from grpo_ui.spec.megatron import groups_text, unplaced
 from grpo_ui.spec.names import RUN_TOKEN
 from grpo_ui.spec.resolve import Resolved
+from grpo_ui.spec.swift_cli import RAY_ENTRYPOINT
 
 DRIVER_SOURCE = Path(__file__).with_name("ray_driver.py")
+SECRETS_MODULE = "grpo_ui_ray_secrets"  # grpo_ui/backends/ray_secrets.py as the Ray package's module
+PLAIN_LOG = {"RAY_COLOR_PREFIX": "0"}  # the driver prints the lines Ray forwards without colour codes around their
+#                                        "(Actor pid=…, ip=…)" heading (ray/_private/worker.py print_worker_logs)
 API_WAIT = 180.0  # seconds the Jobs API of a cluster just started may take to answer (its dashboard starts last)
 STOP_WAIT = 30.0  # seconds, on top of the grace, Ray may take to end a stopped job
 RAY_GRACE = 2.0   # seconds Ray's own processes get after SIGTERM once the job is over (they keep nothing it needs;
@@ -83,7 +111,8 @@ class RayHandle(Handle):
     dashboard: str = ""         # the cluster's dashboard and Jobs API (http://HEAD:PORT)
     mode: str = "existing"      # "start": grpo-ui started the cluster on the nodes; "existing": it was running
     keep: bool = False          # a started cluster stays up when the job ends
-    driver: bool = False        # node 0's script is the entrypoint (ms-swift's Ray mode)
+    driver: bool = False        # ms-swift's Ray mode: the driver's script is the entrypoint, Ray places the roles
+    worker_secrets: bool = False  # ms-swift's Ray mode: every node got the secrets file its Ray workers read
     ray_started: list[int] = field(default_factory=list)  # nodes where `ray start` ran
     submitted: bool = False     # the submission was sent
     nodes: list[RayNode] = field(default_factory=list)
@@ -107,6 +136,21 @@ class RayHandle(Handle):
 def ray_token(handle: RayHandle, index: int) -> str:
     """The environment entry every Ray process grpo-ui started on node ``index`` carries."""
     return f"{RUN_TOKEN}={handle.job}/ray{index}@{handle.tag}"
+
+
+def job_token(handle: RayHandle) -> str:
+    """ms-swift's Ray mode: the environment entry of every process of the job, its driver's and Ray's workers' on
+    any node (the job's runtime environment carries it)."""
+    return f"{RUN_TOKEN}={handle.job}/job@{handle.tag}"
+
+
+def secrets_package() -> tuple[str, bytes]:
+    """grpo_ui/backends/ray_secrets.py as a Ray package: its name (_ray_pkg_<hash>.zip) and the zip."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr(zipfile.ZipInfo(f"{SECRETS_MODULE}.py", (2026, 1, 1, 0, 0, 0)), Path(ray_secrets.__file__).read_text())
+    data = buf.getvalue()
+    return f"_ray_pkg_{hashlib.sha256(data).hexdigest()[:32]}.zip", data
 
 
 def ray_dir(handle: RayHandle, index: int) -> str:
@@ -136,6 +180,48 @@ def driver_lines(log: str) -> dict:
         out["waiting"] = waiting or out["waiting"]
         out["error"] = error or out["error"]
     return out
+
+
+def submission_text(eff: Resolved, job: RayJob, run_dir: str) -> str:
+    """What the Ray backend submits for a job in ms-swift's Ray mode, in a few lines (the CLI's launch, render and
+    args): the cluster, the entrypoint and the command it runs, the placement Ray is asked for, what the job's runtime
+    environment holds."""
+    c, ray, spec = eff.spec.cluster, eff.ray, eff.spec
+    hosts = [n.host for n in c.nodes]
+    where = (f"the Ray cluster at {c.ray_address}, its driver on {hosts[0]}" if c.ray_address else
+             f"a Ray cluster grpo-ui starts on {', '.join(hosts)} (head {hosts[0]}; "
+             f"{'kept' if c.ray_keep else 'ended'} when the job ends)")
+    roles = (f"train and rollout share {ray.train_gpus} GPU(s)" if ray.colocate else
+             f"train {ray.train_gpus} GPU(s), rollout {ray.rollout_gpus} GPU(s) ({ray.replicas} vLLM replica(s))")
+    secrets = (f"; {', '.join(spec.secret_env)} from a 0600 file on each node, never where Ray shows them"
+               if spec.secret_env else "")
+    return "\n".join([
+        f"Ray job on {where}",
+        f"  entrypoint: {job.entrypoint(run_dir)}  (runs megatron {' '.join(RAY_ENTRYPOINT)} {job.config})",
+        f"  placement: {roles}, over {ray.nnodes} node(s): {groups_text(ray.groups)}, each on one node",
+        f"  runtime environment: the job's env ({', '.join(sorted(spec.env)) or 'none'}) and its marker{secrets}"])
+
+
+class DriverLog:
+    """The driver's log of a Ray job for a LogTail (``read``): the Jobs API's, which serves the whole log, fetched once
+    per reader; once the cluster grpo-ui started for the job is ended (``kept``: node 0's runner), the copy of it kept
+    in the run directory; nothing more once a running cluster no longer knows the job."""
+
+    def __init__(self, api: JobsApi, submission: str, kept: Callable[[], Runner] | None):
+        self.api, self.submission, self.kept = api, submission, kept
+        self._data: bytes | None = None
+
+    def read(self, path: str, offset: int, limit: int) -> bytes:
+        if self._data is None:
+            try:
+                self._data = self.api.logs(self.submission).encode()
+            except JobsApiError as e:
+                if self.kept:
+                    return self.kept().read(path, offset, limit)
+                if e.status != 404:
+                    raise
+                self._data = b""
+        return self._data[offset:offset + limit]
 
 
 class RayBackend(OnSpecHosts):
@@ -170,7 +256,7 @@ class RayBackend(OnSpecHosts):
         if self.mode == "start":
             return facts, findings + self._ports_free()
         progress(self.spec.cluster.ray_address, "asking the Ray cluster")
-        return facts, findings + self._cluster_findings(facts)
+        return facts, findings + self._cluster_findings(eff, facts)
 
     def _ports_free(self) -> list[Finding]:
         c = self.spec.cluster
@@ -182,7 +268,7 @@ class RayBackend(OnSpecHosts):
                         "start the Ray head (a Ray cluster may already run there).",
                         "Pick other ports, or point cluster.ray_address at the cluster that runs there.")] if busy else []
 
-    def _cluster_findings(self, facts: list[HostFacts]) -> list[Finding]:
+    def _cluster_findings(self, eff: Resolved, facts: list[HostFacts]) -> list[Finding]:
         api, c = JobsApi(self.spec.cluster.ray_address, timeout=10), self.spec.cluster
         try:
             version, nodes = api.version(), api.nodes()
@@ -210,7 +296,25 @@ class RayBackend(OnSpecHosts):
                                    f"Node {i} ({node.host}) uses {len(node.gpus)} GPU(s) but its Ray node has "
                                    f"{ray_node.resources.get('GPU', 0):g} GPU resource(s).",
                                    "Use fewer GPUs there, or start Ray on it with --num-gpus."))
-        return out
+        return out + self._placement(eff, list(alive.values()))
+
+    def _placement(self, eff: Resolved, nodes: list) -> list[Finding]:
+        """ms-swift's Ray mode: whether the cluster's alive nodes, with the GPUs and CPUs Ray counts, can hold the
+        placement groups ms-swift asks for (each whole on one node; RayPlacement.groups)."""
+        if not eff.ray:
+            return []
+        have = [(n.resources.get("GPU", 0), n.resources.get("CPU", 0)) for n in nodes]
+        left = unplaced(eff.ray.groups, have)
+        if not left:
+            return []
+        listed = ", ".join(f"{n.ip} {g:g} GPU / {c:g} CPU" for n, (g, c) in zip(nodes, have, strict=True))
+        need = max(left, key=lambda g: g.gpus)
+        return [finding("RAY-PLACEMENT", "error", "cluster.ray_address",
+                        f"ms-swift asks Ray for {groups_text(eff.ray.groups)}, each whole on one node with 1 GPU and "
+                        f"{need.cpus_per_gpu} CPU per GPU; the cluster's nodes ({listed}) cannot hold "
+                        f"{groups_text(left)}: ms-swift would wait for them forever.",
+                        f"Give a node of the cluster {need.gpus} free GPU(s) and {need.cpus} CPU(s) per group left, "
+                        "or add trainer nodes (nnodes splits each role's GPUs into smaller groups).")]
 
     # -- start ----------------------------------------------------------------------------------------------------
 
@@ -219,7 +323,7 @@ class RayBackend(OnSpecHosts):
         c = self.spec.cluster
         tag = os.urandom(6).hex()
         handle = RayHandle(plan.job_id, plan.run_dir, tag, f"{plan.job_id}-{tag}", self._dashboard(), self.mode,
-                           c.ray_keep, plan.driver is not None,
+                           c.ray_keep, plan.bundle.ray is not None, plan.bundle.ray is not None and bool(secrets),
                            nodes=[RayNode(n.index, n.role, n.rank, n.script, c.nodes[n.index].routable)
                                   for n in plan.nodes])
         runners = self._connect(plan, progress)
@@ -237,21 +341,36 @@ class RayBackend(OnSpecHosts):
 
     def _send(self, plan: LaunchPlan, handle: RayHandle, n: PlannedNode, runner: Runner, secrets: dict[str, str],
               progress: Progress) -> None:
-        """The node's run directory gets its script and secrets file; node 0's also the driver and its plan (or, in
-        ms-swift's Ray mode, the config its script reads)."""
+        """The node's run directory gets its files (_files_of)."""
         progress(n.host, "sending the job's files")
-        files = node_files(plan, n, secrets)
-        if n.index == handle.nodes[0].index:
-            if plan.driver:
-                files[plan.driver.config] = (plan.bundle.files[plan.driver.config], 0o644)
-            else:
-                files[RAY_DRIVER] = (DRIVER_SOURCE.read_text(), 0o644)
-                files[RAY_PLAN] = (json.dumps(self._driver_plan(handle), indent=1), 0o644)
+        files = self._files_of(plan, handle, n, secrets)
         rd = shell.path(plan.run_dir)
         res = runner.run(f"mkdir -p {rd} && cd {rd} && tar -x --no-same-owner -f -", timeout=60,
                          stdin=tar_payload(files))
         if res.rc:
             raise SshError(n.host, f"cannot write the job's files into {plan.run_dir}: {res.err.strip()}")
+
+    def _files_of(self, plan: LaunchPlan, handle: RayHandle, n: PlannedNode, secrets: dict[str, str]
+                  ) -> dict[str, tuple[str, int]]:
+        """Per-node scripts: the node's script and secrets file, node 0's also the driver and its plan. ms-swift's Ray
+        mode: the Ray config (what Ray's workers there parse) and the secrets file they read; node 0's also the
+        driver's script and its own secrets file (read and deleted by the script)."""
+        head = n.index == handle.nodes[0].index
+        if not handle.driver:
+            files = node_files(plan, n, secrets)
+            if head:
+                files[RAY_DRIVER] = (DRIVER_SOURCE.read_text(), 0o644)
+                files[RAY_PLAN] = (json.dumps(self._driver_plan(handle), indent=1), 0o644)
+            return files
+        job = plan.bundle.ray
+        files = {job.config: (plan.bundle.files[job.config], 0o644)}
+        if head:
+            files[job.script] = (plan.bundle.files[job.script], 0o755)
+        if secrets:
+            files[RAY_WORKER_SECRETS] = secrets_file_text(secrets)
+            if head:
+                files[secrets_file(job.script)] = secrets_file_text(secrets)
+        return files
 
     def _driver_plan(self, handle: RayHandle) -> dict:
         """What ray_driver.py runs where."""
@@ -291,27 +410,32 @@ class RayBackend(OnSpecHosts):
                 f"--node-ip-address={n.address}", f"--num-gpus={len(node.gpus)}",
                 f"--temp-dir={ray_dir(handle, n.index)}", "--disable-usage-stats"]
         env = f"export PATH={shell.path(node.python_env)}/bin:$PATH; " if node.python_env else ""
-        res = runner.run(f"{env}{shell.join(argv)} < /dev/null 2>&1", timeout=120)
+        workdir = shell.path(node.workdir or c.workdir or handle.run_dir)  # where Ray's workers will run
+        res = runner.run(f"{env}cd {workdir} && {shell.join(argv)} < /dev/null 2>&1", timeout=120)
         if res.rc:
             raise SshError(node.host, f"ray start failed: {res.out.strip()[-1500:]}")
         progress(node.host, "Ray started")
 
     def _submit(self, plan: LaunchPlan, handle: RayHandle, progress: Progress) -> None:
-        """The entrypoint runs on node 0 (Ray's node:<address> resource): the driver, or in ms-swift's Ray mode node
-        0's script with its marker and its output in its log."""
+        """The entrypoint runs on node 0 (Ray's node:<address> resource): the per-node scripts' driver, or in
+        ms-swift's Ray mode the driver's script, with the job's marker in the runtime environment and, when it has
+        secrets, the package whose hook gives Ray's workers the values from their node's secrets file."""
         head = self.spec.cluster.nodes[handle.nodes[0].index]
-        rd = shell.path(plan.run_dir)
-        if plan.driver:
-            n = handle.nodes[0]
-            entry = (f"cd {rd} && {shell.join(['env', run_token(handle, n), 'bash', '--norc', n.script])} "
-                     f"> {shell.quote(n.files.log)} 2>&1")
+        api, env, packages = JobsApi(handle.dashboard), {**PLAIN_LOG, **self.spec.env}, {}
+        if handle.driver:
+            entry = plan.bundle.ray.entrypoint(plan.run_dir)
+            name, _, value = job_token(handle).partition("=")
+            env[name] = value
+            if handle.worker_secrets:
+                env[ray_secrets.FILE_VARIABLE] = f"{plan.run_dir}/{RAY_WORKER_SECRETS}"
+                packages = {"py_modules": [api.upload_package(*secrets_package())],
+                            "worker_process_setup_hook": f"{SECRETS_MODULE}.load"}
         else:
             python = f"{shell.path(head.python_env)}/bin/python" if head.python_env else "python3"
-            entry = f"cd {rd} && {python} {RAY_DRIVER} {RAY_PLAN}"
+            entry = f"cd {shell.path(plan.run_dir)} && {python} {RAY_DRIVER} {RAY_PLAN}"
         progress(head.host, f"submitting Ray job {handle.submission}")
-        JobsApi(handle.dashboard).submit(handle.submission, entry, dict(self.spec.env),
-                                         {"grpo_ui_job": plan.job_id, "grpo_ui_launch": handle.tag},
-                                         {f"node:{handle.nodes[0].address}": 0.001})
+        api.submit(handle.submission, entry, {"env_vars": env, **packages},
+                   {"grpo_ui_job": plan.job_id, "grpo_ui_launch": handle.tag}, {f"node:{handle.nodes[0].address}": 0.001})
         progress(head.host, f"submitted: {handle.link}")
 
     # -- follow ---------------------------------------------------------------------------------------------------
@@ -320,6 +444,8 @@ class RayBackend(OnSpecHosts):
         """Ray's state of the job and the driver's lines, and each node's exit code (its run directory). Without an
         answer from the Jobs API the nodes' exit codes alone decide once every trainer has one."""
         api = JobsApi(handle.dashboard)
+        if handle.driver:
+            return self._poll_driver(handle, api)
         try:
             info = api.status(handle.submission)
             said = driver_lines(api.logs(handle.submission)) if info else driver_lines("")
@@ -351,9 +477,59 @@ class RayBackend(OnSpecHosts):
         if status.state == "failed" and not any(n.why for n in nodes):
             tail = "\n".join(api.logs(handle.submission).splitlines()[-40:]) if info else ""
             status.error = "\n".join(x for x in (detail, said["error"], (info or {}).get("message"), tail) if x)
-        if status.state in ("succeeded", "failed", "stopped") and handle.ray_started and not handle.keep:
-            status.remains = f"the Ray cluster grpo-ui started on {self._hosts(handle.ray_started)}"
+        if status.state in ("succeeded", "failed", "stopped"):
+            status.remains = self._remains(handle)
         return status
+
+    def _poll_driver(self, handle: RayHandle, api: JobsApi) -> JobStatus:
+        """ms-swift's Ray mode: Ray places the roles, so the Ray job's state is every node's; node 0's exit code is
+        the driver's (Ray's, or once the cluster forgot the job, the one its script wrote in the run directory). A
+        running job whose placement groups Ray has not placed waits for resources."""
+        try:
+            info = api.status(handle.submission)
+        except JobsApiError as e:
+            info, unreachable = None, e
+        else:
+            unreachable = None
+        if info is None:
+            written, text, _ = self._files(handle, handle.nodes[0])
+            if written is None:
+                raise BackendError(str(unreachable) if unreachable else
+                                   f"the Ray cluster at {handle.dashboard} no longer knows job {handle.submission}")
+            code = int(text) if text.lstrip("-").isdigit() else None
+            ray_state, detail = "SUCCEEDED" if code == 0 else "FAILED", f"Ray job {handle.submission}: no longer known"
+        else:
+            code = info.get("driver_exit_code")
+            ray_state, detail = info["status"], f"Ray job {handle.submission}: {info['status']} ({handle.link})"
+        status = JobStatus(STATES[ray_state], detail)
+        if ray_state == "PENDING":
+            status.reason = info.get("message") or "waiting for the Ray cluster"
+        elif ray_state == "RUNNING" and info.get("job_id") and (waiting := api.waiting_groups(info["job_id"])):
+            gpus = [sum(b["unit_resources"].get("GPU", 0) for b in g["bundles"]) for g in waiting]
+            status.state = "queued"
+            status.reason = (f"waiting for resources: {len(waiting)} placement group(s) of ms-swift's "
+                             f"({', '.join(f'{g:g} GPU' for g in gpus)}, each on one node) not placed yet")
+        if status.reason:
+            status.detail += f": {status.reason}"
+        node_state = "pending" if status.state == "queued" else status.state
+        status.nodes = [self._status(handle, n, node_state) for n in handle.nodes]
+        status.nodes[0].exit_code = code
+        if status.state == "failed":
+            tail = "\n".join(api.logs(handle.submission).splitlines()[-40:]) if info else ""
+            status.error = "\n".join(x for x in (detail, (info or {}).get("message"), tail) if x)
+        if status.state in ("succeeded", "failed", "stopped"):
+            status.remains = self._remains(handle)
+        return status
+
+    def _remains(self, handle: RayHandle) -> str | None:
+        """What the backend stops or removes once the job ended: the Ray cluster it started, the secrets files of
+        ms-swift's Ray workers."""
+        left = []
+        if handle.ray_started and not handle.keep:
+            left.append(f"the Ray cluster grpo-ui started on {self._hosts(handle.ray_started)}")
+        if handle.worker_secrets:
+            left.append(f"the Ray workers' secrets files on {self._hosts([n.index for n in handle.nodes if n.tried])}")
+        return " and ".join(left) or None
 
     def _hosts(self, indices: list[int]) -> str:
         return ", ".join(self.spec.cluster.nodes[i].host for i in indices)
@@ -408,12 +584,12 @@ class RayBackend(OnSpecHosts):
         if handle.submitted:
             outcome[f"Ray job {handle.submission}"] = self._stop_job(handle, grace)
         tried = [n for n in handle.nodes if n.tried]
-        rd = shell.path(handle.run_dir)
-        for n, res in parallel(lambda n: stop_marked(self.runner(n.index), run_token(handle, n), grace,
-                                                     f"{rd}/{shell.quote(n.files.secrets)}"), tried):
+        for n, res in parallel(lambda n: stop_marked(self.runner(n.index), self.process_marker(handle, n.index), grace,
+                                                     self._secrets_files(handle, n)), tried):
             outcome[self.spec.cluster.nodes[n.index].host + ("" if n.role == "trainer" else " (rollout)")] = (
                 res if isinstance(res, str) else describe(res))
         if handle.ray_started and not handle.keep:
+            self._keep_driver_log(handle)
             for i, res in parallel(lambda i: self._end_ray(handle, i), handle.ray_started):
                 outcome[f"{self.spec.cluster.nodes[i].host} (Ray)"] = res if isinstance(res, str) else describe(res)
         left = [f"{where} ({what})" for where, what in outcome.items()
@@ -421,6 +597,27 @@ class RayBackend(OnSpecHosts):
         if left:
             raise BackendError(f"could not verify that nothing is left on {', '.join(left)}")
         return outcome
+
+    @staticmethod
+    def _secrets_files(handle: RayHandle, n: RayNode) -> str:
+        """The node's secrets files a start may have left (shell words): its script's; in ms-swift's Ray mode the
+        workers' and, on node 0, the driver's script's."""
+        rd = shell.path(handle.run_dir)
+        if not handle.driver:
+            return f"{rd}/{shell.quote(n.files.secrets)}"
+        driver = f" {rd}/{shell.quote(secrets_file(RAY_SCRIPT))}" if n is handle.nodes[0] else ""
+        return f"{rd}/{shell.quote(RAY_WORKER_SECRETS)}{driver}"
+
+    def _keep_driver_log(self, handle: RayHandle) -> None:
+        """Before the cluster grpo-ui started is ended: the driver's log, as the Jobs API serves it, into node 0's run
+        directory (job_log reads it there afterwards)."""
+        if not handle.submitted:
+            return
+        try:
+            log = JobsApi(handle.dashboard).logs(handle.submission)
+            self.runner(handle.nodes[0].index).write(f"{handle.run_dir}/{RAY_DRIVER_LOG}", log)
+        except (JobsApiError, SshError):  # nothing to keep, or node 0 gone: its log is Ray's to lose
+            pass
 
     @staticmethod
     def _stop_job(handle: RayHandle, grace: float) -> str:
@@ -445,3 +642,19 @@ class RayBackend(OnSpecHosts):
         if said.startswith(("gone", "stopped", "killed")):
             runner.run(f"rm -rf -- {shell.quote(ray_dir(handle, index))}", timeout=30)
         return said
+
+    # -- what runs where ------------------------------------------------------------------------------------------
+
+    def process_marker(self, handle: RayHandle, node: int) -> str:
+        """ms-swift's Ray mode: the job's marker, which Ray's workers carry on every node; else the node's."""
+        return job_token(handle) if handle.driver else super().process_marker(handle, node)
+
+    def launched_file(self, handle: RayHandle, node: int) -> str:
+        """ms-swift's Ray mode: the Ray config sent to every node (no script runs there); else the node's script."""
+        return f"{handle.run_dir}/{RAY_CONFIG}" if handle.driver else super().launched_file(handle, node)
+
+    def job_log(self, handle: RayHandle) -> tuple[LogReader, str]:
+        """The driver's log (DriverLog), its copy's path in node 0's run directory as the LogTail's path."""
+        head = handle.nodes[0].index
+        kept = (lambda: self.runner(head)) if handle.ray_started and not handle.keep else None
+        return DriverLog(JobsApi(handle.dashboard), handle.submission, kept).read, f"{handle.run_dir}/{RAY_DRIVER_LOG}"

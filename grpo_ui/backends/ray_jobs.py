@@ -1,5 +1,7 @@
 """The Ray Jobs REST API, as the Ray dashboard serves it (Ray 2.x: ``/api/jobs/``, ``/api/version``) and the State
-API's node list (``/api/v0/nodes``): submit a job, read its status and driver log, stop it, list the cluster's nodes.
+API's node and placement group lists (``/api/v0/nodes``, ``/api/v0/placement_groups``): submit a job (with a package
+for its runtime environment), read its status and driver log, stop it, list the cluster's nodes and the placement
+groups a job waits for.
 Plain HTTP from the app: the app needs no Ray of its own (Ray's JobSubmissionClient wraps these same endpoints and
 would bring Ray's server dependencies into the app). The API has no authentication (SECURITY.md)."""
 
@@ -43,10 +45,11 @@ class JobsApi:
     def __init__(self, address: str, timeout: float = 20.0):
         self.address, self.timeout = address.rstrip("/"), timeout
 
-    def _call(self, method: str, path: str, body: dict | None = None) -> dict | list:
-        data = json.dumps(body).encode() if body is not None else None
+    def _call(self, method: str, path: str, body: dict | None = None, data: bytes | None = None) -> dict | list:
+        if body is not None:
+            data = json.dumps(body).encode()
         req = urllib.request.Request(self.address + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"} if data else {})
+                                     headers={"Content-Type": "application/json"} if body is not None else {})
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as r:
                 return json.loads(r.read() or b"null")
@@ -62,13 +65,20 @@ class JobsApi:
         """The cluster's Ray version."""
         return self._call("GET", "/api/version")["ray_version"]
 
-    def submit(self, submission_id: str, entrypoint: str, env: dict[str, str], metadata: dict[str, str],
+    def submit(self, submission_id: str, entrypoint: str, runtime_env: dict, metadata: dict[str, str],
                resources: dict[str, float]) -> None:
         """Submit ``entrypoint`` (a shell command run on the node that ``resources`` leads to) under our own id, with
-        ``env`` as its runtime environment's variables; everything here is shown by the dashboard: no secrets."""
+        ``runtime_env`` (its env_vars, and Ray packages) for the job's every process; the dashboard shows all of it:
+        no secrets."""
         self._call("POST", "/api/jobs/", {"entrypoint": entrypoint, "submission_id": submission_id,
-                                          "runtime_env": {"env_vars": env}, "metadata": metadata,
+                                          "runtime_env": runtime_env, "metadata": metadata,
                                           "entrypoint_resources": resources})
+
+    def upload_package(self, name: str, data: bytes) -> str:
+        """Keep a zip in the cluster's GCS as a Ray package, as Ray's CLI does for py_modules (``name``:
+        _ray_pkg_<hash>.zip); returns its URI for a runtime environment."""
+        self._call("PUT", f"/api/packages/gcs/{name}", data=data)
+        return f"gcs://{name}"
 
     def status(self, submission_id: str) -> dict | None:
         """The job's details (status, message, start/end times in ms, driver exit code, …); None when the cluster
@@ -92,6 +102,12 @@ class JobsApi:
             if e.status == 404:
                 return False
             raise
+
+    def waiting_groups(self, job_id: str) -> list[dict]:
+        """The job's placement groups Ray has not placed yet (the State API's, each with its bundles); ``job_id`` is
+        Ray's hex id of the job (its details' job_id), not the submission id."""
+        rows = self._call("GET", "/api/v0/placement_groups?limit=10000&detail=true")["data"]["result"]["result"]
+        return [r for r in rows if r.get("creator_job_id") == job_id and r.get("state") == "PENDING"]
 
     def nodes(self) -> list[RayNode]:
         """The cluster's nodes (the State API's list)."""

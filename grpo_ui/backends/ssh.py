@@ -91,11 +91,16 @@ def run_token(handle, node) -> str:
     return f"{RUN_TOKEN}={handle.job}/{who}@{handle.tag}"
 
 
+def secrets_file_text(secrets: dict[str, str]) -> tuple[str, int]:
+    """A secrets file's text (NAME='value' lines a shell sources) and its mode, 0600."""
+    return "".join(f"{k}={shell.quote(v)}\n" for k, v in secrets.items()), 0o600
+
+
 def node_files(plan: LaunchPlan, n: PlannedNode, secrets: dict[str, str]) -> dict[str, tuple[str, int]]:
     """What a node needs in its run directory: its script (0755) and, if any, its secrets file (0600)."""
     files = {n.script: (plan.bundle.files[n.script], 0o755)}
     if secrets:
-        files[n.secrets] = ("".join(f"{k}={shell.quote(v)}\n" for k, v in secrets.items()), 0o600)
+        files[n.secrets] = secrets_file_text(secrets)
     return files
 
 

@@ -1,6 +1,6 @@
 """`args job.yaml [--swift VERSION] [--rollout]`: the exact swift (or megatron) command line for the target ms-swift
-version, after the flags grpo-ui adds on its own (as comments saying why); for a Ray-mode job the Ray config and the
-command that reads it."""
+version, after the flags grpo-ui adds on its own (as comments saying why); for a Ray-mode job the Ray config, what the
+Ray backend submits (as comments) and the command that reads the config."""
 
 from __future__ import annotations
 
@@ -11,10 +11,13 @@ import yaml
 from grpo_ui.api.specs import (
     RAY_CONFIG,
     RAY_ENTRYPOINT,
+    RAY_JOB,
     load_spec,
     ray_config,
     resolve,
     rollout_command,
+    run_dir,
+    submission_text,
     train_command,
 )
 from grpo_ui.core.findings import format_findings, has_errors
@@ -31,10 +34,12 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     spec = load_spec(args.spec)
-    if resolve(spec).ray and not args.rollout:  # ms-swift's Ray mode: its config, and the one command that reads it
+    eff = resolve(spec)
+    if eff.ray and not args.rollout:  # ms-swift's Ray mode: its config, what is submitted, the command it runs
         cfg = ray_config(spec, args.swift)
         added, findings = cfg.added, cfg.findings
         print(f"# {RAY_CONFIG}\n" + yaml.safe_dump(cfg.data, sort_keys=False, allow_unicode=True, width=120))
+        print("\n".join(f"# {line}" for line in submission_text(eff, RAY_JOB, run_dir(spec, "<job-id>")).splitlines()))
         words = ["megatron", *RAY_ENTRYPOINT, RAY_CONFIG]
     else:
         cmd = (rollout_command if args.rollout else train_command)(spec, args.swift)

@@ -7,7 +7,7 @@ import os
 import time
 
 from grpo_ui.api.jobs import JobState, LaunchError, Unavailable, predictions_of
-from grpo_ui.api.specs import LaunchPlan, load_spec
+from grpo_ui.api.specs import LaunchPlan, load_spec, submission_text
 from grpo_ui.api.workspace import Workspace
 from grpo_ui.commands import job_id
 from grpo_ui.core.findings import format_findings
@@ -27,15 +27,20 @@ def add_parser(sub) -> None:
 
 
 def describe_plan(plan: LaunchPlan) -> str:
-    """What will be launched, in a few lines: where, the estimate it is launched with, what validation said."""
+    """What will be launched, in a few lines: where (for ms-swift's Ray mode, what is submitted), the estimate it is
+    launched with, what validation said."""
     spec, trainers, rollouts = plan.spec, plan.role("trainer"), plan.role("rollout")
     hosts = ", ".join(n.host for n in plan.nodes)
     where = {"slurm": f"Slurm via {spec.cluster.login}",
              "ray": f"Ray at {spec.cluster.ray_address} ({hosts})" if spec.cluster.ray_address else
              f"a Ray cluster started on {hosts}"}.get(spec.cluster.backend, hosts)
     gpus = len(spec.cluster.nodes[trainers[0].index].gpus) if trainers else 0
-    lines = [f"plan {plan.job_id}: {len(trainers)} trainer node(s) × {gpus} GPU(s)"
-             + (f", {len(rollouts)} rollout server(s)" if rollouts else "") + f" on {where}; run dir {plan.run_dir}"]
+    if plan.bundle.ray and spec.cluster.backend == "ray":
+        lines = [f"plan {plan.job_id}: ms-swift's Ray mode, run dir {plan.run_dir}",
+                 submission_text(plan.resolved, plan.bundle.ray, plan.run_dir)]
+    else:
+        lines = [f"plan {plan.job_id}: {len(trainers)} trainer node(s) × {gpus} GPU(s)"
+                 + (f", {len(rollouts)} rollout server(s)" if rollouts else "") + f" on {where}; run dir {plan.run_dir}"]
     memory, _ = predictions_of(plan)
     lines += ([f"  no memory estimate: {memory.why}"] if isinstance(memory, Unavailable) else
               [f"  estimate at launch, {r.role} GPU: peak {r.peak_gib} GiB ({r.verdict})" for r in memory.roles])

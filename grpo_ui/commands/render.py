@@ -1,9 +1,10 @@
-"""`render job.yaml --out DIR [--job-id ID]`: write every node's script, YAML configs, sbatch and README, and the
-job's findings; exit 1 if any is an error (the files are written all the same, to read)."""
+"""`render job.yaml --out DIR [--job-id ID]`: write every node's script, YAML configs, sbatch and README (for ms-swift's
+Ray mode the Ray config and the driver's script, and what the Ray backend will submit), and the job's findings; exit 1
+if any is an error (the files are written all the same, to read)."""
 
 from __future__ import annotations
 
-from grpo_ui.api.specs import assess, default_job_id, load_spec, render, write_bundle
+from grpo_ui.api.specs import assess, default_job_id, load_spec, render, run_dir, submission_text, write_bundle
 from grpo_ui.commands import job_id
 from grpo_ui.core.findings import format_findings, unique
 
@@ -23,6 +24,8 @@ def run(args) -> int:
     bundle = render(a, job_id)
     for path in write_bundle(bundle, args.out):
         print(path)
+    if bundle.ray:
+        print(submission_text(a.resolved, bundle.ray, run_dir(spec, job_id)))
     findings = unique(a.findings + bundle.findings)
     if findings:
         print(format_findings(findings))

@@ -1,6 +1,12 @@
-"""One monitoring pass over a job: node states, new log lines, new metrics from the rank that writes them (swift
-rlhf's rank 0, megatron rlhf's last rank: Resolved.logging_node), GPU samples, alerts, and the
-measured memory peaks and pace kept next to what was predicted at launch.
+"""One monitoring pass over a job: node states, new log lines (each node's, and the job's driver's as a stream of its
+own, numbered DRIVER), new metrics from the rank that writes them (swift rlhf's rank 0, megatron rlhf's last rank:
+Resolved.logging_node), GPU samples, alerts, and the measured memory peaks and pace kept next to what was predicted
+at launch.
+
+In ms-swift's Ray mode Ray runs the ranks as its workers: what they print reaches the driver's log (Ray forwards it,
+each line headed by the worker and its node), so the driver's stream holds the lines the other jobs' nodes print;
+logging.jsonl is read on the node of the last rank, completions.jsonl on the driver's node (node 0), where ms-swift's
+driver writes it.
 
 The app calls ``Watcher.poll`` from a timed fragment and the CLI from a loop; every offset and sample is kept in
 SQLite, so a restarted app continues where the last pass stopped. Offsets advance by compare-and-set, so two watchers
@@ -36,6 +42,7 @@ from grpo_ui.jobs.service import Jobs
 from grpo_ui.jobs.specs import job_spec
 from grpo_ui.jobs.store import Job, JobState, Node
 from grpo_ui.jobs.time_loop import record_pace
+from grpo_ui.launch.plan import DRIVER
 from grpo_ui.launch.runfiles import NodeFiles
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.resolve import Resolved
@@ -102,15 +109,17 @@ class Watcher:
         except Exception as e:  # noqa: BLE001 - this job alone fails; the message names it
             return PollResult(state, errors=[f"job {job_id}: {describe(e)}"])
         ended = state.ended  # decided before tailing: an ended job's files are complete
-        new_lines = new_steps = 0
+        driver = self._tail_driver(job_id, spec, errors)
+        new_lines, new_steps = len(driver), 0
         nodes = self.store.nodes(job_id)
         for n in nodes:
             try:
                 runner = self.jobs.runner(spec, n.node_index)
-                lines = self._tail(job_id, n, runner)
+                lines = [] if eff.ray else self._tail(job_id, n.node_index, runner.read, f"{n.run_dir}/"
+                                                      f"{NodeFiles.of_script(n.script).log}")  # Ray mode: no script
                 new_lines += len(lines)
                 if n.node_rank == eff.logging_node:  # swift rlhf's rank 0, megatron rlhf's last rank
-                    new_steps += self._metrics(job_id, eff, n, runner, lines)
+                    new_steps += self._metrics(job_id, eff, n, runner, driver if eff.ray else lines, nodes)
             except Exception as e:  # noqa: BLE001 - one node fails alone, named
                 errors.append(f"job {job_id}, {n.label}: {describe(e)}")
         if ended and not errors:
@@ -121,30 +130,46 @@ class Watcher:
         alerts = self._diagnose(job_id, eff, self.store.job(job_id), nodes)
         return PollResult(state, new_lines, new_steps, alerts, errors)
 
-    def _tail(self, job_id: str, n: Node, runner) -> list[str]:
-        path = f"{n.run_dir}/{NodeFiles.of_script(n.script).log}"
-        start = self.store.offset(job_id, n.node_index, path)
-        tail = LogTail(runner.read, path, start)
+    def _tail_driver(self, job_id: str, spec: JobSpec, errors: list[str]) -> list[str]:
+        """The new lines of the job's driver (the backend's job_log; none for SSH and Slurm jobs)."""
+        handle = self.jobs.handle(job_id)
+        source = self.jobs.backend(spec).job_log(handle) if handle else None
+        if not source:
+            return []
+        try:
+            return self._tail(job_id, DRIVER, *source)
+        except Exception as e:  # noqa: BLE001 - the driver's log fails alone, named
+            errors.append(f"job {job_id}, its driver's log: {describe(e)}")
+            return []
+
+    def _tail(self, job_id: str, stream: int, read, path: str) -> list[str]:
+        """New lines of one log (a node's, or DRIVER) into the store, from its stored offset."""
+        start = self.store.offset(job_id, stream, path)
+        tail = LogTail(read, path, start)
         lines = tail.poll()
-        with self.store.claim(job_id, n.node_index, path, start, tail.offset) as mine:
+        with self.store.claim(job_id, stream, path, start, tail.offset) as mine:
             if mine:
-                self.store.add_log_lines(job_id, n.node_index, lines)
+                self.store.add_log_lines(job_id, stream, lines)
         mark = liveness.progress_mark(tail.pending)  # tqdm's bar moving on an unfinished line is progress too
-        if mark and mark != self.store.meta(job_id, f"pending:{n.node_index}"):
-            self.store.set_meta(job_id, f"pending:{n.node_index}", mark)
-            self.store.set_meta(job_id, f"progress_at:{n.node_index}", str(time.time()))
+        if mark and mark != self.store.meta(job_id, f"pending:{stream}"):
+            self.store.set_meta(job_id, f"pending:{stream}", mark)
+            self.store.set_meta(job_id, f"progress_at:{stream}", str(time.time()))
         return lines if mine else []
 
-    def _metrics(self, job_id: str, eff: Resolved, n: Node, runner, new_lines: list[str]) -> int:
+    def _metrics(self, job_id: str, eff: Resolved, n: Node, runner, new_lines: list[str], nodes: list[Node]) -> int:
         """New steps from the writing rank's logging.jsonl; while there is none (yet), from the lines it prints on
-        stdout. A step first taken from stdout is overwritten, not repeated, when logging.jsonl brings it."""
+        stdout (``new_lines``: its node's, or in Ray mode the driver's). A step first taken from stdout is
+        overwritten, not repeated, when logging.jsonl brings it. completions.jsonl beside it, or in Ray mode in the
+        driver's output_dir on the driver's node (the first)."""
         path = self.store.meta(job_id, LOGGING_PATH) or self._find_logging_path(job_id, eff, n, runner, new_lines)
         new_steps = 0
         if not path or self.store.offset(job_id, n.node_index, path) == 0:  # no logging.jsonl read (yet)
             new_steps = self._store_steps(job_id, [p for p in map(parse_printed_line, new_lines) if p])
         if path:
             new_steps += self._tail_rows(job_id, n, runner, path, parse_jsonl_line, self._store_steps)
-            self._tail_rows(job_id, n, runner, completions_file(path, ray=eff.ray is not None), parse_completion_line,
+            writer = nodes[0] if eff.ray else n
+            self._tail_rows(job_id, writer, self.jobs.runner(eff.spec, writer.node_index) if eff.ray else runner,
+                            completions_file(path, ray=eff.ray is not None), parse_completion_line,
                             lambda job, rows: self.store.add_completions(job, [r for rs in rows for r in rs]))
         return new_steps
 
@@ -166,10 +191,11 @@ class Watcher:
     def _find_logging_path(self, job_id: str, eff: Resolved, n: Node, runner, new_lines: list[str]) -> str | None:
         """From the logging rank's node's log lines (new ones, then the stored window), else the newest versioned run dir written
         since the job started; remembered once found, as those log lines later leave the window."""
+        stream = DRIVER if eff.ray else n.node_index
         found = logging_file(new_lines) or logging_file(
-            [t for _, t, _ in self.store.log_lines(job_id, n.node_index, 1, contains="The logging file will be")
-             + self.store.log_lines(job_id, n.node_index, 1, contains="] logging_path: ")
-             + self.store.log_lines(job_id, n.node_index, 1, contains="output_dir: ")])
+            [t for _, t, _ in self.store.log_lines(job_id, stream, 1, contains="The logging file will be")
+             + self.store.log_lines(job_id, stream, 1, contains="] logging_path: ")
+             + self.store.log_lines(job_id, stream, 1, contains="output_dir: ")])
         spec = eff.spec
         workdir = spec.cluster.nodes[n.node_index].workdir or spec.cluster.workdir or n.run_dir
         if found and not found.startswith(("/", "~/")):
@@ -200,14 +226,16 @@ class Watcher:
     def _diagnose(self, job_id: str, eff: Resolved, job: Job, nodes: list[Node]) -> list[Alert]:
         now = time.time()
         logs, last_out = {}, {}
-        for n in nodes:
-            rows = self.store.log_lines(job_id, n.node_index, 400)
-            logs[n.label] = [r.text for r in rows]
+        for label, stream in [*((n.label, n.node_index) for n in nodes), ("the driver", DRIVER)]:
+            rows = self.store.log_lines(job_id, stream, 400)
+            if not rows and stream == DRIVER:
+                continue
+            logs[label] = [r.text for r in rows]
             marks = [rows[-1].ts] if rows else []  # the last line, or tqdm's bar moving after it
-            if moved := self.store.meta(job_id, f"progress_at:{n.node_index}"):
+            if moved := self.store.meta(job_id, f"progress_at:{stream}"):
                 marks.append(float(moved))
             if marks:
-                last_out[n.label] = max(marks)
+                last_out[label] = max(marks)
         metrics = self.store.metrics(job_id)
         step_times = self.store.step_times(job_id)
         first, last = (step_times[0][1], step_times[-1][1]) if step_times else (None, None)

@@ -25,11 +25,12 @@ def placement(store: Store, job_id: str, spec: JobSpec) -> dict[int, tuple[str, 
 def gpu_roles(job: JobSpec | Resolved, placed: dict[int, tuple[str, list[int]]] | None = None
               ) -> dict[tuple[str, int], tuple[str, int | None]]:
     """(host, GPU index) → (role, global rank) for every GPU the job (its spec or Resolved values) uses: trainer GPUs
-    in torchrun's rank order (node rank × processes per node + local rank); vLLM's own GPUs (rollout nodes, ms-swift
+    in torchrun's rank order (node rank × processes per node + local rank; Ray mode: Resolved.node_order's); vLLM's own GPUs (rollout nodes, ms-swift
     3.2–3.4's spare GPUs) have no rank. ``placed``: where the backend put nodes (``placement``)."""
     eff = resolve(job)
     out: dict[tuple[str, int], tuple[str, int | None]] = {}
-    ranks = {i: rank for rank, (i, _) in enumerate(eff.spec.numbered("trainer"))}
+    place = {rank: k for k, rank in enumerate(eff.node_order)}  # Ray mode: ms-swift's order, else NODE_RANK's
+    ranks = {i: place[rank] for rank, (i, _) in enumerate(eff.spec.numbered("trainer"))}
     for i, node in enumerate(eff.spec.cluster.nodes):
         host, gpus = (placed or {}).get(i, (node.host, node.gpus))
         for local, gpu in enumerate(gpus):

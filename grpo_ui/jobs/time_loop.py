@@ -16,6 +16,7 @@ from grpo_ui.jobs.memory_loop import EXPORTED
 from grpo_ui.jobs.specs import job_spec
 from grpo_ui.jobs.store import JobState, Store, TimeAtLaunch, Unavailable
 from grpo_ui.knowledge.engines import EngineConfigError, zero_config
+from grpo_ui.launch.plan import DRIVER
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.resolve import Resolved, resolve
 
@@ -30,8 +31,8 @@ def measure(store: Store, job_id: str, job: JobSpec | Resolved) -> Pace:
     running the logging rank (swift rlhf's rank 0, megatron rlhf's last)."""
     eff = resolve(job)
     spec = eff.spec
-    logger = next((n.node_index for n in store.nodes(job_id)
-                   if n.role == "trainer" and n.node_rank == eff.logging_node), None)
+    logger = DRIVER if eff.ray else next((n.node_index for n in store.nodes(job_id)  # Ray: what its workers print
+                                          if n.role == "trainer" and n.node_rank == eff.logging_node), None)
     sleep = [] if logger is None else [t for _, t, _ in store.log_lines(job_id, logger, SLEEP_LINES, SLEEP_MARK)]
     return pace(store.metrics(job_id, PACE_KEYS), eff.rollout_steps, sleep, spec.train.max_completion_length)
 

@@ -23,6 +23,8 @@ from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.names import check_name
 from grpo_ui.spec.resolve import Resolved, resolve
 
+DRIVER = -1  # the number of a job's driver (what runs the nodes: a Ray job's) among its nodes, its log's in the store
+
 
 def default_job_id(spec: JobSpec) -> str:
     """A job's id when the user names none: <name>-<YYYYmmdd-HHMMSS> (it names the job's run directory)."""
@@ -60,7 +62,8 @@ def time_at_launch(a: Assessment) -> dict:
 
 @dataclass(frozen=True)
 class PlannedNode:
-    """One entry of cluster.nodes and its files in the run directory (its script from the bundle)."""
+    """One entry of cluster.nodes and its files in the run directory (its script from the bundle; in ms-swift's Ray
+    mode it has none: Ray starts the roles' workers there, and its files are the secrets file they read)."""
 
     index: int                              # in spec.cluster.nodes
     files: NodeFiles                        # its role and number (a trainer's NODE_RANK), and so its files' names
@@ -89,25 +92,14 @@ class PlannedNode:
 
 
 @dataclass(frozen=True)
-class DriverEntry:
-    """A job that one driver command runs, not a script per node: ms-swift's Ray mode (``megatron rlhf --use_ray true
-    --config <the rendered YAML>``). Node 0's script is rendered with that command where the others have swift's
-    (its environment, secrets and exit code as every node script has them), and reads ``config``, a file of the
-    bundle shipped beside it into the run directory. The Ray backend runs that script as the Ray job's entrypoint on
-    node 0; Ray places the workers, no other node runs a script."""
-
-    config: str
-
-
-@dataclass(frozen=True)
 class LaunchPlan:
     job_id: str
     assessment: Assessment       # the job's values, findings and memory report, computed once for all of the below
     bundle: Bundle
     estimate: dict               # the memory estimate kept with the job: MemoryReport.to_dict(), or {"error": why}
-    nodes: list[PlannedNode]     # trainers and rollout servers, in cluster.nodes order
+    nodes: list[PlannedNode]     # trainers and rollout servers, in cluster.nodes order (ms-swift's Ray mode: the
+    #                              nodes Ray places its roles on, each without a script of its own; bundle.ray runs)
     run_dir: str                 # the job's run directory on every node
-    driver: DriverEntry | None = None  # one driver command instead of the node scripts (the Ray backend alone runs it)
 
     @property
     def spec(self) -> JobSpec:
@@ -144,7 +136,9 @@ def make_plan(spec: JobSpec, job_id: str | None = None, arch=None,
     job_id = check_name(job_id or default_job_id(spec))
     a, estimate = assessment_at_launch(spec, arch, read_config)
     bundle = render(a, job_id)
-    scripts = {**bundle.node_files, **bundle.rollout_files}
-    nodes = [PlannedNode(i, NodeFiles.of_script(scripts[i]), node.host) for i, node in enumerate(spec.cluster.nodes)
-             if i in scripts]
+    if bundle.ray:  # one driver (bundle.ray) and no script per node: Ray places the roles on the cluster's nodes
+        files = {i: NodeFiles(role, k) for role in ("trainer", "rollout") for k, (i, _) in enumerate(spec.numbered(role))}
+    else:
+        files = {i: NodeFiles.of_script(script) for i, script in {**bundle.node_files, **bundle.rollout_files}.items()}
+    nodes = [PlannedNode(i, files[i], node.host) for i, node in enumerate(spec.cluster.nodes) if i in files]
     return LaunchPlan(job_id, a, bundle, estimate, nodes, run_dir(spec, job_id))

@@ -20,9 +20,10 @@ from grpo_ui.checks.rules.credentials import undeclared
 from grpo_ui.core import shell
 from grpo_ui.core.findings import Finding, finding
 from grpo_ui.launch import runfiles
-from grpo_ui.launch.runfiles import SBATCH, NodeFiles, secrets_file
+from grpo_ui.launch.runfiles import RAY_CONFIG, RAY_SCRIPT, SBATCH, NodeFiles, secrets_file
 from grpo_ui.spec.cluster import Node
 from grpo_ui.spec.files import job_files
+from grpo_ui.spec.megatron import groups_text
 from grpo_ui.spec.model import JobSpec
 from grpo_ui.spec.names import check_name
 from grpo_ui.spec.resolve import SLURM_MASTER_PORT, Resolved, resolve
@@ -55,20 +56,20 @@ _env.globals.update(trainer_exit=NodeFiles("trainer", "$NODE_RANK").exit_code,
 
 @dataclass(frozen=True)
 class RayJob:
-    """What a Ray backend runs for a job in ms-swift's Ray mode: ``script`` (a file of the bundle) runs the driver
-    ``entrypoint`` once, from the run directory where the bundle's files are, on a node of a Ray cluster that has
-    ``gpus`` GPUs in all (the driver joins the local cluster, or the one RAY_ADDRESS names); ``config`` is the Ray
-    config the entrypoint reads (a file of the bundle, its path relative to the run directory); ``env`` the job's
-    environment (secrets excepted: the script reads them from its secrets file). Its exit code is written to
-    ``exit_file`` in the run directory, like a node script's."""
+    """What the Ray backend submits for a job in ms-swift's Ray mode: ``script``, the driver (a file of the bundle:
+    it runs ``megatron rlhf --use_ray true --config <config>`` once, with the job's environment and secrets, and
+    writes its exit code as a node script does), and ``config``, the Ray config it reads (a file of the bundle too).
+    Both sit in the run directory of the node the driver runs on; Ray places the trainers and vLLM replicas."""
 
     script: str
     config: str
-    entrypoint: tuple[str, ...]
-    env: dict[str, str]
-    gpus: int
-    exit_file: str
 
+    def entrypoint(self, run_dir: str) -> str:
+        """The Ray job's entrypoint: the driver's script, from the run directory."""
+        return f"cd {shell.path(run_dir)} && bash --norc {shell.quote(self.script)}"
+
+
+RAY_JOB = RayJob(RAY_SCRIPT, RAY_CONFIG)  # what every Ray-mode bundle submits
 
 @dataclass
 class Bundle:
@@ -80,7 +81,7 @@ class Bundle:
     node_files: dict[int, str] = field(default_factory=dict)      # trainer node index in cluster.nodes → file
     rollout_files: dict[int, str] = field(default_factory=dict)   # rollout node index → file
     added: list[tuple[str, str]] = field(default_factory=list)    # flags grpo-ui added on its own, with why
-    ray: RayJob | None = None                                     # Ray mode: what the Ray backend runs (no node files)
+    ray: RayJob | None = None                                     # Ray mode: what the Ray backend submits (no node files)
 
     def zip_bytes(self) -> bytes:
         buf = io.BytesIO()
@@ -258,9 +259,6 @@ def render(job: Assessment | JobSpec | Resolved, job_id: str) -> Bundle:
     return bundle
 
 
-RAY_CONFIG, RAY_SCRIPT = "ray_config.yaml", "ray_job.sh"
-
-
 def _render_ray(eff: Resolved, bundle: Bundle) -> Bundle:
     """Ray mode: ms-swift's Ray config and the driver's script instead of node scripts (the Ray backend starts the
     cluster and runs the script once; Ray places the roles), with the secrets template and a README."""
@@ -282,9 +280,9 @@ def _render_ray(eff: Resolved, bundle: Bundle) -> Bundle:
     bundle.files["README.txt"] = _env.get_template("README_ray.txt.j2").render(
         job_id=job_id, swift_version=spec.swift_version, files=sorted([*bundle.files, "README.txt"]),
         run_dir_text=run_dir(spec, job_id), script=RAY_SCRIPT, config=RAY_CONFIG, ray=eff.ray,
+        groups=groups_text(eff.ray.groups), secrets_file=secrets_file(RAY_SCRIPT),
         secrets=[*spec.secret_env, *(c.env for c, _ in undeclared(spec))])
-    bundle.ray = RayJob(RAY_SCRIPT, RAY_CONFIG, ("megatron", *RAY_ENTRYPOINT, RAY_CONFIG), dict(spec.env),
-                        eff.ray.total_gpus, exit_file)
+    bundle.ray = RAY_JOB
     return bundle
 
 

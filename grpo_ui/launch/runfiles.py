@@ -1,5 +1,6 @@
 """The files of a job's run directory, by name: each node's script, log, exit code, pid and secrets file, the
-Slurm job's own (its batch script, the hosts Slurm allocated) and the Ray job's (its driver and plan). The renderer
+Slurm job's own (its batch script, the hosts Slurm allocated) and the Ray job's (its driver, plan and log; in ms-swift's
+Ray mode the driver's script, the Ray config and the workers' secrets file). The renderer
 writes them and the templates name them (with the node's number as a shell expression: "$NODE_RANK", Slurm's "%n");
 the plan, the backends and the watcher read them. All of them ask here.
 """
@@ -15,6 +16,10 @@ ROLLOUT_HOSTS = "rollout_hosts"     # Slurm: line k + 1 names the node of rollou
 SBATCH_OUTPUT = "slurm-%j.out"      # the batch script's own output (%j: the Slurm job id)
 RAY_DRIVER = "ray_driver.py"        # Ray: the job's driver (grpo_ui/backends/ray_driver.py), on node 0
 RAY_PLAN = "ray_plan.json"          # Ray: what the driver runs where
+RAY_DRIVER_LOG = "ray_driver.log"   # Ray: the driver's log as the Jobs API served it, kept when grpo-ui ends the cluster
+RAY_SCRIPT = "ray_job.sh"           # ms-swift's Ray mode: the driver's script (megatron rlhf --use_ray true), on node 0
+RAY_CONFIG = "ray_config.yaml"      # ms-swift's Ray mode: the Ray config it reads, on every node
+RAY_WORKER_SECRETS = "ray_workers.secrets.env"  # ms-swift's Ray mode: what Ray's workers on the node read at start
 
 
 def secrets_file(script: str) -> str:

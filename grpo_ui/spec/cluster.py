@@ -96,7 +96,8 @@ class ClusterSpec(BaseModel):
     backend: Literal["ssh", "slurm", "ray"] = setting(
         "ssh", "ssh: grpo-ui starts every node over SSH. slurm: one sbatch job; Slurm picks the machines (the trainer "
         "nodes then say how many nodes with how many GPUs, their hosts are unused). ray: one Ray job runs each node's "
-        "script on its node, on a Ray cluster grpo-ui starts on the nodes over SSH or on the one ray_address names.")
+        "script on its node (or, in ms-swift's Ray mode, its driver, Ray placing the roles on the nodes), on a Ray "
+        "cluster grpo-ui starts on the nodes over SSH or on the one ray_address names.")
     internode_gbs: float | None = setting(
         None, "Network bandwidth between two nodes in GB/s (one direction, all of a node's NICs together), for the "
         f"step-time prediction. Unset: {DEFAULT_INTERNODE_GBS:g} GB/s (one 200 Gb/s port); 8 × 400 Gb/s InfiniBand is "

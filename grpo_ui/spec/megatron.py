@@ -41,6 +41,57 @@ class RayPlacement:
         """GPUs the job needs: the shared set when colocated, both roles' otherwise."""
         return self.train_gpus if self.colocate else self.train_gpus + self.rollout_gpus
 
+    @property
+    def groups(self) -> list[PlacementGroup]:
+        """The placement groups ms-swift asks Ray for (pipeline.py _create_pools, resource_pool.py
+        ResourcePool.create): per role pool — one shared by both roles when colocated — one group per node of
+        gpus ÷ nnodes GPUs (RayConfig.gpus_as_process_on_nodes), each bundle {GPU: 1, CPU: the roles sharing it}; a
+        role whose GPUs do not divide by nnodes has none (ms-swift stops first: rule RAY-NNODES)."""
+        pools = [("train+rollout", self.train_gpus, 2)] if self.colocate else [
+            ("train", self.train_gpus, 1), ("rollout", self.rollout_gpus, 1)]
+        return [PlacementGroup(role, gpus // self.nnodes, cpus) for role, gpus, cpus in pools
+                if gpus and gpus % self.nnodes == 0 for _ in range(self.nnodes)]
+
+
+@dataclass(frozen=True)
+class PlacementGroup:
+    """One STRICT_PACK placement group of ms-swift's Ray mode: ``gpus`` bundles of {GPU: 1, CPU: cpus_per_gpu},
+    all on one node; its role pool's share of one node."""
+
+    role: str            # train, rollout, or train+rollout (the colocated pool)
+    gpus: int
+    cpus_per_gpu: int
+
+    @property
+    def cpus(self) -> int:
+        return self.gpus * self.cpus_per_gpu
+
+
+def groups_text(groups: list[PlacementGroup]) -> str:
+    """'2 × train (4 GPUs), 1 × rollout (8 GPUs)'"""
+    counts: dict[tuple[str, int], int] = {}
+    for g in groups:
+        counts[g.role, g.gpus] = counts.get((g.role, g.gpus), 0) + 1
+    return ", ".join(f"{k} × {role} ({gpus} GPU{'s' if gpus > 1 else ''})" for (role, gpus), k in counts.items())
+
+
+def unplaced(groups: list[PlacementGroup], nodes: list[tuple[float, float | None]]) -> list[PlacementGroup]:
+    """The groups that find no node once the others are placed: each needs one node with its GPUs (and CPUs, where
+    a node's are counted: None leaves them out) still free. Largest first, each on the node it leaves the fewest GPUs
+    on (best fit) — whether Ray can place them at all, not the order Ray's scheduler will pick."""
+    free = [[gpus, cpus] for gpus, cpus in nodes]
+    left = []
+    for group in sorted(groups, key=lambda g: (g.gpus, g.cpus), reverse=True):
+        fits = [f for f in free if f[0] >= group.gpus and (f[1] is None or f[1] >= group.cpus)]
+        if not fits:
+            left.append(group)
+            continue
+        best = min(fits, key=lambda f: f[0] - group.gpus)
+        best[0] -= group.gpus
+        if best[1] is not None:
+            best[1] -= group.cpus
+    return left
+
 
 @dataclass(frozen=True)
 class MegatronValues:

@@ -144,9 +144,20 @@ class Resolved:
         return self.world_size - 1 if self.megatron else 0
 
     @property
+    def node_order(self) -> list[int]:
+        """The trainer nodes' NODE_RANKs in the order their GPUs take the global ranks: as listed (torchrun); in Ray
+        mode by address as a string, ms-swift's order of the train placement groups, one per trainer node
+        (swift/ray/megatron/resource_pool.py sort_pgs_by_node_ip, then worker_group.py from_pool)."""
+        trainers = self.spec.trainer_nodes()
+        listed = list(range(len(trainers)))
+        return sorted(listed, key=lambda rank: trainers[rank].routable) if self.ray else listed
+
+    @property
     def logging_node(self) -> int:
         """The node rank of the trainer node running logging_rank (megatron rlhf: the last node, ms-swift's Megatron
-        quick start: 'logs are printed on the last rank')."""
+        quick start: 'logs are printed on the last rank'; in Ray mode the last of node_order)."""
+        if self.ray:
+            return self.node_order[-1] if self.node_order else 0
         return self.logging_rank // max(self.nproc_per_node, 1) if self.nproc_per_node else 0
 
     @property
