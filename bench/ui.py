@@ -35,9 +35,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).parent.parent
 sys.path.insert(0, str(ROOT))
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--disable-quic"]
+from tests.browser import ARGS, CHROMIUM, free_port  # noqa: E402  (the browser tests' Chromium, as they launch it)
+
 ONE_INPUT = "import streamlit as st\nx = st.text_input('x')\nst.write(f'value: {x}')\n"
 EMPTY_PAGE = "import streamlit as st\nst.write('x')\n"
 
@@ -62,12 +61,6 @@ IDLE = "() => document.querySelector('[data-testid=stApp]')?.dataset.testScriptS
 
 def load_average() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def serve(script: Path, home: Path) -> tuple[subprocess.Popen, str]:
