@@ -161,9 +161,9 @@ def fill(page: Page, box: Locator, value: str, send: str = "Enter") -> None:
 
 
 def choose(page: Page, label: str, option: str) -> None:
-    """Pick ``option`` in the select box ``label``, typed to find it in a long list (choosing the option already
+    """Pick ``option`` in the select box labelled exactly ``label``, typed to find it in a long list (choosing the option already
     shown runs nothing, so then there is nothing to do)."""
-    box = page.get_by_role("combobox", name=label)
+    box = page.get_by_role("combobox", name=label, exact=True)
     if box.input_value() == option:
         return
     box.click()

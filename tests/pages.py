@@ -1,8 +1,10 @@
 """Helpers of the page tests (Streamlit's AppTest): the app opened (optionally at a draft's address), the draft a
-tab edits, a form field in its section, the downloads' state and what a page says in words."""
+tab edits, a form field in its section, the downloads' state, what a page says in words and the cards' changes."""
 
 from __future__ import annotations
 
+import html
+import re
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
@@ -38,3 +40,9 @@ def texts(at) -> str:
     """Everything the page says in words (markdown, captions and the boxes), one element per line."""
     return "\n".join(e.value for kind in ("markdown", "caption", "info", "warning", "error", "success")
                      for e in at.get(kind) if isinstance(e.value, str))
+
+
+def card_changes(at) -> list[str]:
+    """The changes of each make-it-fit and make-it-faster card, as the reader sees them ("- path → value" lines)."""
+    return [html.unescape(re.sub(r"<[^>]+>", "", m.value)) for m in at.markdown
+            if m.value.startswith("- <code") and " → " in m.value]

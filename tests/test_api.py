@@ -225,3 +225,21 @@ def test_a_ray_jobs_logs_and_dashboard_link(tmp_path):
         "driver · the Ray job", "node 0 · gpu-a · trainer rank 0", "node 1 · gpu-b · rollout"]
     assert (view("mode").step_word, view("scripts").step_word) == ("Iteration", "Step")
     assert [s.stream for s in stored_job((tmp_path / "ssh").mkdir() or tmp_path / "ssh").view("j").log_streams()] == [0]  # SSH: no driver
+def test_an_import_outcome_is_the_draft_with_its_notes_or_why_there_is_none():
+    """import_files: one outcome per import, exactly one of a spec, a refusal or an error (the page keeps only the
+    latest, so an earlier import's words never stand beside a later one's)."""
+    from grpo_ui.api.specs import PASTED, import_files
+    from tests.test_example_findings import EXAMPLES
+    from tests.test_import_scripts import UNCLOSED
+
+    made = import_files({"grpo_7b.sh": (EXAMPLES / "external_server_7b.sh").read_bytes()}, "4.6")
+    assert made.spec is not None and not made.refused and made.error is None
+    assert any("--tuner_type" in n.message for n in made.notes)
+    refused = import_files({PASTED: UNCLOSED.encode()}, "4.6")
+    assert refused.spec is None and refused.refused and not refused.notes and refused.error is None
+    kept = import_files({PASTED: UNCLOSED.encode()}, "4.6", keep_partial=True)
+    assert kept.spec is not None and "train.system" in kept.spec.import_errors
+    broken = import_files({"job.yaml": b"name: x\ntrain:\n  num_generations: banana\n"}, "4.6")
+    assert broken.spec is None and not broken.refused and "num_generations" in broken.error
+    moved = import_files({"job.yaml": b"name: x\nenv: {HF_TOKEN: hf_x}\n"}, "4.6")  # a job YAML with its token
+    assert moved.spec.secret_env == ["HF_TOKEN"] and "ENV-SECRET-MOVED" in {n.id for n in moved.notes}

@@ -106,3 +106,17 @@ def test_validate_for_a_version_that_is_not_one_says_so(tmp_path, version, why):
                           capture_output=True, text=True, cwd=Path(APP).parent, timeout=120)
     said = done.stdout + done.stderr
     assert done.returncode == 2 and "swift_version" in said and why in said and "error id" not in said, said
+
+
+def test_the_oom_fix_says_the_verdict_its_change_leads_to():
+    """The 24 GB preset with LoRA rank 256 and vLLM at 0.9 is out of memory; its cheapest change (vLLM at 0.7) leads to
+    TIGHT, which the fix said was 'the cheapest change that fits' (issue 32, first-hour defect 7). Now the words say
+    TIGHT, name the cheapest change that does fit, and the one-click change leads where the words say."""
+    oom = with_changes(FITS, {"train.lora_rank": 256, "rollout.vllm_gpu_memory_utilization": 0.9})
+    (f,) = [f for f in assess(oom).findings if f.id == "MEMORY-OOM"]
+    after = assess(with_changes(oom, f.apply)).verdict
+    assert after == "tight" and "that fits: vLLM reserves 70%" not in f.fix
+    assert f.fix.startswith("Cheapest change out of OOM: vLLM reserves 70% of the GPU (it leads to TIGHT")
+    assert "the cheapest that fits: vLLM reserves 60% of the GPU" in f.fix
+    fitting = next(s for s in assess(oom).suggestions if s.verdict == "fits")
+    assert assess(with_changes(oom, fitting.changes)).verdict == "fits"

@@ -57,7 +57,7 @@ def test_the_time_panel_in_the_browser(time_app, page):
     expect(metrics.filter(has_text="Run")).to_contain_text(duration(report.total_h * 3600))
     expect(metrics.filter(has_text="GPU-hours")).to_contain_text(f"{report.gpu_hours:,.0f}")
     expect(metrics.filter(has_text="Cost")).to_contain_text(f"{report.cost:,.0f}")
-    chart = page.locator(".js-plotly-plot").filter(has_text="per optimizer step")
+    chart = page.locator("svg.time-chart").filter(has_text="per optimizer step")
     expect(chart).to_contain_text("rollout")
     expect(chart).to_contain_text("weight sync")
     expect(page.get_by_text(re.compile(r"^Assumes prompts of 256 tokens"))).to_be_visible()
@@ -74,3 +74,11 @@ def test_the_time_panel_in_the_browser(time_app, page):
     promised = first_card.inner_text().split(" per step")[0]
     click(page, apply)
     expect(per_step).to_contain_text(promised)
+
+
+def test_node_0s_script_is_drawn_when_its_expander_is_opened(time_app, page):
+    """The preview is a lazy expander (sent only while open, bench/ui.py's first load): opened, it shows the script."""
+    open_page(page, time_app)
+    expect(page.get_by_test_id("stCode")).to_have_count(0)
+    click(page, page.get_by_text("node_0.sh (the Launch page shows every file)"))
+    expect(page.get_by_test_id("stCode")).to_contain_text("swift rlhf")

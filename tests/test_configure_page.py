@@ -4,6 +4,7 @@ indicator, the model picker and config.json, make-it-fit cards and the memory ch
 user met fixed (issue 18, and the review findings after it)."""
 
 import json
+from xml.etree import ElementTree
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -21,8 +22,9 @@ from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.presets import presets
 from grpo_ui.spec.resolve import resolve
 from grpo_ui.spec.yaml_io import spec_to_yaml
-from tests.pages import ROOT, downloads_disabled, draft_of, field, open_app, texts
-from views.memory_chart import memory_chart
+from tests.pages import ROOT, card_changes, downloads_disabled, draft_of, field, open_app, texts
+from tests.test_example_findings import EXAMPLES
+from views.memory_chart import memory_chart, series
 
 FIRST, FULL, ROLLOUT = presets().values()
 
@@ -78,16 +80,27 @@ def test_make_it_fit_cards_show_the_change_and_the_resulting_peak(home):
     field(at, "train.lora_rank").set_value("256").run()
     field(at, "rollout.vllm_gpu_memory_utilization").set_value("0.9").run()
     cards = [m.value for m in at.markdown if m.value.startswith("**") and " GiB** · " in m.value]
-    changes = [m.value for m in at.markdown if m.value.startswith("- `") and "` → `" in m.value]
-    assert cards and len(changes) == len(cards)
+    changes = card_changes(at)
+    assert cards and len(changes) == len(cards) and changes[0] == "- rollout.vllm_gpu_memory_utilization → 0.7"
+
+
+def drawn(svg_text: str) -> ElementTree.Element:
+    """A chart as the browser gets it (SVG), parsed."""
+    return ElementTree.fromstring(svg_text)
 
 
 def test_the_memory_chart_has_one_colour_per_term_and_its_legend_and_capacity_clear_of_the_bars():
-    fig = memory_chart(estimate_spec(ROLLOUT)).to_plotly_json()
-    colours = [bar["marker"]["color"] for bar in fig["data"]]
-    layout = fig["layout"]
-    assert len(set(colours)) == len(colours) > 8 and layout["legend"]["orientation"] == "h" and \
-        layout["legend"]["y"] < 0 and not layout.get("annotations") and "GiB" in layout["title"]["text"]
+    report = estimate_spec(ROLLOUT)
+    chart = drawn(memory_chart(report))
+    colours = [s.colour for s in series(report)]
+    assert len(set(colours)) == len(colours) > 8
+    bars = [r for r in chart.iter("rect") if r.find("title") is not None and r.find("title").text.endswith(" GiB")]
+    bottom = max(float(r.get("y")) + float(r.get("height")) for r in bars)
+    legend = chart.find("g")  # below the bars, naming every term
+    assert float(legend.get("transform").split()[1].rstrip(")")) > bottom
+    assert {s.name for s in series(report)} <= {t.text for t in legend.iter("text")}
+    (cap,) = [line for line in chart.iter("line") if line.get("stroke") == "red"]  # the capacity: a line, not a bar
+    assert cap.get("stroke-dasharray") and "dashed red line" in chart.find("text").text
 
 
 def test_an_unknown_model_points_to_a_config_json_that_can_be_uploaded(home):
@@ -221,10 +234,15 @@ def test_a_catalogue_model_asks_for_no_config_json_when_a_field_does_not_parse(h
 def test_the_chart_marks_torchs_cache_reclaimable_and_the_page_names_the_nvidia_smi_figure(home):
     report = estimate_spec(FULL)
     (home / "draft.yaml").write_text(spec_to_yaml(FULL))
-    bars = memory_chart(report).to_plotly_json()["data"]
-    cache = [b for b in bars if b["name"].endswith(" (reclaimable)")]
-    assert cache and all(b["marker"]["pattern"]["shape"] == "/" for b in cache)
-    assert all(not b["marker"].get("pattern", {}).get("shape") for b in bars if b not in cache)
+    chart = drawn(memory_chart(report))
+    patterns = {p.get("id") for p in chart.iter("pattern")}
+    for s in series(report):  # a reclaimable term hatched and lighter, every other one plain
+        fills = {(r.get("fill"), r.get("opacity")) for r in chart.iter("rect")
+                 if r.find("title") is not None and f": {s.name} " in r.find("title").text}
+        assert fills and s.hatched == s.name.endswith(" (reclaimable)")
+        assert fills == ({(f"url(#{s.pattern_id})", "0.5")} if s.hatched else {(s.colour, None)})
+        assert s.pattern_id in patterns or not s.hatched
+    assert any(s.hatched for s in series(report))
     trainer = report.trainer
     assert f"nvidia-smi will show about {trainer.expected_gib:.1f} GiB" in texts(open_app())
 
@@ -262,8 +280,7 @@ def test_an_imported_tokenizers_setting_stays_a_setting_and_the_launch_asks_only
 
 def cards_on_page() -> list[str]:
     """The changes of each make-it-fit card Configure shows for the draft."""
-    at = open_app()
-    return [m.value for m in at.markdown if m.value.startswith("- `") and "` → `" in m.value]
+    return card_changes(open_app())
 
 
 def new_errors(spec, changes) -> set[str]:
@@ -302,3 +319,79 @@ def test_a_same_batch_card_keeps_the_batch_and_brings_back_no_error(home):
         assert after.generation_batch == before.generation_batch
         assert (t1.per_device_train_batch_size * after.grad_accum == t0.per_device_train_batch_size * before.grad_accum)
         assert new_errors(job, s.changes) == set()
+
+
+# Issue 32: the first hour, tried as a new user would (ms-swift's example scripts as shipped; test_walkthrough and
+# test_browser_firsthour for what is seen in the browser).
+
+def imported(name: str, **changes):
+    spec = import_scripts([(name, (EXAMPLES / name).read_bytes())])[0]
+    return with_changes(spec, changes)
+
+
+def test_make_it_faster_says_what_its_cards_lead_to(home):
+    """The first preset fits; one of its faster cards leads to TIGHT, under a heading that said each option 'still
+    fits' (defect 7). The heading now says each stays within the card and what TIGHT means."""
+    a = assess(FIRST)
+    assert a.verdict == "fits" and "tight" in {f.verdict for f in a.faster}
+    heading = next(m.value for m in open_app().markdown if m.value.startswith("**Make it faster**"))
+    assert "still fits" not in heading
+    assert "stays within the card (TIGHT: not with the estimate's error margin)" in heading
+
+
+def test_no_make_it_faster_cards_say_why(home):
+    """grpo_7b.sh imported as shipped has an error open (its rollout server outside the job): no faster cards, and
+    nothing said why (defect 8). Now the page says the search waits for the job to pass; once it passes, the cards."""
+    spec = imported("external_server_7b.sh", **{"cluster.nodes[0].gpu_model": "NVIDIA H100 80GB HBM3"})
+    (home / "draft.yaml").write_text(spec_to_yaml(spec))
+    at = open_app()
+    assert assess(spec).time is not None and not card_changes(at)
+    assert any(c.value.startswith("Make it faster is searched once the job passes") and "ROLLOUT-SERVER-OUTSIDE"
+               in c.value for c in at.caption)
+    passing = with_changes(spec, {"cluster.external_rollout": True, "secret_env": ["WANDB_API_KEY"]})
+    assert not assess(passing).errors and assess(passing).faster
+
+
+def test_no_nvidia_smi_figure_without_a_gpu_model(home):
+    """qlora.sh imported as shipped names no GPU: the page said nvidia-smi would show twice the peak (torch's cache
+    bounded by no card; 138.9 GiB for a larger job, more than any card has: defect 9). Without a card the cache is
+    not estimated and nothing is said of nvidia-smi; with one, the figure is within the card."""
+    spec = import_scripts([("qlora.sh", (ROOT / "tests/import_corpus/v4-30-qlora.sh").read_bytes())])[0]
+    (home / "draft.yaml").write_text(spec_to_yaml(spec))
+    report = estimate_spec(spec)
+    assert report.trainer.capacity_gib is None and report.trainer.expected_gib == report.trainer.peak_gib
+    assert not [s for s in series(report) if s.hatched] and not list(drawn(memory_chart(report)).iter("pattern"))
+    shown = texts(open_app())
+    assert "nvidia-smi will show" not in shown and "is bounded by the card" in shown
+    on_a10 = estimate_spec(with_changes(spec, {"cluster.nodes[0].gpu_model": "NVIDIA A10"})).trainer
+    assert on_a10.peak_gib < on_a10.expected_gib <= on_a10.capacity_gib
+
+
+def test_the_form_draws_only_the_arguments_its_ms_swift_version_takes(home):
+    """num_infer_workers (ms-swift 3.2–3.4) was on the 4.6 form (defect 11). A 3.4 draft draws it; switched to 4.6 in
+    the form, it is gone; a 4.6 draft that sets it draws it, so it can be cleared (VERSION-FLAG-UNSUPPORTED says
+    why)."""
+    def rollout_fields(at) -> set[str]:
+        at.button_group(key="section").set_value("rollout").run()
+        return {t.key for t in at.text_input} | {s.key for s in at.selectbox}
+    (home / "draft.yaml").write_text(spec_to_yaml(with_changes(FIRST, {"swift_version": "3.4"})))
+    at = open_app()
+    assert "f:rollout.num_infer_workers" in rollout_fields(at)
+    at.selectbox(key="f:swift_version").set_value("4.6").run()
+    assert "f:rollout.num_infer_workers" not in rollout_fields(at)
+    set_anyway = with_changes(FIRST, {"rollout.num_infer_workers": 2})
+    assert form.on_form(form.FIELDS_BY_PATH["rollout.num_infer_workers"], set_anyway, "4.6", "swift")
+    assert not form.on_form(form.FIELDS_BY_PATH["rollout.num_infer_workers"], FIRST, "4.6", "swift")
+
+
+def test_beta_0_is_offered_in_one_click_only_while_memory_may_be_short():
+    """grpo_7b.sh on H100s fits with 26 GiB to spare on the trainer GPU, yet SEED-REF-MODEL offered beta 0 — dropping
+    the KL term — as a one-click fix (defect 11). It now says the room and applies nothing; on A100-40GB, out of
+    memory, the change is offered."""
+    roomy = imported("external_server_7b.sh", **{"cluster.nodes[0].gpu_model": "NVIDIA H100 80GB HBM3"})
+    (f,) = [f for f in assess(roomy).findings if f.id == "SEED-REF-MODEL"]
+    assert f.apply == {} and "26 GiB to spare" in f.message and f.fix.startswith("Nothing to change while it fits")
+    short = with_changes(roomy, {"cluster.nodes[0].gpu_model": "NVIDIA A100-SXM4-40GB"})
+    assert assess(short).verdict in ("tight", "oom")
+    (f,) = [f for f in assess(short).findings if f.id == "SEED-REF-MODEL"]
+    assert f.apply == {"train.beta": 0.0}

@@ -47,6 +47,29 @@ def test_a_rollout_server_the_script_starts_by_hand_is_a_finding_until_the_user_
     assert "ROLLOUT-SERVER-OUTSIDE" not in {x.id for x in check(served)}  # or it becomes a node of the job
 
 
+def test_a_placeholder_master_address_is_a_finding_on_its_fields_at_import():
+    """The two-node colocate pair as shipped: node 1's MASTER_ADDR=xxx.xxx.xxx.xxx (the example's stand-in for node
+    0's IP) becomes node 0's host and the master; the import's checks say so on those fields, not an SSH test later
+    (issue 32, first-hour defect 4). Real addresses, host names and aliases are not stand-ins."""
+    pair = sorted((EXAMPLES / "two_node_colocate").iterdir())
+    spec, _ = import_scripts([(p.name, p.read_bytes()) for p in pair])
+    assert spec.cluster.nodes[0].host == spec.cluster.master_addr == "xxx.xxx.xxx.xxx"
+    (f,) = [f for f in check(spec) if f.id == "ADDRESS-PLACEHOLDER"]
+    assert f.severity == "error" and set(f.fields) == {"cluster.nodes[0].host", "cluster.master_addr"}
+    assert "cluster.nodes[0].host is xxx.xxx.xxx.xxx" in f.message and "clear cluster.master_addr" in f.fix
+    nodes = [{**n.model_dump(exclude_unset=True), "host": h} for n, h in zip(spec.cluster.nodes, ("gpu-a", "gpu-b"),
+                                                                            strict=True)]
+    fixed = with_changes(spec, {"cluster.nodes": nodes, "cluster.master_addr": None})
+    assert "ADDRESS-PLACEHOLDER" not in {x.id for x in check(fixed)}
+    only_master = with_changes(fixed, {"cluster.master_addr": "10.0.x.x"})
+    (f,) = [f for f in check(only_master) if f.id == "ADDRESS-PLACEHOLDER"]
+    assert f.fields == ("cluster.master_addr",) and f.apply == {"cluster.master_addr": None}
+    for real in ("10.0.0.11", "gpu-a", "node1", "xeon-box", "2001:db8::1"):
+        assert "ADDRESS-PLACEHOLDER" not in {x.id for x in check(with_changes(fixed, {"cluster.master_addr": real}))}
+    for stand_in in ("XXX.XXX.XXX.XXX", "your-master-ip"):
+        assert "ADDRESS-PLACEHOLDER" in {x.id for x in check(with_changes(fixed, {"cluster.master_addr": stand_in}))}
+
+
 def test_relative_files_of_an_example_need_the_directory_it_was_run_from():
     spec = example("plugin_reward.sh")
     (f,) = [f for f in check(spec) if f.id == "PATH-RELATIVE-NO-WORKDIR"]

@@ -22,6 +22,7 @@ from grpo_ui.spec.yaml_io import spec_from_yaml as load_spec_text
 from grpo_ui.spec.yaml_io import spec_to_yaml
 from tests.pages import APP
 from tests.swift_oracle import CORPUS, make_stubs, probe, run_script
+from tests.test_example_findings import EXAMPLES
 
 UNCLOSED = """CUDA_VISIBLE_DEVICES=0 \\
 swift rlhf \\
@@ -195,6 +196,33 @@ def test_a_refused_paste_makes_no_draft_and_says_why_beside_the_paste_box_and_on
     assert not [b for b in at.button if b.label == "Apply fix" and b.key in ("fix:REWARD-MISSING",
                                                                           "fix:SPEC-DATASET-MISSING")]
     assert next(d for d in at.download_button).proto.disabled  # held until every field is filled in
+
+
+def test_each_import_replaces_what_the_last_one_said(tmp_path, monkeypatch):
+    """A refused paste after a good import left that import's notes beside the refusal; a good one after a YAML
+    that does not validate left the YAML's error (issue 32, first-hour defect 1). Each import's outcome now
+    replaces the last one's, under the paste box and at the top of the page."""
+    at = configure(tmp_path, monkeypatch)
+    example = (EXAMPLES / "external_server_7b.sh").read_text()
+
+    def sidebar(at) -> str:
+        return "\n".join([e.value for e in at.sidebar.error] + [c.value for c in at.sidebar.caption])
+
+    paste(at, example)
+    assert "--train_type is called --tuner_type" in sidebar(at)
+    paste(at, UNCLOSED)
+    assert "line 5, --system" in sidebar(at) and "--tuner_type" not in sidebar(at)
+    paste(at, "name: x\ntrain:\n  num_generations: banana\n")
+    assert "num_generations: Input should be a valid int" in sidebar(at) and "line 5, --system" not in sidebar(at)
+    assert not [e for e in at.main.error if "Import refused" in e.value]
+    paste(at, UNCLOSED)
+    assert [e for e in at.main.error if "Import refused" in e.value] and "banana" not in sidebar(at)
+    next(b for b in at.button if b.label == "Dismiss").click().run()
+    assert not [e for e in at.main.error if "Import refused" in e.value] and "line 5" not in sidebar(at)
+    paste(at, UNCLOSED)
+    paste(at, example)
+    assert "--train_type is called --tuner_type" in sidebar(at) and "line 5" not in sidebar(at)
+    assert not [e for e in at.main.error if "Import refused" in e.value]
 
 
 # --- 2. Text fields keep what they hold: edit → YAML → render → ms-swift's parser --------------------------------

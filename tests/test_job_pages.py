@@ -14,7 +14,7 @@ from grpo_ui.jobs.store import Store
 from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.presets import presets
 from grpo_ui.spec.yaml_io import spec_to_yaml
-from tests.pages import APP, ROOT, texts
+from tests.pages import APP, ROOT, open_app, texts
 from tests.test_example_findings import example
 
 FIRST = next(iter(presets().values()))
@@ -90,8 +90,8 @@ def test_preflight_says_a_host_it_could_not_reach_was_not_reached(home):
     from grpo_ui.backends.preflight import HostFacts
     from grpo_ui.backends.preflight.status import PreflightRun
     at = AppTest.from_file(str(ROOT / "views/cluster.py"), default_timeout=60)
-    at.session_state["preflight_run"] = PreflightRun.of(FIRST, [HostFacts("gpu-x", error="cannot connect to gpu-x:22")],
-                                                        [])
+    at.session_state["preflight_runs"] = {1: PreflightRun.of(
+        FIRST, [HostFacts("gpu-x", error="cannot connect to gpu-x:22")], [])}
     row = next(d for d in at.run().dataframe if "GPUs" in d.value.columns).value.to_dict("records")[0]
     assert row["GPUs"] == "not reached" and row["python"] == row["disk free GiB"] == "—"
 
@@ -126,6 +126,29 @@ def test_a_preflight_from_before_the_hosts_changed_is_marked_stale_on_the_cluste
     draft_from(tmp_path, monkeypatch, spec)
     at = AppTest.from_file(str(Path(APP).parent / "views" / "cluster.py"), default_timeout=60)
     earlier = with_changes(spec, {"cluster.nodes[0].host": "gpu-old"})
-    at.session_state["preflight_run"] = PreflightRun.of(earlier, [HostFacts("gpu-old", reachable=True)], [])
+    at.session_state["preflight_runs"] = {1: PreflightRun.of(earlier, [HostFacts("gpu-old", reachable=True)], [])}
     at.run()
     assert any(w.value.startswith("**Stale:** the hosts changed since this preflight") for w in at.warning)
+
+
+def test_a_preflight_belongs_to_the_draft_it_checked(home):
+    """Preflight on one draft (the first preset, on localhost), then a second draft with another cluster (the 8-GPU
+    preset on gpu-a): the second's Cluster page showed the first's results as stale, and its step indicator said
+    "checked before the cluster changed" for hosts never checked (issue 32, first-hour defect 2). Each draft now
+    has its own: none for the second, the first's still there when the tab goes back to it."""
+    at = open_app()
+    at.switch_page("views/cluster.py").run()
+    next(b for b in at.button if b.label == "Run preflight on every host").click().run()
+    assert any(d for d in at.dataframe if "GPUs" in d.value.columns)  # the first draft's facts
+    at.switch_page("views/configure.py").run()
+    at.selectbox(key="preset_choice").set_value("2-7b-full-8x80gb").run()
+    next(b for b in at.button if b.label == "Start from this preset").click().run()
+    cluster = next(m.value for m in at.markdown if m.value.startswith(":material/") and "[2. Cluster]" in m.value)
+    assert "hosts not checked yet" in cluster and "changed" not in cluster
+    at.switch_page("views/cluster.py").run()
+    assert not [d for d in at.dataframe if "GPUs" in d.value.columns] and not at.warning
+    assert [d.value["host"].tolist() for d in at.dataframe] == [["gpu-a"]]  # the second draft's own cluster
+    at.switch_page("views/configure.py").run()
+    at.selectbox(key="draft_pick").set_value(1).run()
+    at.switch_page("views/cluster.py").run()
+    assert any(d for d in at.dataframe if "GPUs" in d.value.columns)

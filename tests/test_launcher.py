@@ -75,7 +75,7 @@ def workload_spec(hosts, env_dir, tmp_path, seconds=1.0, exit_code=0, **extra):
         "name": "workload", "train": {"model": "Qwen/Qwen2.5-0.5B", "dataset": ["/data/d.jsonl"], "reward_funcs": ["format"],
                                       "num_generations": 2, "per_device_train_batch_size": 2},
         "rollout": {"use_vllm": False, "vllm_mode": None},
-        "env": {"WORK_SECONDS": str(seconds), "WORK_EXIT": str(exit_code)},
+        "env": {"WORK_SECONDS": str(seconds), "WORK_EXIT": str(exit_code), "ACCELERATE_USE_CPU": "true"},  # no GPU here
         "cluster": {"nodes": nodes, "run_root": str(tmp_path / "runs")}, **extra})
 
 

@@ -117,7 +117,7 @@ def cluster_page(home, spec, run: PreflightRun | None = None) -> AppTest:
     streamlit.cache_resource.clear()
     at = AppTest.from_file(str(ROOT / "views/cluster.py"), default_timeout=60)
     if run:
-        at.session_state["preflight_run"] = run
+        at.session_state["preflight_runs"] = {1: run}  # the draft made from draft.yaml, the only one
     return at.run()
 
 

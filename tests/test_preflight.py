@@ -312,3 +312,19 @@ def test_a_tracker_key_neither_declared_nor_logged_in_on_the_node_is_an_error(ss
     declared = validate_spec({**data, "secret_env": ["WANDB_API_KEY"]})
     (home / ".netrc").unlink()
     assert "PREFLIGHT-CREDENTIAL-MISSING" not in ids(preflight(declared, Pool())[1])
+
+
+def test_no_gpu_is_an_error_for_a_node_that_asks_for_gpus_and_a_warning_on_a_cpu_run(ssh_env, tmp_path):
+    """A host without nvidia-smi (the ms-swift venv as it is here) for a node asking for six H100s: the job would fail
+    there, so preflight says so as an error naming the host and what was asked (issue 32, first-hour defect 5); the
+    same host for a CPU run (ACCELERATE_USE_CPU=true, as the tiny test job runs) is only a warning."""
+    (h,) = ssh_env.add(1)
+    spec = spec_for([h], [SWIFT_VENV], tmp_path)
+    six = validate_spec({**spec.model_dump(), "cluster": {**spec.cluster.model_dump(), "nodes": [
+        {**spec.cluster.nodes[0].model_dump(), "gpus": list(range(6)), "gpu_model": "NVIDIA H100 80GB HBM3"}]}})
+    _, findings = preflight(six, Pool())
+    (f,) = [f for f in findings if f.id == "PREFLIGHT-NO-GPU"]
+    assert f.severity == "error" and f.fields == ("cluster.nodes[0].gpus",)
+    assert h.name in f.message and "6 GPU(s) (NVIDIA H100 80GB HBM3)" in f.message
+    _, findings = preflight(validate_spec({**six.model_dump(), "env": {"ACCELERATE_USE_CPU": "true"}}), Pool())
+    assert [f.severity for f in findings if f.id == "PREFLIGHT-NO-GPU"] == ["warning"]

@@ -103,6 +103,8 @@ CASES = {
                              "rollout.vllm_mode": "server"}),
     "MASTER-LOOPBACK": ({"cluster.nodes": TWO_NODES, "cluster.master_addr": "127.0.0.1"},
                         {"cluster.nodes": TWO_NODES, "cluster.master_addr": "10.0.0.1"}),
+    "ADDRESS-PLACEHOLDER": ({"cluster.nodes": TWO_NODES, "cluster.master_addr": "xxx.xxx.xxx.xxx"},
+                            {"cluster.nodes": TWO_NODES, "cluster.master_addr": "10.0.0.1"}),
     "PORT-CLASH": ({**SERVER, "server.port": 29500}, {**SERVER, "server.port": 8000}),
     "SEED-ZERO3-KL0": ({"train.deepspeed": "zero3", "train.gradient_accumulation_steps": 8},
                        {"train.deepspeed": "zero2", "train.gradient_accumulation_steps": 8}),

@@ -13,9 +13,11 @@ from grpo_ui.backends.preflight.status import ConnectionTest, PreflightRun, clus
 from grpo_ui.checks.assess import assess
 from grpo_ui.checks.steps import job_steps, step_of, steps
 from grpo_ui.core.findings import finding
+from grpo_ui.importer import import_scripts
 from grpo_ui.spec.paths import with_changes
 from grpo_ui.spec.presets import presets
 from tests.pages import open_app
+from tests.test_example_findings import EXAMPLES
 
 FIRST = next(iter(presets().values()))
 NO_GPU = with_changes(FIRST, {"cluster.nodes[0].gpu_model": None})
@@ -23,6 +25,7 @@ NO_MODEL = with_changes(FIRST, {"train.model": None})
 BATCH = finding("GRPO-BATCH-DIV", "error", "train.num_generations", "m", "f", {"train.num_generations": 4})
 NODES = finding("TRAINER-GPU-COUNT", "error", "cluster.nodes", "m", "f")
 OOM = finding("MEMORY-OOM", "error", ("train.per_device_train_batch_size",), "m", "f")
+OWN = finding("VERSION-FLAG-UNSUPPORTED", "error", "swift_version", "m", "f")  # a sidebar field: shown in the checks
 UNKNOWN = finding("MEMORY-UNKNOWN-MODEL", "info", "train.model", "m", "f")
 PASSED = {"localhost": "passed"}
 
@@ -49,7 +52,8 @@ STATES = [
     ("checks hidden by a sidebar field", {"parse": {"env": "x"}, "held": True}, 4, "todo", "env (sidebar)"),
     ("checks hidden by a training field", {"parse": {"train.beta": "x"}, "held": True}, 4, "todo", "hidden"),
     ("OOM", {"findings": [OOM], "verdict": "oom", "held": True}, 4, "todo", "OOM"),
-    ("errors", {"findings": [BATCH, NODES], "held": True}, 4, "todo", "2 error(s)"),
+    ("errors", {"findings": [BATCH, NODES], "held": True}, 4, "todo", "after the error(s) in step 2 and 3"),
+    ("an error of the checks' own", {"findings": [OWN], "held": True}, 4, "todo", "1 error(s)"),
     ("no verdict", {"spec": NO_GPU, "verdict": None}, 4, "todo", "no memory verdict yet: no GPU model chosen"),
     ("verdict unknown", {"spec": NO_GPU, "verdict": "unknown"}, 4, "todo", "no memory verdict yet"),
     ("overridden", {"findings": [BATCH], "overridden": True}, 4, "done", "1 error(s) overridden"),
@@ -109,6 +113,22 @@ def test_the_steps_of_an_assessed_job_follow_its_findings_and_verdict():
     assert shown[4] == ("todo", "the estimate says OOM") and shown[5][0] == shown[6][0] == "blocked"
     no_gpu = {s.number: s.state for s in job_steps(NO_GPU, assess(NO_GPU), {}, False, False, PASSED)}
     assert assess(NO_GPU).verdict == "unknown" and no_gpu[4] == no_gpu[5] == "todo"  # never "ready" beside it
+
+
+def test_one_error_is_counted_under_one_step():
+    """ms-swift's grpo_7b.sh imported as shipped: its one error (ROLLOUT-SERVER-OUTSIDE, on rollout.vllm_server_host
+    and cluster.external_rollout) was "1 error(s)" under Cluster, Training settings and Checks (issue 32, first-hour
+    defect 6). It counts under Cluster, where the form shows it in full; the checks wait for that step; an OOM counts
+    under the checks, where the estimate is drawn."""
+    spec = import_scripts([("grpo_7b.sh", (EXAMPLES / "external_server_7b.sh").read_bytes())])[0]
+    a = assess(spec)
+    assert [f.id for f in a.errors] == ["ROLLOUT-SERVER-OUTSIDE"]
+    shown = {s.number: s.why for s in job_steps(spec, a, {}, True, False, PASSED)}
+    assert [k for k, why in shown.items() if "error(s)" in why and "after" not in why] == [2]
+    assert shown[2] == "1 error(s)" and shown[4] == "after the error(s) in step 2"
+    oom = with_changes(FIRST, {"train.lora_rank": 256, "rollout.vllm_gpu_memory_utilization": 0.9})
+    shown = {s.number: s.why for s in job_steps(oom, assess(oom), {}, True, False, PASSED)}
+    assert shown[3] == "done" and shown[4] == "the estimate says OOM"
 
 
 def test_the_page_draws_exactly_the_states_the_library_returns(tmp_path, monkeypatch):

@@ -545,3 +545,19 @@ def test_generate_pays_per_kernel_and_for_dequantised_weights():
     nf4 = predict_spec(job(**off, train__tuner_type="lora", train__torch_dtype="float16", train__quant_bits=4,
                            cluster__nodes=t4))
     assert nf4.details["decode_step_ms"] > bf16.details["decode_step_ms"]  # 4.5 bytes moved per weight, not 2
+
+
+def test_servers_started_outside_the_job_count_their_data_parallel_gpus():
+    """grpo_7b.sh's layout with its rollout server started by hand (cluster.external_rollout): the server's
+    vllm_data_parallel_size 2 is two engines on two GPUs, so the run holds 8 GPUs and its GPU-hours are the run's
+    hours × 8 — the same GPUs the rollout time counts (issue 32: it said 7, and GPU-hours did not move)."""
+    outside = dict(rollout__vllm_mode="server", rollout__sleep_level=0, rollout__vllm_server_host=["10.0.0.9"],
+                   rollout__vllm_server_port=[8000], cluster__external_rollout=True, train__max_steps=100,
+                   cluster__nodes=[{"host": "t", "gpus": list(range(6)), "gpu_model": "H100"}])
+    for dp, tp in ((1, 1), (2, 1), (2, 2)):
+        r = predict_spec(job(**outside, server__vllm_data_parallel_size=dp, server__vllm_tensor_parallel_size=tp))
+        assert r.details["engines"] == dp and r.gpus == 6 + dp * tp
+        assert r.gpu_hours == pytest.approx(r.total_h * (6 + dp * tp))
+    two = predict_spec(job(**{**outside, "rollout__vllm_server_host": ["10.0.0.9", "10.0.0.10"],
+                              "rollout__vllm_server_port": [8000, 8000]}, server__vllm_data_parallel_size=2))
+    assert two.details["engines"] == 4 and two.gpus == 6 + 4

@@ -1,10 +1,12 @@
 """A new user's first hour, end to end in a real browser (Debian's Chromium at 1440 × 900) against two
 network-namespace sshd hosts and the tiny CPU ms-swift job: paste a script whose quote never closes (refused, no
-draft), import one of ms-swift's example scripts as shipped and act on every finding it leads to (a rollout server
-it starts by hand, a tracker's key), then import a launch script written like ms-swift's examples for the tiny
-model, pick a GPU model, add two hosts from ~/.ssh/config, fix the findings with the offered fixes, launch, watch
-metrics and logs arrive, stop, open History. Every step asserts on what the user sees. Screenshots go to
-build/screenshots/walkthrough-*.png (`make screenshots` copies them for the README)."""
+draft), then one of ms-swift's example scripts as shipped (a draft, nothing of the refusal left) and act on every
+finding it leads to (a rollout server it starts by hand, a tracker's key), then import a launch script written like
+ms-swift's examples for the tiny model, pick a GPU model, add two hosts from ~/.ssh/config, test them and run
+preflight, see the example's draft keep its own cluster (never checked, none of the other's results), fix the
+findings with the offered fixes, launch, watch metrics and logs arrive, stop, open History. Every step asserts on
+what the user sees. Screenshots go to build/screenshots/walkthrough-*.png (`make screenshots` copies them for the
+README)."""
 
 import re
 from pathlib import Path
@@ -70,16 +72,18 @@ def finding(page, finding_id: str):
 
 
 def refused_then_example(page) -> None:
-    """A script bash would refuse makes no draft; ms-swift's external-server example imported as shipped ends with
-    every finding acted on from the page."""
+    """A script bash would refuse makes no draft; ms-swift's external-server example pasted next, as shipped, makes
+    one, and nothing of the refusal is left beside its note; it ends with every finding acted on from the page."""
     paste_import(page, UNCLOSED)
     sidebar, main = page.get_by_test_id("stSidebarUserContent"), page.get_by_test_id("stMain")
-    expect(sidebar.get_by_text(re.compile("line 5, --system: the ' that opens its value never closes"))).to_be_visible()
+    refusal = sidebar.get_by_text(re.compile("line 5, --system: the ' that opens its value never closes"))
+    expect(refusal).to_be_visible()
     expect(main.get_by_text("Import refused: no draft was made.")).to_be_visible()
     shot(page, "walkthrough-1b-import-refused")
-    click(page, main.get_by_role("button", name="Dismiss"))
-    expect(main.get_by_text("Import refused: no draft was made.")).to_have_count(0)
     paste_import(page, EXAMPLE.read_text())
+    expect(sidebar.get_by_text("--train_type is called --tuner_type", exact=False)).to_be_visible()
+    expect(refusal).to_have_count(0)
+    expect(main.get_by_text("Import refused: no draft was made.")).to_have_count(0)
     for shown in ("ROLLOUT-SERVER-OUTSIDE", "CREDENTIAL-UNDECLARED"):
         expect(finding(page, shown)).to_be_visible()
     finding(page, "CREDENTIAL-UNDECLARED").locator("summary").click()  # open the warning to show its fix (no rerun)
@@ -97,6 +101,24 @@ def refused_then_example(page) -> None:
     expect(findings).not_to_have_count(0)  # SEED-REF-MODEL: the advice on the example's beta with full tuning
     for left in findings.all():  # and what is left can be acted on in one click
         expect(left.get_by_role("button", name="Apply fix", include_hidden=True)).not_to_have_count(0)
+
+
+def other_draft_has_its_own_cluster(page) -> None:
+    """The example's draft (its one local node, never checked) says so after the tiny job's two hosts were checked,
+    with nothing of their preflight on its Cluster page; back on the tiny job's draft, its preflight is still
+    there."""
+    nav(page, "Configure")
+    choose(page, "Draft", "Qwen2.5-7B-Instruct (#2)")
+    expect(page.get_by_text("hosts not checked yet (Cluster page)")).to_be_visible()
+    expect(page.get_by_text("checked before the cluster changed", exact=False)).to_have_count(0)
+    nav(page, "Cluster")
+    expect(page.get_by_text("localhost (trainer)")).to_be_visible()
+    expect(page.get_by_text("Stale:", exact=False)).to_have_count(0)
+    expect(page.locator("[role=gridcell]").filter(has_text="preflight")).to_have_count(0)
+    nav(page, "Configure")
+    choose(page, "Draft", "model (#3)")
+    nav(page, "Cluster")
+    expect(page.locator("[role=gridcell]").filter(has_text=re.compile("^(✓|⚠) preflight"))).to_have_count(2)
 
 
 def test_the_first_hour(app, hosts, page, tmp_path):
@@ -135,7 +157,10 @@ def test_the_first_hour(app, hosts, page, tmp_path):
     cells = page.locator("[role=gridcell]")  # the status column, one per host
     expect(cells.filter(has_text=re.compile("^✓ reached$"))).to_have_count(2)
     expect(cells.filter(has_text="✗")).to_have_count(0)
+    click(page, page.get_by_role("button", name="Run preflight on every host"))
+    expect(cells.filter(has_text=re.compile("^(✓|⚠) preflight"))).to_have_count(2)
     shot(page, "walkthrough-4-cluster")
+    other_draft_has_its_own_cluster(page)
     # launch: two trainer nodes, every flag on its own line
     nav(page, "Launch")
     launch = page.get_by_role("button", name="Launch", exact=True)

@@ -101,8 +101,8 @@ if st.button("Run preflight on every host", type="primary"):
             box.write(line)
         box.update(label="Preflight done", state="error" if any(f.severity == "error" for f in findings)
                    else "complete")
-    st.session_state["preflight_run"] = PreflightRun.of(spec, facts, findings)
-if (run := hosts.preflight_run()) is not None:
+    hosts.keep_preflight(draft.id, PreflightRun.of(spec, facts, findings))
+if (run := hosts.preflight_run(draft.id)) is not None:
     if stale := run.stale(spec):
         st.warning(f"**Stale:** {stale}; the results below are from then. Run preflight again.")
     if run.facts:
@@ -112,8 +112,10 @@ if (run := hosts.preflight_run()) is not None:
     if not run.findings:
         st.success("Every host passed preflight.")
 
-table.dataframe([{"#": row.pop(form.ROW), "status": hosts.status(spec, k).text, **row}
+others = form.node_columns(spec)[len(form.LEADING_COLUMNS):]  # what no node sets is left out
+table.dataframe([{"#": row.pop(form.ROW), "status": hosts.status(spec, draft.id, k).text, **row}
                  for k, row in enumerate(form.node_rows(spec))], hide_index=True, width="stretch",
+                column_order=["#", *form.LEADING_COLUMNS, "status", *others],
                 column_config={"status": st.column_config.TextColumn(
                     "status", width="large", help="The worst of this host's latest connection test and preflight; "
                     "'?' when they were made before the cluster or the draft changed")})

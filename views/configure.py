@@ -6,6 +6,9 @@ reason."""
 
 from __future__ import annotations
 
+import html
+import re
+
 import streamlit as st
 
 from grpo_ui.api.specs import (
@@ -20,10 +23,9 @@ from grpo_ui.api.specs import (
     Beside,
     Bundle,
     Decl,
-    ImportRefused,
+    ImportOutcome,
     JobSpec,
     ModelArch,
-    SpecError,
     Step,
     assess,
     beside_fields,
@@ -32,12 +34,11 @@ from grpo_ui.api.specs import (
     form,
     from_hf_config,
     hub_arch,
-    import_uploads,
+    import_files,
     job_steps,
     parallel_layout,
     parse_hf_config,
     render,
-    secrets_moved,
     spec_from_yaml,
     spec_to_yaml,
     with_changes,
@@ -122,14 +123,14 @@ def node_column(decl, base: JobSpec):
     return st.column_config.TextColumn(decl.name, help=help_, required=decl.required, default="")
 
 
-def show_beside(slot, beside: Beside) -> None:
-    """What goes beside a field (grpo_ui.api.specs.beside_fields): why it does not parse, then each finding in full
-    or as a pointer to Checks."""
+def show_beside(where, beside: Beside) -> None:
+    """What goes beside a field (grpo_ui.api.specs.beside_fields), in ``where``: why it does not parse, then each
+    finding in full or as a pointer to Checks."""
     lines = ([f"{SEVERITY_ICON['error']} {beside.parse_error}"] if beside.parse_error else []) + [
         f"{SEVERITY_ICON[f.severity]} **{f.id}**" + (f": {f.message} — *{f.fix}*" if full else " — see [4. Checks](#checks)")
         for f, full in beside.findings]
     if lines:
-        slot.markdown("\n\n".join(lines))
+        where.markdown("\n\n".join(lines))
 
 
 def config_json_import(spec: JobSpec) -> None:
@@ -168,46 +169,43 @@ def engine_picker(base: JobSpec, values: dict) -> str:
     return values["engine"]
 
 
-def layout_row(base: JobSpec, values: dict, slots: dict) -> dict:
-    """Megatron's parallel sizes beside the training GPUs: the GPUs and the data-parallel size they leave (slots filled
-    once the job is assessed), each size's widget, what must divide what and the findings on the sizes (slots)."""
+def layout_row(base: JobSpec, a: Assessment | None, beside: Beside) -> None:
+    """Megatron's parallel sizes beside the training GPUs: the GPUs and the data-parallel size they leave (from the
+    assessed job; a dash while the form does not parse), each size's widget, what must divide what and the findings
+    on the sizes."""
+    layout = parallel_layout(a.resolved) if a else None
     with st.container(border=True, key="megatron_layout"):
         st.markdown("**Megatron layout**", help="Each model replica spans TP·PP·CP GPUs; the training GPUs hold DP = "
                     "GPUs ÷ (TP·PP·CP) replicas. EP splits an MoE's experts, ETP each expert's matrices.")
         cols = st.columns([1.6, 1, 1, 1, 1, 1, 1.6])
-        shown = {"gpus": cols[0].empty(), "dp": cols[-1].empty()}
+        cols[0].metric("Training GPUs", layout.world if layout else "—", help=layout.gpus if layout else None)
         for col, (path, short) in zip(cols[1:-1], form.LAYOUT_FIELDS.items(), strict=True):
-            values[path] = field_widget(form.FIELDS_BY_PATH[path], base, col, label=short)
-        shown["relations"] = st.empty()
-        slots[LAYOUT] = st.empty()
-    return shown
+            field_widget(form.FIELDS_BY_PATH[path], base, col, label=short)
+        cols[-1].metric("Data parallel (DP)", layout.dp if layout else "—",
+                        help=f"{layout.dp_text} = {layout.dp}" if layout else None)
+        if layout:
+            st.caption(f"{layout.gpus} · DP = {layout.dp_text} = {layout.dp}  \n" + "  \n".join(
+                f"{':green[✓]' if r.holds else ':red[✗]'} {r.text}" for r in layout.relations))
+        show_beside(st, beside)
 
 
-def show_layout(shown: dict, a: Assessment | None) -> None:
-    """The layout's GPUs, DP and relations, from the assessed job (a dash while the form does not parse)."""
-    layout = parallel_layout(a.resolved) if a else None
-    shown["gpus"].metric("Training GPUs", layout.world if layout else "—", help=layout.gpus if layout else None)
-    shown["dp"].metric("Data parallel (DP)", layout.dp if layout else "—",
-                       help=f"{layout.dp_text} = {layout.dp}" if layout else None)
-    if layout:
-        shown["relations"].caption(f"{layout.gpus} · DP = {layout.dp_text} = {layout.dp}  \n" + "  \n".join(
-            f"{':green[✓]' if r.holds else ':red[✗]'} {r.text}" for r in layout.relations))
-
-
-def ray_cluster_picker(base: JobSpec, values: dict) -> list[str]:
-    """The Ray backend's way to a cluster: start one on the job's hosts, or a running one's Jobs API address; returns
-    the Ray settings that way uses (the address cleared when grpo-ui starts the cluster)."""
+def ray_cluster_way(base: JobSpec) -> str:
+    """The Ray backend's way to a cluster (a form.RAY_CLUSTERS key) as the session holds it: the draft's until the
+    user picks one (set before the radio is drawn, so the browser shows it too)."""
     if "f:ray_cluster" not in st.session_state:
         st.session_state["f:ray_cluster"] = form.ray_cluster(field_value(form.FIELDS_BY_PATH["cluster.ray_address"],
                                                                          base))
-    choice = st.radio("Ray cluster", list(form.RAY_CLUSTERS), key="f:ray_cluster", horizontal=True,
-                      format_func=lambda k: form.RAY_CLUSTERS[k][0],
-                      help="Start one: ray start on every node over SSH (node 0 the head), ended when the job ends "
-                           "unless kept. A running cluster (yours, or KubeRay's): grpo-ui submits the job to its "
-                           "Jobs API and starts nothing there; its nodes are the job's nodes.")
-    if choice == "start":
-        values["cluster.ray_address"] = ""
-    return list(form.RAY_CLUSTERS[choice][1])
+    return st.session_state["f:ray_cluster"]
+
+
+def ray_cluster_picker() -> None:
+    """The Ray backend's way to a cluster: start one on the job's hosts (the address cleared), or a running one's Jobs
+    API address."""
+    st.radio("Ray cluster", list(form.RAY_CLUSTERS), key="f:ray_cluster", horizontal=True,
+             format_func=lambda k: form.RAY_CLUSTERS[k][0],
+             help="Start one: ray start on every node over SSH (node 0 the head), ended when the job ends unless "
+                  "kept. A running cluster (yours, or KubeRay's): grpo-ui submits the job to its Jobs API and starts "
+                  "nothing there; its nodes are the job's nodes.")
 
 
 def apply_fix(spec: JobSpec, changes: dict) -> None:
@@ -219,6 +217,12 @@ def assessed(text: str, from_hub: bool, _spec: JobSpec, _arch: ModelArch | None)
     """The spec's one assessment, by its content (its YAML) and whether the hub gave the model's architecture: an
     unchanged spec is not assessed again, in any session of this process."""
     return assess(_spec, _arch)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def charts(text: str, from_hub: bool, _a: Assessment) -> tuple[str | None, str | None]:
+    """The assessed spec's memory and time charts (SVG), by the same key as its assessment: drawn once."""
+    return (memory_chart(_a.memory) if _a.memory else None, time_chart(_a.time) if _a.time else None)
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
@@ -281,6 +285,19 @@ def memory_metrics(report, spec: JobSpec) -> None:
                         "(hatched in the chart) and gives it back before an OOM")
 
 
+def as_code(value) -> str:
+    """A value as inline code that a narrow card breaks only between words (after a dot or an underscore), never
+    inside one: HTML, its markdown characters as entities."""
+    text = "".join(f"&#{ord(c)};" if c in "_*`[]\\~" else c for c in html.escape(str(value)))
+    return '<code style="overflow-wrap: normal">' + re.sub(r"(\.|&#95;)", r"\1<wbr>", text) + "</code>"
+
+
+def change_list(changes: dict) -> None:
+    """A card's changes, one `path` → `value` a line."""
+    st.markdown("\n".join(f"- {as_code(path)} → {as_code(value)}" for path, value in changes.items()),
+                unsafe_allow_html=True)
+
+
 def fit_cards(options, spec: JobSpec) -> None:
     """Make-it-fit: each option as a card with the change it makes and the peak it leads to."""
     if not options:
@@ -289,21 +306,26 @@ def fit_cards(options, spec: JobSpec) -> None:
     for col, (k, s) in zip(st.columns(len(options)), enumerate(options), strict=True):
         with col.container(border=True):
             st.markdown(f"**{s.peak_gib:.1f} GiB** · {s.verdict.upper()}")
-            st.markdown("\n".join(f"- `{path}` → `{value}`" for path, value in s.changes.items()))
+            change_list(s.changes)
             st.caption(s.why)
             st.button("Make it fit: apply", key=f"fit:{k}", on_click=apply_fix, args=(spec, s.changes))
 
 
 def faster_cards(a: Assessment, spec: JobSpec) -> None:
-    """Make it faster: each change that shortens the step and still passes, with the step it leads to."""
+    """Make it faster: each change that shortens the step and still passes, with the step and the memory verdict it
+    leads to; or why there is none."""
     if not a.faster:
+        if a.faster_none:
+            st.caption(a.faster_none)
         return
-    st.markdown("**Make it faster** — each option alone, with the step time it leads to (it still fits and passes "
-                "ms-swift's rules):")
+    tight = any(f.verdict == "tight" for f in a.faster)
+    st.markdown("**Make it faster** — each option alone, with the step time and the memory verdict it leads to; each "
+                "passes ms-swift's rules and stays within the card" + (
+                    " (TIGHT: not with the estimate's error margin)" if tight else "") + ":")
     for col, (k, f) in zip(st.columns(len(a.faster)), enumerate(a.faster), strict=True):
         with col.container(border=True):
             st.markdown(f"**{duration(f.step_s)}** per step (−{f.saving:.0%}) · {f.verdict.upper()}")
-            st.markdown("\n".join(f"- `{path}` → `{value}`" for path, value in f.changes.items()))
+            change_list(f.changes)
             st.caption(f.why)
             st.button("Make it faster: apply", key=f"faster:{k}", on_click=apply_fix, args=(spec, f.changes))
 
@@ -311,9 +333,9 @@ def faster_cards(a: Assessment, spec: JobSpec) -> None:
 ESTIMATE_FIELDS = [d for d in form.FORM_FIELDS if d.section == "estimate"]
 
 
-def time_panel(a: Assessment, spec: JobSpec, base: JobSpec) -> None:
-    """Time per optimizer step by phase, the run's hours, GPU-hours and cost, what was assumed, the estimate
-    settings that change it, and the Make it faster cards."""
+def time_panel(a: Assessment, spec: JobSpec, base: JobSpec, chart: str | None) -> None:
+    """Time per optimizer step by phase (``chart``), the run's hours, GPU-hours and cost, what was assumed, the
+    estimate settings that change it, and the Make it faster cards."""
     st.markdown("**Time per optimizer step**", help="Predicted from the GPUs' datasheets and the job's shape, with "
                 "efficiencies fitted on published GRPO runs (bench/time_accuracy.py measures its error).")
     report = a.time
@@ -332,7 +354,7 @@ def time_panel(a: Assessment, spec: JobSpec, base: JobSpec) -> None:
         cols[2].metric("GPU-hours", f"{report.gpu_hours:,.0f}" if run else "—", help=f"{report.gpus} GPUs")
         cols[3].metric("Cost", f"{report.cost:,.0f}" if report.cost is not None else "—",
                        help="GPU-hours × estimate.price_per_gpu_hour")
-        st.plotly_chart(time_chart(report), width="stretch")
+        st.markdown(chart, unsafe_allow_html=True)
         st.caption("Assumes " + "; ".join(report.assumptions) + ".")
         if not report.length_given:
             st.caption(f"The completion length is the guess the step time depends on most: "
@@ -341,8 +363,9 @@ def time_panel(a: Assessment, spec: JobSpec, base: JobSpec) -> None:
                        "run's completions/mean_length.")
     with st.container(border=True):
         st.caption("What you expect of the run (unset: assumed, as said above)")
-        for col, decl in zip(st.columns(len(ESTIMATE_FIELDS)), ESTIMATE_FIELDS, strict=True):
-            field_widget(decl, base, col)
+        cols = st.columns(3)  # three a row: each name on one line at 1440 px
+        for k, decl in enumerate(ESTIMATE_FIELDS):
+            field_widget(decl, base, cols[k % 3])
     faster_cards(a, spec)
 
 
@@ -357,34 +380,36 @@ def steps_indicator(shown: list[Step]) -> None:
 
 
 def run_import(files: dict[str, bytes], version: str, keep_partial: bool = False) -> None:
-    """Import the files as a new draft; a refused import is kept in the session (shown under the paste box and
-    at the top of the page, with the choice to keep what could be read)."""
-    try:
-        imported, notes = import_uploads(files, version, keep_partial=keep_partial)
-    except ImportRefused as e:
-        st.session_state["import_refused"] = {"files": files, "version": version,
-                                              "problems": [f"{f.message} — *{f.fix}*" for f in e.findings]}
-        return
-    except SpecError as e:
-        st.session_state["import_refused"] = None
-        st.session_state["import_error"] = str(e)
-        return
-    moved = secrets_moved(imported)
-    st.session_state["import_notes"] = [f.to_dict() for f in [*notes, *moved]]
-    st.session_state["import_refused"] = st.session_state["import_error"] = None
-    drafts.create(imported.name, imported)
+    """Import the files as a new draft. The outcome replaces the last import's in the session (shown under the paste
+    box, a refusal also at the top of the page with the choice to keep what could be read): nothing an earlier
+    import said stays beside it."""
+    outcome = import_files(files, version, keep_partial=keep_partial)
+    st.session_state["last_import"] = {"files": files, "version": version, "outcome": outcome}
+    if outcome.spec is not None:
+        drafts.create(outcome.spec.name, outcome.spec)
 
 
-def import_refused_banner(refused: dict) -> None:
+def import_refused_banner(last: dict) -> None:
     """A refused import at the top of the page: what bash or ms-swift would refuse, and the two ways on."""
     with st.container(border=True):
-        st.error("**Import refused: no draft was made.** " + " ".join(refused["problems"]))
+        st.error("**Import refused: no draft was made.** " + " ".join(
+            f"{f.message} — *{f.fix}*" for f in last["outcome"].refused))
         c1, c2, _ = st.columns([2, 1, 2])
         c1.button("Keep what could be read as a draft", key="keep_partial", on_click=run_import,
-                  args=(refused["files"], refused["version"], True),
+                  args=(last["files"], last["version"], True),
                   help="A new draft with what comes before the problem; it says at the top what is missing, and "
                        "launch is held until each missing field is filled in.")
-        c2.button("Dismiss", key="dismiss_refused", on_click=lambda: st.session_state.update(import_refused=None))
+        c2.button("Dismiss", key="dismiss_refused", on_click=lambda: st.session_state.update(last_import=None))
+
+
+def import_outcome(outcome: ImportOutcome) -> None:
+    """Under the paste box: why the last import made no draft, or the notes of the draft it made."""
+    for f in outcome.refused:
+        st.error(f"{f.message} — *{f.fix}*")
+    if outcome.error:
+        st.error(outcome.error)
+    for note in outcome.notes:
+        st.caption(f"{SEVERITY_ICON[note.severity]} {note.message}")
 
 
 def partial_import_banner(spec: JobSpec) -> None:
@@ -422,81 +447,84 @@ with st.sidebar:
     if st.button("Import", width="stretch", disabled=not (uploads or pasted.strip())):
         run_import({u.name: u.getvalue() for u in uploads} if uploads else {PASTED: pasted.encode()},
                    base.swift_version)
-        if not st.session_state.get("import_refused") and not st.session_state.get("import_error"):
+        if st.session_state["last_import"]["outcome"].spec is not None:
             st.rerun()
-    if refused := st.session_state.get("import_refused"):
-        for problem in refused["problems"]:
-            st.error(problem)
-    if error := st.session_state.get("import_error"):
-        st.error(error)
-    for note in st.session_state.get("import_notes", []):
-        st.caption(f"{SEVERITY_ICON[note['severity']]} {note['message']}")
+    if last := st.session_state.get("last_import"):
+        import_outcome(last["outcome"])
 
 st.subheader("1. Model and GPUs", anchor="model")
 model_col, gpu_col = st.columns(2)
 model_slot, config_slot = model_col.container(), model_col.container()
 gpu_slot = gpu_col.container()
-values, slots = {}, {}
-engine = engine_picker(base, values)
-slots["engine"], slots["train.use_ray"] = st.empty(), st.empty()
+engine_values: dict = {}
+engine = engine_picker(base, engine_values)
+engine_slots = {path: st.empty() for path in form.ENGINE_FIELDS}  # its findings: the job is assessed further down
 
 st.subheader("2. Cluster", anchor="cluster")
-layout_shown = None
 with st.container(border=True):
     st.caption(f"One row per machine. role trainer runs {COMMANDS[engine]}; role rollout runs swift rollout "
                "(server mode; in Ray mode, the rollout's own GPUs). Hosts from ~/.ssh/config can be added on the "
                "Cluster page.")
     nodes = st.data_editor(form.node_rows(base), key="nodes", num_rows="dynamic", width="stretch",
+                           column_order=form.node_columns(),
                            column_config={**{d.name: node_column(d, base) for d in form.NODE_FIELDS}, form.ROW: None})
+    # The job as the form holds it now (each widget's value is in the session before it is drawn), assessed once
+    # before the fields are drawn, so what is said of a field is drawn right after it: no placeholder elements.
+    backend, version = (field_value(form.FIELDS_BY_PATH[path], base) for path in ("cluster.backend", "swift_version"))
+    ray_way = ray_cluster_way(base) if backend == "ray" else None
+    offered = form.sections(base, version, engine)  # the other engine's (Megatron's) only when set
+    if st.session_state.get("section") not in offered:
+        st.session_state["section"] = offered[0]
+    cluster_fields = {part: [d for d in form.FORM_FIELDS if d.section == part and d.applies in (None, backend)
+                             and (d.path not in form.RAY_SETTINGS or ray_way and d.path in form.RAY_CLUSTERS[ray_way][1])]
+                      for part in ("cluster", "slurm")}  # settings for the other backend (or way to Ray): hidden
+    section_fields = [d for d in ARGS if d.group == st.session_state["section"] and d.path not in form.apart(engine)
+                      and form.on_form(d, base, version, engine)]
+    job_fields = [d for d in form.FORM_FIELDS if d.section == "job" and d.path not in form.ENGINE_FIELDS]
+    values = {d.path: field_value(d, base) for d in form.FORM_FIELDS} | engine_values  # a hidden one: as last set
+    if ray_way == "start":
+        values["cluster.ray_address"] = ""
+    spec, parse_errors = form.build_spec(base, values, list(nodes))
+    text = spec_to_yaml(spec)
+    arch, hub_error = (None, None) if parse_errors else hub_arch(spec)
+    a = None if parse_errors else assessed(text, arch is not None, spec, arch)  # values, findings, memory, time
+    findings = by_id(sort_findings(a.findings)) if a else []
+    beside = beside_fields(a.findings if a else [], ["cluster", *form.ENGINE_FIELDS, LAYOUT,
+                                                     *(d.path for d in section_fields + job_fields)], parse_errors)
+    for path, slot in engine_slots.items():
+        show_beside(slot, beside[path])
     if engine == "megatron":
-        layout_shown = layout_row(base, values, slots)
-    backend = field_value(form.FIELDS_BY_PATH["cluster.backend"], base)  # settings for the other backend: hidden
-    ray_used = ray_cluster_picker(base, values) if backend == "ray" else []
-    for part in ("cluster", "slurm"):
-        shown = [d for d in form.FORM_FIELDS if d.section == part and d.applies in (None, backend)
-                 and (d.path not in form.RAY_SETTINGS or d.path in ray_used)]
+        layout_row(base, a, beside[LAYOUT])
+    if ray_way:
+        ray_cluster_picker()
+    for part, shown in cluster_fields.items():
         if part == "slurm" and shown:
             st.markdown("**Slurm**")
         cols = st.columns(4)
         for k, decl in enumerate(shown):
-            values[decl.path] = field_widget(decl, base, cols[k % 4])
-    slots["cluster"] = st.empty()
+            field_widget(decl, base, cols[k % 4])
+    show_beside(st, beside["cluster"])
 
 st.subheader("3. Training settings", anchor="training")
 # Only the chosen section's widgets are drawn (each Streamlit widget costs time that grows with the whole form);
 # the others keep their values in the session.
-version = field_value(form.FIELDS_BY_PATH["swift_version"], base)
-offered = form.sections(base, version, engine)  # the other engine's (Megatron's) only when set
-if st.session_state.get("section") not in offered:
-    st.session_state["section"] = offered[0]
-section = st.segmented_control("Section", offered, format_func=GROUPS.get, key="section", required=True,
-                               default=offered[0], persist_state="session", label_visibility="collapsed")
+st.segmented_control("Section", offered, format_func=GROUPS.get, key="section", required=True,
+                     default=offered[0], persist_state="session", label_visibility="collapsed")
 cols = st.columns(3)
-for k, decl in enumerate(d for d in ARGS if d.group == section and d.path not in form.apart(engine)
-                         and form.on_form(d, base, version, engine)):
+for k, decl in enumerate(section_fields):
     with cols[k % 3]:
-        values[decl.path] = field_widget(decl, base)
-        slots[decl.path] = st.empty()
+        field_widget(decl, base)
+        show_beside(st, beside[decl.path])
 
 with st.sidebar:
     st.subheader("Job")
-    for decl in (d for d in form.FORM_FIELDS if d.section == "job" and d.path not in form.ENGINE_FIELDS):
-        values[decl.path] = field_widget(decl, base)
-        slots[decl.path] = st.empty()
+    for decl in job_fields:
+        field_widget(decl, base)
+        show_beside(st, beside[decl.path])
 
-values = {d.path: field_value(d, base) for d in form.FORM_FIELDS} | values  # hidden ones: as last set
-spec, parse_errors = form.build_spec(base, values, list(nodes))
-text = spec_to_yaml(spec)
-arch, hub_error = (None, None) if parse_errors else hub_arch(spec)
-a = None if parse_errors else assessed(text, arch is not None, spec, arch)  # values, findings, memory, time: once
-findings = by_id(sort_findings(a.findings)) if a else []
-for path, beside in beside_fields(a.findings if a else [], list(slots), parse_errors).items():
-    show_beside(slots[path], beside)
-if layout_shown:
-    show_layout(layout_shown, a)
 with notice_slot:
-    if refused := st.session_state.get("import_refused"):
-        import_refused_banner(refused)
+    if (last := st.session_state.get("last_import")) and last["outcome"].refused:
+        import_refused_banner(last)
     if spec.import_errors:
         partial_import_banner(spec)
 if draft.version != st.session_state["draft_version"] or not parse_errors and not autosave(draft, spec, text):
@@ -515,6 +543,7 @@ if parse_errors:  # what is below would describe an older form: hidden, never th
 else:
     st.markdown("**GPU memory per device**")
     report = a.memory
+    memory_svg, time_svg = charts(text, arch is not None, a)
     if report is None:  # an unknown model or GPU, an unreadable DeepSpeed/FSDP config
         st.info(a.memory_error)
     else:  # the metrics across the page's width: nothing of them is cut at 1440 px
@@ -535,10 +564,10 @@ else:
             for note in dict.fromkeys(n for r in report.roles for n in r.notes):
                 where = " Choose it in [1. Model and GPUs](#model)." if note.startswith("No GPU model chosen") else ""
                 st.caption(f"{SEVERITY_ICON['warning']} {note}{where}")
-            st.plotly_chart(memory_chart(report), width="stretch")
+            st.markdown(memory_svg, unsafe_allow_html=True)
     if report:
         fit_cards(a.suggestions, spec)
-    time_panel(a, spec, base)
+    time_panel(a, spec, base, time_svg)
 if a and spec.train.model and (a.resolved.arch is None or spec.train.model in spec.hf_configs):  # unknown, or known from it
     with config_slot:
         if hub_error:
@@ -559,14 +588,15 @@ held = bool(parse_errors) or a.held(override)
 c1.download_button("Download job YAML", text, file_name=f"{spec.name}.yaml", key="dl_yaml",
                    disabled=held)
 with steps_slot:
-    steps_indicator(job_steps(spec, a, parse_errors, held, bool(override), hosts.checks(spec)))
+    steps_indicator(job_steps(spec, a, parse_errors, held, bool(override), hosts.checks(spec, draft.id)))
 bundle = None if parse_errors or held else rendered(text, a, spec.name)
 c2.download_button("Download node scripts (zip)", bundle.zip_bytes() if bundle else b"", disabled=held,
                    file_name=f"{spec.name}.zip", key="dl_zip")
 if bundle:
     first = "node_0.sh" if "node_0.sh" in bundle.files else sorted(bundle.files)[0]
-    with st.expander(f"{first} (the Launch page shows every file)"):
-        st.code(bundle.files[first], language="bash", wrap_lines=True)
+    preview = st.expander(f"{first} (the Launch page shows every file)", key="script_preview", on_change="rerun")
+    if preview.open:  # drawn when opened: a closed one sends nothing, and loads no highlighter
+        preview.code(bundle.files[first], language="bash", wrap_lines=True)
 
 st.subheader("6. Launch", anchor="launch")
 if held:

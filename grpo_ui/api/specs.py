@@ -4,7 +4,7 @@ shows each finding; the scripts rendered from it; the catalogue of models and GP
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from grpo_ui.backends.ray import scripts_text, submission_text
 from grpo_ui.checks.assess import Assessment, assess
@@ -35,18 +35,15 @@ from grpo_ui.spec.yaml_io import load_spec, spec_from_yaml, spec_to_yaml
 from grpo_ui.timing.report import PHASES, TimeReport, duration, format_time
 
 __all__ = [
-    "ARGS", "COMMANDS", "CONFIG_SUFFIXES", "ESTIMATE_MARGIN", "GROUPS", "LAYOUT", "MEGATRON_RENDERED_SINCE", "PASTED", "PHASES",
-    "RAY_CONFIG", "RAY_ENTRYPOINT", "RAY_JOB", "SETTINGS", "ArgDecl", "Assessment", "Beside", "Bundle", "Decl", "ImportRefused",
-    "JobSpec", "LaunchPlan", "MemoryReport", "ModelArch", "Node", "ParallelLayout", "Relation", "SpecError", "Step",
-    "TimeReport", "assess",
-    "beside_fields", "catalog", "check_name", "credentials_needed", "default_job_id", "duration", "form",
-    "format_report", "format_time", "from_hf_config", "hub", "hub_arch", "import_scripts", "import_uploads",
-    "is_loopback", "job_steps", "load_spec", "parallel_layout", "parse_hf_config", "parse_version", "presets",
-    "ray_config", "render",
-    "resolve", "rollout_command", "run_dir", "scripts_text", "secrets_moved", "spec_from_yaml", "spec_to_yaml",
-    "submission_text",
-    "train_command", "undeclared",
-    "with_changes", "write_bundle",
+    "ARGS", "COMMANDS", "CONFIG_SUFFIXES", "ESTIMATE_MARGIN", "GROUPS", "LAYOUT", "MEGATRON_RENDERED_SINCE", "PASTED",
+    "PHASES", "RAY_CONFIG", "RAY_ENTRYPOINT", "RAY_JOB", "SETTINGS", "ArgDecl", "Assessment", "Beside", "Bundle",
+    "Decl", "ImportOutcome", "ImportRefused", "JobSpec", "LaunchPlan", "MemoryReport", "ModelArch", "Node",
+    "ParallelLayout", "Relation", "SpecError", "Step", "TimeReport", "assess", "beside_fields", "catalog",
+    "check_name", "credentials_needed", "default_job_id", "duration", "form", "format_report", "format_time",
+    "from_hf_config", "hub", "hub_arch", "import_files", "import_scripts", "import_uploads", "is_loopback",
+    "job_steps", "load_spec", "parallel_layout", "parse_hf_config", "parse_version", "presets", "ray_config",
+    "render", "resolve", "rollout_command", "run_dir", "scripts_text", "secrets_moved", "spec_from_yaml",
+    "spec_to_yaml", "submission_text", "train_command", "undeclared", "with_changes", "write_bundle",
 ]
 
 CLUSTER_WIDE = ("cluster", "slurm", "spec")  # findings on these go beside the cluster part of the form
@@ -101,6 +98,32 @@ def hub_arch(spec: JobSpec) -> tuple[ModelArch | None, str | None]:
         return hub.lookup(spec.train.model, eff.use_hf, timeout=5.0), None
     except hub.HubError as e:
         return None, str(e)
+
+
+@dataclass(frozen=True)
+class ImportOutcome:
+    """What one import said: the spec it made (a new draft) with its notes, or why it made none — what bash or
+    ms-swift would refuse (``refused``, the findings; the files can still be kept as a partial draft) or a spec that
+    does not validate (``error``). Each import's outcome replaces the last one's: nothing of an earlier import is
+    said beside a later one."""
+
+    spec: JobSpec | None = None
+    notes: list[Finding] = field(default_factory=list)
+    refused: list[Finding] = field(default_factory=list)
+    error: str | None = None
+
+
+def import_files(files: dict[str, bytes], version: str, keep_partial: bool = False) -> ImportOutcome:
+    """Import uploaded or pasted files (name → bytes) for ms-swift ``version``; ``keep_partial``: what a refused
+    script says before its problem, as a partial draft. Token-like env names moved to secret_env are among the
+    notes."""
+    try:
+        spec, notes = import_uploads(files, version, keep_partial=keep_partial)
+    except ImportRefused as e:
+        return ImportOutcome(refused=list(e.findings))
+    except SpecError as e:
+        return ImportOutcome(error=str(e))
+    return ImportOutcome(spec, [*notes, *secrets_moved(spec)])
 
 
 def secrets_moved(spec: JobSpec) -> list[Finding]:

@@ -2,8 +2,9 @@
 
 ``assess(spec)`` resolves the job's effective values, builds its swift command lines, runs ms-swift's rules and the
 field advisories, estimates per-GPU memory and — only for a job that is out of memory or tight — searches the
-make-it-fit changes, predicts the time per step and searches the changes that make it faster, once each. Configure, the launch plan and the CLI's validate/estimate/render read the same
-``Assessment``; none of them validates or estimates again.
+make-it-fit changes, predicts the time per step and — only for a job without errors — searches the changes that make
+it faster, once each. Configure, the launch plan and the CLI's validate/estimate/render read the same ``Assessment``;
+none of them validates or estimates again.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from grpo_ui.checks import rules
-from grpo_ui.checks.faster import Faster, faster
+from grpo_ui.checks.faster import MIN_SAVING, Faster, faster
 from grpo_ui.checks.fit import Suggestion, suggest
-from grpo_ui.checks.rules.seeds import vllm_share
+from grpo_ui.checks.rules.seeds import reference_model, vllm_share
 from grpo_ui.checks.slurm import slurm_findings
 from grpo_ui.core.findings import Finding, finding, has_errors, unique
 from grpo_ui.knowledge.catalog import ModelArch, UnknownGpu
@@ -42,6 +43,7 @@ and the changes that make it faster."""
     time: TimeReport | None = None   # None when no step time can be predicted (time_error says why)
     time_error: str | None = None
     faster: list[Faster] = field(default_factory=list)  # make-it-faster: changes that still pass, fastest first
+    faster_none: str | None = None   # why there are no make-it-faster changes (None: there are, or no step time)
 
     @property
     def spec(self) -> JobSpec:
@@ -76,11 +78,27 @@ def assess(job: JobSpec | Resolved, arch: ModelArch | None = None) -> Assessment
     memory, memory_error, memory_found = _memory(eff)
     suggestions = suggest(eff, base=memory, errors=[f for f in checked if f.severity == "error"]) \
         if memory and memory.verdict in ("oom", "tight") else []
-    found = (checked + vllm_share(eff, memory) + memory_found + _verdict_findings(memory, suggestions, eff)
-             + slurm_findings(eff.spec))
+    found = (checked + vllm_share(eff, memory) + reference_model(eff, memory) + memory_found
+             + _verdict_findings(memory, suggestions, eff) + slurm_findings(eff.spec))
     time, time_error = _time(eff)
+    quicker, none = _faster(eff, time, found)
     return Assessment(eff, train, rollout, unique(found), memory, memory_error, suggestions, time, time_error,
-                      faster(eff, time) if time else [])
+                      quicker, none)
+
+
+def _faster(eff: Resolved, time: TimeReport | None, found: list[Finding]) -> tuple[list[Faster], str | None]:
+    """The make-it-faster changes, or why there are none. A job with an error is not searched: each change must
+    leave a job that passes, and this one does not yet."""
+    if time is None:
+        return [], None  # the time panel says why there is no step time
+    errors = sorted({f.id for f in found if f.severity == "error"})
+    if errors:
+        return [], (f"Make it faster is searched once the job passes: each change it offers must leave a job that "
+                    f"passes ms-swift's rules and fits, and {', '.join(errors)} {'is' if len(errors) == 1 else 'are'} "
+                    "open.")
+    quicker = faster(eff, time)
+    return quicker, None if quicker else (f"Make it faster: no single change shortens the step by "
+                                          f"{MIN_SAVING:.0%} or more and still passes ms-swift's rules and fits.")
 
 
 def _time(eff: Resolved) -> tuple[TimeReport | None, str | None]:
@@ -136,8 +154,13 @@ def _verdict_findings(report: MemoryReport | None, advice: list[Suggestion], eff
     if report is None or report.verdict not in ("oom", "tight"):
         return []
     role = next(r for r in report.roles if r.verdict == report.verdict)
-    fix = (f"Cheapest change that fits: {advice[0].why}." if advice else
-           "No single or paired knob fits: use more or larger GPUs, or a smaller model.")
+    fits = next((s for s in advice if s.verdict == "fits"), None)
+    if advice and advice[0].verdict == "tight":  # out of OOM, not yet with the margin: said as what it leads to
+        fix = (f"Cheapest change out of OOM: {advice[0].why} (it leads to TIGHT: within the card, not with the "
+               "estimate's error margin)" + (f"; the cheapest that fits: {fits.why}." if fits else "."))
+    else:
+        fix = (f"Cheapest change that fits: {advice[0].why}." if advice else
+               "No single or paired knob fits: use more or larger GPUs, or a smaller model.")
     fields = MEGATRON_MEMORY_FIELDS if eff.megatron else MEMORY_FIELDS
     apply = advice[0].changes if advice else {}
     where = f"on the {role.role} GPU: peak {role.peak_gib:.1f} GiB in the {role.peak_phase} phase"

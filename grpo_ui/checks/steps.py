@@ -4,9 +4,10 @@
 latest check. The page only draws what this returns, so the indicator cannot tell another story than the page.
 
 Rules: a field that does not parse counts against the step that draws it (the sidebar's job settings against
-none of 1–3: they hide the checks, and step 4 names them); checks are not done while hidden, while the memory
-verdict is unknown or OOM, or while an error is neither fixed nor overridden; scripts wait for steps 1, 3 and 4;
-launch waits for every step before it, tested hosts included.
+none of 1–3: they hide the checks, and step 4 names them); an error counts under one step (``home_step``), and the
+checks wait for the steps that hold errors; checks are not done while hidden, while the memory verdict is unknown or
+OOM, or while an error is neither fixed nor overridden; scripts wait for steps 1, 3 and 4; launch waits for every
+step before it, tested hosts included.
 """
 
 from __future__ import annotations
@@ -48,8 +49,20 @@ def step_of(path: str) -> int | None:
     return 3 if section in RUNS else None
 
 
-def _errors(findings: list[Finding], sections: tuple[str, ...]) -> list[Finding]:
-    return [f for f in findings if f.severity == "error" and any(p.startswith(sections) for p in f.fields)]
+def home_step(f: Finding) -> int:
+    """The one step a finding counts under: the memory estimate's own (MEMORY-…) under 4, the checks, where the
+    estimate is drawn; any other under the first part of the form that shows it in full (the cluster part, then the
+    training settings: grpo_ui.api.specs.beside_fields' order), else under the checks, which list every finding."""
+    if f.id.startswith("MEMORY-"):
+        return 4
+    for step, sections in ((2, (*CLUSTER, "spec")), (3, RUNS)):
+        if any(p.startswith(sections) for p in f.fields):
+            return step
+    return 4
+
+
+def _errors(findings: list[Finding], step: int) -> list[Finding]:
+    return [f for f in findings if f.severity == "error" and home_step(f) == step]
 
 
 def _problems(unparsed: list[str], errors: list[Finding]) -> str | None:
@@ -84,22 +97,26 @@ def steps(spec: JobSpec, findings: list[Finding], parse_errors: dict[str, str], 
         1: ("No model chosen" if not (spec.train.model or "").strip() else
             "Model unknown: give its config.json" if model_unknown else
             "No GPU model chosen" if gpu_missing else None),
-        2: _problems(unparsed[2], _errors(open_errors, CLUSTER)) or _hosts_step(hosts),
-        3: _problems(unparsed[3], _errors(open_errors, RUNS)),
+        2: _problems(unparsed[2], _errors(open_errors, 2)) or _hosts_step(hosts),
+        3: _problems(unparsed[3], _errors(open_errors, 3)),
     }
     if parse_errors:
         where = ", ".join([*(f"{p} (sidebar)" for p in sidebar), *(p for p in parse_errors if p not in sidebar)])
         why[4] = f"hidden until {where} parse{'s' if len(parse_errors) == 1 else ''}"
-    elif errors and not overridden:
-        why[4] = "the estimate says OOM" if verdict == "oom" else f"{len(errors)} error(s)"
+    elif open_errors:  # each error counted once, where it is fixed; the checks wait for the others
+        elsewhere = sorted({home_step(f) for f in open_errors} - {4})
+        oom = verdict == "oom"
+        own = [f for f in _errors(open_errors, 4) if not (oom and f.id == "MEMORY-OOM")]  # said as the verdict
+        why[4] = "; ".join(["the estimate says OOM"] * oom + [f"{len(own)} error(s)"] * bool(own) + [
+            f"after the error(s) in step {' and '.join(map(str, elsewhere))}"] * bool(elsewhere))
     elif verdict in (None, "unknown"):
         reason = why[1] or "the estimate cannot be made"
         why[4] = "no memory verdict yet: " + reason[0].lower() + reason[1:]
     else:
         why[4] = None
     states: dict[int, tuple[State, str]] = {}
-    for k, sections in ((1, None), (2, CLUSTER), (3, RUNS), (4, ("",))):
-        released = _errors(errors, sections) if sections else []
+    for k in (1, 2, 3, 4):
+        released = [f for f in errors if k == 4 or home_step(f) == k] if k > 1 else []
         states[k] = ("todo", why[k]) if why[k] else (
             "done", f"done: {len(released)} error(s) overridden" if released else "done")
     waits_for = {5: (1, 3, 4), 6: (1, 2, 3, 4, 5)}

@@ -29,7 +29,6 @@ and is not counted.
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 from grpo_ui.knowledge.catalog import (
@@ -163,6 +162,10 @@ def _vllm_colocate(i: Inputs, ms: dict, extras: float, training: list[Term], rol
     return share
 
 
+UNBOUNDED_CACHE = ("Torch's cache above the peak (what nvidia-smi shows beyond it) is bounded by the card: it is "
+                   "estimated once a GPU model is chosen.")
+
+
 def _allocator_reserve(i: Inputs, phase: Phase, generate_kv: float) -> list[Term]:
     """The caching allocator's reserve above what the training phase allocates, by cause (ALLOCATOR_RESERVE,
     GENERATE_RESERVE): steps of varying shapes, in proportion to the logits' tensors and at most the phase's dynamic
@@ -170,7 +173,7 @@ def _allocator_reserve(i: Inputs, phase: Phase, generate_kv: float) -> list[Term
     lengths are taken to vary), and the KV cache generate() grew during the rollout (``generate_kv`` GiB). None with
     expandable segments. Each bounded by what it can physically hold, and together by
     what the card has left (torch frees its cache before it would fail an allocation; ms-swift empties it before
-    vLLM wakes, so it belongs to the training phase)."""
+    vLLM wakes, so it belongs to the training phase): none without a GPU model, whose card would bound it."""
     if i.expandable_segments:
         shapes = growth = 0.0
     else:
@@ -178,7 +181,7 @@ def _allocator_reserve(i: Inputs, phase: Phase, generate_kv: float) -> list[Term
         logits_gib = sum(t.gib for t in phase.terms if t.name == "logits")
         shapes = 0.0 if i.fixed_shapes else min(ALLOCATOR_RESERVE * logits_gib, CACHED_STEPS * dynamic)
         growth = GENERATE_RESERVE * generate_kv
-    room = math.inf if i.capacity_gib is None else max(0.0, i.capacity_gib - phase.needed)
+    room = 0.0 if i.capacity_gib is None else max(0.0, i.capacity_gib - phase.needed)
     shapes = min(shapes, room)
     return [Term("allocator cache: varying shapes", shapes, f"{ALLOCATOR_RESERVE:.0%} of the logits' memory, at most "
                  f"{CACHED_STEPS} steps' dynamic memory; none with expandable segments (reclaimable)", reclaimable=True),
@@ -211,6 +214,7 @@ def estimate(i: Inputs) -> MemoryReport:
         phases.append(Phase("rollout", rollout))
     phases.insert(1, optimizer_step_phase(i, ms, training))
     phases[0].terms += _allocator_reserve(i, phases[0], kv / GIB)
+    notes += [UNBOUNDED_CACHE] if i.capacity_gib is None else []
     roles = [RoleReport("trainer", i.gpu_name, i.capacity_gib, phases, notes, share)]
     if i.vllm == "server":
         roles.append(_server_role(i))
@@ -231,6 +235,7 @@ def _estimate_megatron(i: Inputs) -> MemoryReport:
     phases = [Phase(TRAINING_PHASE, training), Phase("optimizer step", megatron.step_terms(ms, training)),
               Phase("rollout", rollout)]
     phases[0].terms += _allocator_reserve(i, phases[0], 0.0)
+    notes += [UNBOUNDED_CACHE] if i.capacity_gib is None else []
     roles = [RoleReport("trainer", i.gpu_name, i.capacity_gib, phases, notes, share)]
     if i.vllm == "server":
         roles.append(_server_role(i))

@@ -193,7 +193,7 @@ def format_report(report: MemoryReport) -> str:
                   if r.verdict == "tight" else "")
         lines.append(f"\n[{r.role} GPU: {cap}] peak {r.peak_gib:.1f} GiB in {r.peak_phase} → {r.verdict}{margin}"
                      + (f", headroom {r.headroom_gib:+.1f} GiB" if r.headroom_gib is not None else "")
-                     + f"; nvidia-smi will show about {r.expected_gib:.1f} GiB")
+                     + (f"; nvidia-smi will show about {r.expected_gib:.1f} GiB" if r.capacity_gib else ""))
         for p in r.phases:
             lines.append(f"  {p.name} phase: {p.total:.1f} GiB")
             lines += [f"    {t.name:<36} {t.gib:8.2f}  {t.formula}" for t in p.terms if t.gib]

@@ -208,6 +208,19 @@ def changed_fields(spec: JobSpec, values: dict) -> dict:
 # ---------------------------------------------------------------------------------------------------------------
 # The node table
 
+# The node table's first columns: what every node sets, never behind a sideways scroll at 1440 px
+LEADING_COLUMNS = ("host", "role", "gpus", "gpu_model")
+
+
+def node_columns(spec: JobSpec | None = None) -> list[str]:
+    """The node table's columns in the order a reader needs them: LEADING_COLUMNS, then the other node settings as
+    declared; with ``spec``, only those of the others that some node of it sets (a read-only table)."""
+    rest = [d.name for d in NODE_FIELDS if d.name not in LEADING_COLUMNS]
+    if spec is not None:
+        rest = [name for name in rest if any(name in n.model_fields_set for n in spec.cluster.nodes)]
+    return [*LEADING_COLUMNS, *rest]
+
+
 def node_rows(spec: JobSpec) -> list[dict]:
     """One row per node: its settings as the table shows them (text columns as form text), and ROW."""
     return [{**{d.name: _cell(d, getattr(node, d.name)) for d in NODE_FIELDS}, ROW: i}

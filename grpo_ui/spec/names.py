@@ -72,6 +72,17 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+# What example scripts write for the user to fill in: a dotted quad with x's for numbers (ms-swift's multi-node
+# examples' MASTER_ADDR=xxx.xxx.xxx.xxx, 10.0.x.x) or a name that says it is yours to give (your_master_ip)
+_PLACEHOLDER = re.compile(r"(?i)^(?:(?:\d{1,3}|x+)\.){3}(?:\d{1,3}|x+)$|^your[-_]")
+
+
+def is_placeholder(host: str) -> bool:
+    """A host or address left as an example script's stand-in (xxx.xxx.xxx.xxx, your_master_ip): no machine has it."""
+    text = host.strip()
+    return bool(_PLACEHOLDER.search(text)) and not text.replace(".", "").isdigit()
+
+
 _LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 _ALIAS = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}")
 

@@ -169,8 +169,12 @@ class Resolved:
         """The model comes from the Hugging Face Hub (use_hf, or USE_HF in the job's or node 0's environment, as
         ms-swift's use_hf_hub reads it); else from ModelScope."""
         nodes = self.spec.trainer_nodes()
-        env = {**self.spec.env, **(nodes[0].env if nodes else {})}
-        return self.spec.train.use_hf or env.get("USE_HF", "0").strip().lower() in ("1", "true", "yes", "on", "y", "t")
+        return self.spec.train.use_hf or _env_flag(self.spec, nodes[0] if nodes else None, "USE_HF")
+
+    def on_cpu(self, node: Node) -> bool:
+        """The node runs the job on its CPUs: ACCELERATE_USE_CPU true in the job's or the node's environment, as
+        accelerate reads it (its use_cpu; ms-swift trains through accelerate's Trainer)."""
+        return _env_flag(self.spec, node, "ACCELERATE_USE_CPU")
 
     @property
     def colocate(self) -> bool:
@@ -209,6 +213,17 @@ class Resolved:
         offload_optimizer / offload_param device)."""
         return bool(self.zero and (self.zero.offload_optimizer or self.zero.offload_param))
 
+    @property
+    def rollout_servers(self) -> RoleGpus:
+        """The GPUs that generate in server mode: the rollout nodes'; for servers started outside the job (server mode
+        without rollout nodes) one server per vllm_server_host, each on server.vllm_data_parallel_size ×
+        vllm_tensor_parallel_size GPUs of the trainers' model, as swift rollout takes them."""
+        if self.rollout.nodes or not self.server:
+            return self.rollout
+        s = self.spec.server
+        return RoleGpus(max(len(self.server_endpoints), 1), s.vllm_data_parallel_size * s.vllm_tensor_parallel_size,
+                        self.trainer.model, self.trainer.gib)
+
     def rollout_port(self, index: int) -> int:
         """The HTTP port rollout node ``index`` serves: its entry in vllm_server_port when the trainer lists the
         servers itself, else server.port."""
@@ -221,6 +236,13 @@ class Resolved:
         return {"NNODES": str(self.nnodes), "NODE_RANK": str(rank), "MASTER_ADDR": self.master_addr,
                 "MASTER_PORT": str(self.master_port), "NPROC_PER_NODE": str(self.nproc_per_node),
                 "CUDA_VISIBLE_DEVICES": ",".join(map(str, node.gpus))}
+
+
+def _env_flag(spec: JobSpec, node: Node | None, name: str) -> bool:
+    """An on/off environment variable as ms-swift and accelerate read it (1, true, yes, on, y, t), the node's value
+    over the job's."""
+    env = {**spec.env, **(node.env if node else {})}
+    return env.get(name, "0").strip().lower() in ("1", "true", "yes", "on", "y", "t")
 
 
 def resolve(job: JobSpec | Resolved, arch: ModelArch | None = None) -> Resolved:

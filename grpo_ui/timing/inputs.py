@@ -147,9 +147,9 @@ def time_inputs(job: JobSpec | Resolved, gpu: str | None = None, arch: ModelArch
         rollout_gpu, rollout_nodes, per_node, dp, tp = trainer_gpu, eff.trainer.nodes, eff.spare_rollout_gpus, (
             eff.spare_rollout_gpus), 1
     elif server:
-        name = gpu or eff.rollout.model or eff.trainer.model
-        rollout_gpu = _speed_gpu(name, "rollout", "the rollout nodes' gpu_model")
-        rollout_nodes, per_node = max(eff.rollout.nodes, 1), max(eff.rollout.per_node, 1)
+        servers = eff.rollout_servers
+        rollout_gpu = _speed_gpu(gpu or servers.model or eff.trainer.model, "rollout", "the rollout nodes' gpu_model")
+        rollout_nodes, per_node = servers.nodes, max(servers.per_node, 1)
         dp, tp = s.vllm_data_parallel_size, s.vllm_tensor_parallel_size
     else:
         rollout_gpu, rollout_nodes, per_node = trainer_gpu, 0, 0

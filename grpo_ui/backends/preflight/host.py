@@ -76,10 +76,18 @@ def host_findings(eff: Resolved, i: int, f: HostFacts) -> list[Finding]:
             out.append(finding("PREFLIGHT-GPU-BUSY", "warning", f"{path}.gpus",
                                f"{node.host}: requested GPU(s) {sorted(busy)} are in use ({detail}).",
                                "Free them or pick other GPU ids."))
-    elif node.gpus:
+    elif node.gpus and eff.on_cpu(node):
         out.append(finding("PREFLIGHT-NO-GPU", "warning", f"{path}.gpus",
-                           f"{node.host}: no GPU found (nvidia-smi, and NVML on the local node): no driver, or a CPU-only machine.",
-                           "Check the NVIDIA driver; CPU-only runs need ACCELERATE_USE_CPU=true."))
+                           f"{node.host}: no GPU found (nvidia-smi, and NVML on the local node); the job runs on its "
+                           "CPUs (ACCELERATE_USE_CPU), which only a tiny model can.",
+                           "Check the NVIDIA driver if the machine has GPUs."))
+    elif node.gpus:
+        asked = f"{len(node.gpus)} GPU(s)" + (f" ({node.gpu_model})" if node.gpu_model else "")
+        out.append(finding("PREFLIGHT-NO-GPU", "error", f"{path}.gpus",
+                           f"{node.host}: no GPU found (nvidia-smi, and NVML on the local node), but the job asks for "
+                           f"{asked} there: no driver, or a CPU-only machine. ms-swift would fail once it starts.",
+                           f"Check the NVIDIA driver on {node.host} (nvidia-smi), or run the node on a machine with "
+                           "GPUs; a CPU-only run says so with ACCELERATE_USE_CPU=true in env."))
     if f.driver_cuda and f.torch_cuda and _major_minor(f.driver_cuda) < _major_minor(f.torch_cuda):
         out.append(finding("PREFLIGHT-CUDA-DRIVER", "error", f"{path}.python_env",
                            f"{node.host}: the NVIDIA driver {f.driver} supports CUDA up to {f.driver_cuda}, but torch "

@@ -75,6 +75,8 @@ RULES: dict[str, tuple[str, str]] = {
     "CLUSTER-ROLLOUT-UNUSED": ("rollout nodes only in server mode", "grpo-ui's launch"),
     "CLUSTER-GPU-OVERLAP": ("no two nodes on one host share a GPU", "grpo-ui's launch; field report 000"),
     "MASTER-LOOPBACK": ("MASTER_ADDR is routable when NNODES > 1", "field report 003, ms-swift issue #2485"),
+    "ADDRESS-PLACEHOLDER": ("no host or address is an example script's stand-in (xxx.xxx.xxx.xxx)",
+                            "ms-swift's examples/train/grpo multi-node scripts (node 1's MASTER_ADDR=xxx.xxx.xxx.xxx)"),
     "PORT-CLASH": ("rendezvous, server and group ports differ", "grpo-ui's launch"),
     "PATH-RELATIVE-NO-WORKDIR": ("relative paths of the files a job names (model, datasets, plugins, system prompt "
                                  "file, DeepSpeed/FSDP JSON) need a workdir to be read from",

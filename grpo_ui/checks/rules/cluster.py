@@ -5,7 +5,7 @@ from __future__ import annotations
 from grpo_ui.checks.rules.base import rule
 from grpo_ui.core.findings import finding
 from grpo_ui.spec.fields import ENGINES
-from grpo_ui.spec.names import is_loopback
+from grpo_ui.spec.names import is_loopback, is_placeholder
 
 
 @rule(engines=ENGINES)
@@ -61,3 +61,27 @@ def cluster(spec, eff):
     if len(set(ports.values())) < len(ports):
         yield finding("PORT-CLASH", "error", tuple(ports), f"The rendezvous port and the rollout server port are both "
                       f"{eff.master_port}.", "Use different ports (e.g. 29500 and 8000).")
+
+
+@rule(engines=ENGINES)
+def placeholder_address(spec, eff):
+    """Addresses an example script left for the user to fill in (ms-swift's multi-node example: node 1's
+    MASTER_ADDR=xxx.xxx.xxx.xxx, which the import makes node 0's host): said at once, on their fields, not by an SSH
+    test later."""
+    ssh = spec.cluster.backend in ("ssh", "ray")  # on Slurm the nodes' hosts and the master are Slurm's
+    given = [(f"cluster.nodes[{i}].{name}", value) for i, n in enumerate(spec.cluster.nodes if ssh else [])
+             for name in ("host", "address") if (value := getattr(n, name))]
+    given += [("cluster.master_addr", spec.cluster.master_addr)] if ssh and spec.cluster.master_addr else []
+    given += [("rollout.vllm_server_host", h) for h in spec.rollout.vllm_server_host or []]
+    found = {path: value for path, value in given if is_placeholder(value)}
+    if not found:
+        return
+    hosts = [p for p in found if p != "cluster.master_addr"]
+    fix = (f"Set {', '.join(hosts)} to the machine's IP address, host name or ~/.ssh/config alias" if hosts else "")
+    if "cluster.master_addr" in found:
+        fix += ("; c" if fix else "C") + "lear cluster.master_addr (node 0's address is then used)"
+    yield finding("ADDRESS-PLACEHOLDER", "error", tuple(found),
+                  f"{', '.join(f'{p} is {v}' for p, v in found.items())}: a stand-in an example script leaves for "
+                  "you to fill in (ms-swift's multi-node examples write MASTER_ADDR=xxx.xxx.xxx.xxx). No machine has "
+                  "it, so SSH, the rendezvous or the rollout requests would fail.", fix + ".",
+                  {} if hosts else {"cluster.master_addr": None})

@@ -1,5 +1,6 @@
-"""Field experience (shared/seeds): what published runs and field reports hit beyond ms-swift's own checks. One of
-them, vllm_share, needs the memory estimate and is asked by the assessment with its report; the others are rules."""
+"""Field experience (shared/seeds): what published runs and field reports hit beyond ms-swift's own checks. Two of
+them, vllm_share and reference_model, need the memory estimate and are asked by the assessment with its report; the
+others are rules."""
 
 from __future__ import annotations
 
@@ -130,16 +131,27 @@ def seed_node_differ(spec, eff):
                               "compares the versions found there.")
 
 
-@rule
-def seed_ref_model(spec, eff):
+def reference_model(eff, report: MemoryReport | None) -> list[Finding]:
+    """SEED-REF-MODEL, asked by the assessment with its memory report: beta > 0 with full tuning loads a frozen
+    reference copy of the model. beta 0 is a one-click change only while memory may be short (TIGHT, OOM, or no
+    verdict yet); a job that fits is told what the reference costs and its room to spare, with nothing to apply:
+    beta 0 drops the KL term, a change to what is learned that memory does not ask for."""
+    spec = eff.spec
+    if not (eff.reference_model and spec.train.tuner_type == "full"):
+        return []
     size = model_size_b(eff)
-    if eff.reference_model and spec.train.tuner_type == "full":
-        what = f" (≈{size * 2:.0f} GB more in bf16)" if size and eff.reference_model == spec.train.model else ""
-        copy = "copy of the model" if eff.reference_model == spec.train.model else f"model ({eff.reference_model})"
-        yield finding("SEED-REF-MODEL", "info", ("train.beta", "train.tuner_type"),
-                      f"beta {eff.beta} with full tuning loads a frozen reference {copy}{what}.",
-                      "If memory is short, set beta 0 (no KL term, no reference model) as ms-swift's 32B example "
-                      "does.", {"train.beta": 0.0})
+    what = f" (≈{size * 2:.0f} GB more in bf16)" if size and eff.reference_model == spec.train.model else ""
+    copy = "copy of the model" if eff.reference_model == spec.train.model else f"model ({eff.reference_model})"
+    loads = f"beta {eff.beta} with full tuning loads a frozen reference {copy}{what}"
+    fields = ("train.beta", "train.tuner_type")
+    trainer = report.trainer if report is not None else None
+    if trainer is not None and trainer.verdict == "fits":  # the reference sits on the trainer GPUs
+        return [finding("SEED-REF-MODEL", "info", fields, f"{loads}; the trainer GPU fits it with "
+                        f"{trainer.headroom_gib:.0f} GiB to spare.", "Nothing to change while it fits: the KL term "
+                        "needs the reference. If memory gets short, beta 0 (no KL term, no reference model) frees it, "
+                        "as ms-swift's 32B example does.")]
+    return [finding("SEED-REF-MODEL", "info", fields, f"{loads}.", "If memory is short, set beta 0 (no KL term, no "
+                    "reference model) as ms-swift's 32B example does.", {"train.beta": 0.0})]
 
 
 @rule(engines=ENGINES)
