@@ -103,9 +103,10 @@ screenshots:
 lint: test-deps
 	$(VENV)/bin/ruff check .
 
-# Every bench/*.py prints its figures, except the two modules the accuracy benches import: calibration.py (the memory
-# rows) and time_calibration.py (the time rows, and `--fit` to refit the constants: a tool, not a benchmark).
-BENCHES := $(filter-out bench/calibration.py bench/time_calibration.py,$(wildcard bench/*.py))
+# Every bench/*.py prints its figures, except the modules the accuracy benches import: calibration.py (the memory
+# rows), time_calibration.py (the time rows, and `--fit` to refit the constants: a tool, not a benchmark) and
+# megatron_calibration.py (the Megatron rows, printed by memory_accuracy.py and time_accuracy.py).
+BENCHES := $(filter-out bench/calibration.py bench/time_calibration.py bench/megatron_calibration.py,$(wildcard bench/*.py))
 
 bench: system-deps test-deps swift-venv swift3-venv
 	for b in $(BENCHES); do echo "== $$b"; PYTHONPATH=. $(VENV)/bin/python $$b || exit 1; done
