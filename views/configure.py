@@ -508,8 +508,8 @@ with st.container(border=True):
 st.subheader("3. Training settings", anchor="training")
 # Only the chosen section's widgets are drawn (each Streamlit widget costs time that grows with the whole form);
 # the others keep their values in the session.
-st.segmented_control("Section", offered, format_func=GROUPS.get, key="section", required=True,
-                     default=offered[0], persist_state="session", label_visibility="collapsed")
+st.segmented_control("Section", offered, format_func=GROUPS.get, key="section", required=True,  # its value: above
+                     persist_state="session", label_visibility="collapsed")
 cols = st.columns(3)
 for k, decl in enumerate(section_fields):
     with cols[k % 3]:
