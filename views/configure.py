@@ -153,9 +153,9 @@ def config_json_import(spec: JobSpec) -> None:
                 st.rerun()
 
 
-def engine_picker(base: JobSpec, values: dict) -> str:
-    """The training engine (swift rlhf, megatron rlhf, megatron rlhf in ms-swift's Ray mode): sets the engine and
-    use_ray values; returns the engine."""
+def engine_picker(base: JobSpec) -> dict:
+    """The training engine (swift rlhf, megatron rlhf, megatron rlhf in ms-swift's Ray mode): returns the engine and
+    use_ray values it sets."""
     if "f:engine_choice" not in st.session_state:  # set before the widget, so the browser shows it too
         st.session_state["f:engine_choice"] = form.engine_choice(*(field_value(form.FIELDS_BY_PATH[p], base)
                                                                    for p in form.ENGINE_FIELDS))
@@ -165,8 +165,7 @@ def engine_picker(base: JobSpec, values: dict) -> str:
                            "Megatron-Core's tensor, pipeline, context and expert parallelism (large and MoE models; "
                            "its sizes appear beside the GPUs below). Ray mode: megatron rlhf --use_ray, Ray placing "
                            "the trainers and vLLM on the cluster's GPUs (the Ray backend runs it).")
-    values.update(form.ENGINE_CHOICES[choice][1])
-    return values["engine"]
+    return form.ENGINE_CHOICES[choice][1]
 
 
 def layout_row(base: JobSpec, a: Assessment | None, beside: Beside) -> None:
@@ -456,8 +455,8 @@ st.subheader("1. Model and GPUs", anchor="model")
 model_col, gpu_col = st.columns(2)
 model_slot, config_slot = model_col.container(), model_col.container()
 gpu_slot = gpu_col.container()
-engine_values: dict = {}
-engine = engine_picker(base, engine_values)
+engine_values = engine_picker(base)
+engine = engine_values["engine"]
 engine_slots = {path: st.empty() for path in form.ENGINE_FIELDS}  # its findings: the job is assessed further down
 
 st.subheader("2. Cluster", anchor="cluster")
@@ -469,7 +468,8 @@ with st.container(border=True):
                            column_order=form.node_columns(),
                            column_config={**{d.name: node_column(d, base) for d in form.NODE_FIELDS}, form.ROW: None})
     # The job as the form holds it now (each widget's value is in the session before it is drawn), assessed once
-    # before the fields are drawn, so what is said of a field is drawn right after it: no placeholder elements.
+    # before the fields are drawn, so what is said of a field is drawn right after it (only the engine's, drawn
+    # above the node table the job needs, goes into placeholders).
     backend, version = (field_value(form.FIELDS_BY_PATH[path], base) for path in ("cluster.backend", "swift_version"))
     ray_way = ray_cluster_way(base) if backend == "ray" else None
     offered = form.sections(base, version, engine)  # the other engine's (Megatron's) only when set
